@@ -1,0 +1,137 @@
+"""BuildKit's ``--progress=plain`` output, parsed: vertices (build steps) and guard markers.
+
+Pure parsing plus a small rich view. Plain progress prints, per vertex ``#N``::
+
+    #6 [v1 2/3] RUN --mount=... pip install ...
+    #6 0.412 Collecting alpha==1.0
+    #6 DONE 3.1s            (or: #6 CACHED, or: #6 ERROR: ...)
+
+The guard prints ``LAYER-AUDIT-VIOLATION {json}`` lines, which arrive as vertex output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+VIOLATION = "LAYER-AUDIT-VIOLATION"
+GUARD_ERROR = "LAYER-AUDIT-GUARD-ERROR"
+_TITLE = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\] ]+) (?P<n>\d+)/(?P<total>\d+)\] (?P<op>.*)$")
+_STATUS = re.compile(r"^#(?P<id>\d+) (?P<status>DONE [\d.]+s|CACHED|ERROR: .*|CANCELED)$")
+_OUTPUT = re.compile(r"^#\d+ [\d.]+ (?P<text>.*)$")
+_RUNNING = "running"
+
+
+@dataclass
+class Vertex:
+    """One build step of a stage: ``[v2 3/5] RUN ...``."""
+
+    stage: str
+    position: str
+    operation: str
+    status: str = _RUNNING
+
+
+@dataclass
+class Progress:
+    """Everything seen so far in one build's output."""
+
+    vertices: dict[str, Vertex] = field(default_factory=dict)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    guard_errors: list[str] = field(default_factory=list)
+
+    def feed(self, line: str) -> bool:
+        """Take one output line; True when the step table changed."""
+        if match := _TITLE.match(line):
+            known = self.vertices.get(match["id"])
+            if known is None or known.status != _RUNNING:
+                self.vertices[match["id"]] = Vertex(
+                    match["stage"], f"{match['n']}/{match['total']}", match["op"]
+                )
+                return True
+            return False
+        if match := _STATUS.match(line):
+            vertex = self.vertices.get(match["id"])
+            if vertex is not None:
+                vertex.status = match["status"].split(":")[0].lower()
+                return True
+            return False
+        if match := _OUTPUT.match(line):
+            self._output(match["text"])
+        return False
+
+    def _output(self, text: str) -> None:
+        if text.startswith(VIOLATION + " "):
+            try:
+                self.violations.append(json.loads(text[len(VIOLATION) + 1 :]))
+            except json.JSONDecodeError:
+                self.guard_errors.append(text)
+        elif text.startswith(GUARD_ERROR + " "):
+            self.guard_errors.append(text[len(GUARD_ERROR) + 1 :])
+
+
+def parse(lines: Iterable[str]) -> Progress:
+    progress = Progress()
+    for line in lines:
+        progress.feed(line)
+    return progress
+
+
+def step_table(progress: Progress, title: str) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column in ("stage", "step", "instruction", "status"):
+        table.add_column(column, overflow="ellipsis", no_wrap=True)
+    styles = {"done": "green", "cached": "dim", "error": "bold red", _RUNNING: "yellow"}
+    for vertex in progress.vertices.values():
+        operation = (
+            vertex.operation if len(vertex.operation) < 70 else vertex.operation[:67] + "..."
+        )
+        status = f"[{styles.get(vertex.status, '')}]{vertex.status}[/]"
+        table.add_row(vertex.stage, vertex.position, operation, status)
+    return table
+
+
+class LiveView:
+    """A live table of steps on a terminal; one line per finished step otherwise (CI logs)."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.console = console
+        self.title = title
+        self.progress = Progress()
+        self._live: Live | None = None
+        self._printed: set[tuple[str, str]] = set()
+
+    def __enter__(self) -> LiveView:
+        if self.console.is_terminal:
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(step_table(self.progress, self.title))
+            self._live.__exit__(None, None, None)
+
+    def feed(self, line: str) -> None:
+        changed = self.progress.feed(line)
+        if not changed:
+            return
+        if self._live is not None:
+            self._live.update(step_table(self.progress, self.title))
+            return
+        for key, vertex in self.progress.vertices.items():
+            if vertex.status != _RUNNING and (key, vertex.stage) not in self._printed:
+                self._printed.add((key, vertex.stage))
+                self.console.print(
+                    f"  [{vertex.stage} {vertex.position}] {vertex.status}: "
+                    f"{vertex.operation[:90]}",
+                    markup=False,
+                    highlight=False,
+                )

@@ -1,0 +1,50 @@
+"""``python -m audit base-image``: make an offline Python base image from Debian packages."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.markup import escape
+
+from audit import baseimage, console
+from audit.errors import EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "base-image",
+        help="make an offline Debian base image with python3 and a venv at /opt/venv",
+        description=baseimage.__doc__.splitlines()[0] if baseimage.__doc__ else None,
+    )
+    parser.add_argument("--suite", default=baseimage.DEFAULT_SUITE, help="Debian suite")
+    parser.add_argument(
+        "--arch", default=baseimage.DEFAULT_ARCH, choices=sorted(baseimage.ARCHES), help="arch"
+    )
+    parser.add_argument("--tag", default="", help="image tag (default layer-audit/base:SUITE-ARCH)")
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached root fs")
+    parser.add_argument("--mirror", default="", help="Debian mirror (default: the one apt uses)")
+    parser.add_argument("--docker", default=None, help="docker client to build with")
+    parser.set_defaults(handler=handle)
+
+
+def options_from(args: argparse.Namespace) -> baseimage.BaseImageOptions:
+    return baseimage.validate(
+        baseimage.BaseImageOptions(
+            suite=args.suite,
+            arch=args.arch,
+            tag=args.tag,
+            rebuild=args.rebuild,
+            mirror=args.mirror,
+            docker=args.docker,
+        )
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    made = baseimage.build_base_image(options_from(args))
+    console.stdout.print(
+        f"{escape(made.tag)}  {made.image_id[:19]}  python {made.python} ({made.machine})"
+        f"  {made.seconds:.1f}s"
+    )
+    return EXIT_OK

@@ -1,0 +1,103 @@
+"""``python -m audit diff BEFORE.json AFTER.json``: judge the change between two snapshots."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from audit import console, paths
+from audit.errors import UsageError
+from audit.findings import Finding
+from audit.policy import Policy
+from audit.report import FORMATS, Report, Section, report_exit_code, summary_line, write_report
+from audit.snapshot import Environment, read_snapshot
+from audit.sources import DirectorySource
+from audit.verdict import evaluate, evaluate_shadowed
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    before: Path
+    after: Path
+    recipe: str | None
+    fmt: str
+    output: Path | None
+    interpreter: str | None
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "diff",
+        help="compare two snapshots and apply the policy (exit 1 on a violation)",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("before", type=Path, help="snapshot before the change")
+    parser.add_argument("after", type=Path, help="snapshot after the change")
+    parser.add_argument("--recipe", help="images/NAME or NAME: use its [policy] (default policy)")
+    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="table")
+    parser.add_argument("--output", type=Path, help="write the report here instead of stdout")
+    parser.add_argument("--interpreter", help="compare only this interpreter's environment")
+    parser.set_defaults(handler=run)
+
+
+def load_policy(recipe: str | None) -> Policy:
+    """The recipe's policy (with its CUDA tag), or the default policy without a recipe."""
+    if recipe is None:
+        return Policy()
+    from audit.recipe_parse import load_recipe
+
+    loaded = load_recipe(DirectorySource(paths.find_root()), PurePosixPath(recipe).name)
+    policy: Policy = loaded.policy
+    return policy if policy.cuda else dataclasses.replace(policy, cuda=loaded.cuda)
+
+
+def _select(envs: tuple[Environment, ...], interpreter: str, source: Path) -> Environment:
+    for env in envs:
+        if env.interpreter == interpreter:
+            return env
+    found = ", ".join(env.interpreter for env in envs)
+    raise UsageError(
+        f"{source}: no environment for interpreter {interpreter}", f"it holds: {found}"
+    )
+
+
+def pair_environments(
+    before: tuple[Environment, ...], after: tuple[Environment, ...], options: DiffOptions
+) -> list[tuple[Environment, Environment]]:
+    """Which environments to compare: one pair per interpreter (or the only one in each file)."""
+    if options.interpreter:
+        wanted = options.interpreter
+        return [(_select(before, wanted, options.before), _select(after, wanted, options.after))]
+    if len(before) == 1 and len(after) == 1:
+        return [(before[0], after[0])]
+    return [(_select(before, env.interpreter, options.before), env) for env in after]
+
+
+def _findings(old: Environment, new: Environment, policy: Policy, where: str) -> list[Finding]:
+    today = datetime.date.today()
+    changes = evaluate(old.winners(), new.winners(), policy, where=where, today=today)
+    return changes + evaluate_shadowed(old, new, policy, where=where, today=today)
+
+
+def build_report(options: DiffOptions, policy: Policy) -> Report:
+    pairs = pair_environments(read_snapshot(options.before), read_snapshot(options.after), options)
+    sections = tuple(
+        Section(new.interpreter, tuple(_findings(old, new, policy, f"{options.after}")))
+        for old, new in pairs
+    )
+    return Report(f"diff {options.before} -> {options.after}", sections)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = DiffOptions(
+        args.before, args.after, args.recipe, args.fmt, args.output, args.interpreter
+    )
+    report = build_report(options, load_policy(options.recipe))
+    write_report(report, options.fmt, options.output, console.stdout)
+    if options.output is not None:
+        console.stderr.print(summary_line(report), markup=False)
+    return report_exit_code(report)

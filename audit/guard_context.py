@@ -1,0 +1,84 @@
+"""The guard's half of the build context: ``build/<image>/_guard/``, bind-mounted into each RUN.
+
+Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing)::
+
+    _guard/guard.py        audit/inimage/guard.py, run after each pip or run layer
+    _guard/snapshot.py     audit/inimage/snapshot.py, run with every recipe interpreter
+    _guard/guard.json      image name, interpreters and policy the guard applies
+    _guard/base.json       locks/<image>/base.json: what the first layer is compared with
+    _guard/lib/audit/      the pure core modules (snapshot, diff, policy, verdict, findings)
+    _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
+
+The folder is mounted with ``RUN --mount=type=bind,source=_guard,target=GUARD_MOUNT``, so none
+of it lands in an image layer; a change to it re-runs every guarded layer (BuildKit keys the
+cache on the mount's content), which is right: the policy or the base changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import packaging
+
+from audit import atomic
+from audit.recipe import Recipe
+
+GUARD_DIR = "_guard"
+GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
+PURE_CORE = ("errors", "findings", "policy", "snapshot", "diff", "verdict")
+FILE_MODE = 0o644
+_AUDIT_PACKAGE = Path(__file__).parent
+_CORE_INIT = '"""The pure core of layer-audit, vendored for the build guard."""\n'
+
+
+def _package_files(package_dir: Path, dest: str) -> Iterator[tuple[str, bytes]]:
+    """Every source file of a package (no caches), in sorted order."""
+    for path in sorted(package_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            yield f"{dest}/{path.relative_to(package_dir).as_posix()}", path.read_bytes()
+
+
+def guard_config(recipe: Recipe) -> bytes:
+    document = {
+        "image": recipe.name,
+        "interpreters": list(recipe.interpreters),
+        "policy": recipe.policy.to_json(),
+    }
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
+    """Relative path inside ``_guard/`` -> bytes, for every file the guard needs."""
+    inimage = _AUDIT_PACKAGE / "inimage"
+    files = {
+        "guard.py": (inimage / "guard.py").read_bytes(),
+        "snapshot.py": (inimage / "snapshot.py").read_bytes(),
+        "guard.json": guard_config(recipe),
+        "lib/audit/__init__.py": _CORE_INIT.encode(),
+    }
+    base = root / "locks" / recipe.name / "base.json"
+    if base.is_file():
+        files["base.json"] = base.read_bytes()
+    for module in PURE_CORE:
+        files[f"lib/audit/{module}.py"] = (_AUDIT_PACKAGE / f"{module}.py").read_bytes()
+    files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))
+    return files
+
+
+def write_guard_context(root: Path, recipe: Recipe, context: Path) -> Path:
+    """Write ``<context>/_guard/`` (removing files no longer part of it); return the folder."""
+    folder = context / GUARD_DIR
+    files = guard_files(root, recipe)
+    for relpath, data in files.items():
+        atomic.write_bytes(folder / relpath, data)
+        # mkstemp makes 0600 files: a RUN under a non-root USER could not read them.
+        (folder / relpath).chmod(FILE_MODE)
+    wanted = {folder / relpath for relpath in files}
+    for path in sorted(folder.rglob("*"), reverse=True):
+        if path.is_file() and path not in wanted:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    return folder

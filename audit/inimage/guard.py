@@ -1,0 +1,354 @@
+"""The build guard: runs INSIDE the image, in the same RUN as each pip or run layer.
+
+Python 3.9+, standard library plus what the build context brings through a BuildKit bind mount
+(``_guard/``, see ``audit/guard_context.py``): the snapshot script, the pure core modules of
+``audit`` and a copy of ``packaging`` under ``lib/``. Nothing of it stays in the image except
+the trail: ``<slug>.snapshot.json`` and ``<slug>.findings.json`` under ``--trail``.
+
+Per layer it snapshots every recipe interpreter, compares each with the previous guarded
+layer's snapshot in the trail (the first layer compares with the recorded base snapshot,
+``base.json``), checks that what the layer's lock pins is installed at exactly those versions,
+applies the policy and exits 1 on an error finding, which fails the RUN and so the build.
+Each failing finding is also printed as one ``LAYER-AUDIT-VIOLATION {json}`` line for the host.
+
+Usage: ``python guard.py --step v2-01 --trail DIR [--lock FILE] [--today YYYY-MM-DD]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIB = os.path.join(HERE, "lib")
+VIOLATION = "LAYER-AUDIT-VIOLATION"
+GUARD_ERROR = "LAYER-AUDIT-GUARD-ERROR"
+FINDINGS_SCHEMA = "layer-audit.findings/1"
+SNAPSHOT_SUFFIX = ".snapshot.json"
+FINDINGS_SUFFIX = ".findings.json"
+EXIT_VIOLATION = 1
+EXIT_BAD_INPUT = 2
+_SLUG = re.compile(r"^v(\d+)-(\d+)$")
+
+sys.path.insert(0, LIB)
+try:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    from audit.errors import AuditError
+    from audit.findings import Finding
+    from audit.policy import Policy
+    from audit.snapshot import Environment, dump_snapshot, parse_snapshot
+    from audit.verdict import evaluate, evaluate_shadowed
+except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
+    print(
+        f"{GUARD_ERROR} cannot load the guard's modules under Python {sys.version.split()[0]}: "
+        f"{exc}; the vendored packaging comes from the host's site-packages (use one that "
+        "supports this Python)",
+        file=sys.stderr,
+    )
+    sys.exit(EXIT_BAD_INPUT)
+
+
+class GuardError(Exception):
+    """Bad input inside the build: a missing or damaged file the guard needs."""
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise GuardError(f"{path}: cannot read JSON ({exc})") from exc
+
+
+def slug_key(slug: str) -> Tuple[int, int]:
+    match = _SLUG.match(slug)
+    if match is None:
+        raise GuardError(f"--step {slug}: expected vN-MM, e.g. v2-01")
+    return int(match.group(1)), int(match.group(2))
+
+
+def previous_slug(trail: str, step: str) -> Optional[str]:
+    """The latest guarded layer before ``step`` whose snapshot is in the trail."""
+    names = os.listdir(trail) if os.path.isdir(trail) else []
+    slugs = [n[: -len(SNAPSHOT_SUFFIX)] for n in names if n.endswith(SNAPSHOT_SUFFIX)]
+    earlier = [s for s in slugs if _SLUG.match(s) and slug_key(s) < slug_key(step)]
+    return max(earlier, key=slug_key) if earlier else None
+
+
+def load_environments(data: bytes, where: str) -> Tuple[Environment, ...]:
+    try:
+        return parse_snapshot(data, where)
+    except AuditError as exc:
+        raise GuardError(str(exc)) from exc
+
+
+def previous_environments(
+    trail: str, step: str, base_path: str
+) -> Tuple[str, Tuple[Environment, ...]]:
+    """``(name, environments)`` of what the layer must be compared with."""
+    slug = previous_slug(trail, step)
+    if slug is not None:
+        path = os.path.join(trail, slug + SNAPSHOT_SUFFIX)
+        with open(path, "rb") as handle:
+            return slug, load_environments(handle.read(), path)
+    if not os.path.isfile(base_path):
+        raise GuardError(
+            f"{base_path}: no base snapshot to compare the first layer with; "
+            "record it on the host: nox -s lock -- IMAGE --record-base"
+        )
+    record = read_json(base_path)
+    if not isinstance(record, dict) or "snapshot" not in record:
+        raise GuardError(f"{base_path}: not a base record (no 'snapshot' key)")
+    data = json.dumps(record["snapshot"]).encode("ascii")
+    return "base", load_environments(data, base_path)
+
+
+# ----------------------------------------------------------------------------- snapshots
+
+
+def snapshot_here() -> Environment:
+    """Snapshot this interpreter in-process: one Python start-up less per layer."""
+    sys.path.insert(0, HERE)
+    try:
+        script = importlib.import_module("snapshot")
+    finally:
+        sys.path.remove(HERE)
+    path = [p for p in sys.path if os.path.realpath(p or ".") != os.path.realpath(LIB)]
+    data = script.seal(script.snapshot(path, HERE))
+    return load_environments(data, f"snapshot of {sys.executable}")[0]
+
+
+def snapshot_other(interpreter: str) -> Environment:
+    """Snapshot another interpreter by running the snapshot script with it."""
+    script = os.path.join(HERE, "snapshot.py")
+    proc = subprocess.run([interpreter, script], capture_output=True, check=False)
+    if proc.returncode != 0:
+        detail = proc.stderr.decode("utf-8", "replace").strip()[-800:]
+        raise GuardError(f"{interpreter} {script} failed ({proc.returncode}): {detail}")
+    return load_environments(proc.stdout, f"snapshot of {interpreter}")[0]
+
+
+def same_interpreter(interpreter: str) -> bool:
+    return os.path.abspath(interpreter) == os.path.abspath(sys.executable)
+
+
+def snapshot_all(interpreters: Sequence[str]) -> List[Environment]:
+    return [snapshot_here() if same_interpreter(i) else snapshot_other(i) for i in interpreters]
+
+
+def matching(before: Sequence[Environment], interpreter: str, index: int) -> Optional[Environment]:
+    """The environment recorded for ``interpreter`` (by path, else by position)."""
+    for env in before:
+        if env.interpreter == interpreter:
+            return env
+    return before[index] if index < len(before) else None
+
+
+# ----------------------------------------------------------------------------- the lock
+
+
+def logical_lines(text: str) -> List[str]:
+    """Requirement lines with backslash continuations joined and comments dropped."""
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        line = "" if raw.lstrip().startswith("#") else raw.split(" #", 1)[0].strip()
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        if (pending + line).strip():
+            lines.append((pending + line).strip())
+        pending = ""
+    return lines
+
+
+def lock_pins(path: str) -> List[Requirement]:
+    """Every ``name==version`` pin of a pip-compile lock, options (``--hash``) stripped."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise GuardError(f"{path}: cannot read the layer's lock ({exc.strerror})") from exc
+    pins = []
+    for line in logical_lines(text):
+        try:
+            pins.append(Requirement(line.split(" --", 1)[0]))
+        except InvalidRequirement as exc:
+            raise GuardError(f"{path}: not a requirement line: {line!r} ({exc})") from exc
+    return pins
+
+
+def _pinned_version(pin: Requirement) -> Optional[str]:
+    specs = list(pin.specifier)
+    return specs[0].version if len(specs) == 1 and specs[0].operator in ("==", "===") else None
+
+
+def _same_version(wanted: str, found: str) -> bool:
+    try:
+        return Version(wanted) == Version(found)
+    except InvalidVersion:
+        return wanted == found
+
+
+def _lock_finding(name: str, wanted: str, found: Optional[str], where: str) -> Finding:
+    state = f"{found} is installed" if found else "it is not installed"
+    return Finding(
+        rule="lock-mismatch",
+        severity="error",
+        package=name,
+        before=wanted,
+        after=found,
+        message=f"{name}: the layer's lock pins {wanted} but {state}",
+        where=where,
+        hint="re-compile the locks (nox -s lock -- IMAGE) or find what replaced it in this layer",
+    )
+
+
+def check_lock(pins: Sequence[Requirement], env: Environment, where: str) -> List[Finding]:
+    """What the lock pins (for this interpreter's markers) must be installed exactly."""
+    winners = env.winners()
+    findings = []
+    for pin in pins:
+        wanted = _pinned_version(pin)
+        if wanted is None or (pin.marker and not pin.marker.evaluate(dict(env.markers))):
+            continue
+        dist = winners.get(canonicalize_name(pin.name))
+        if dist is None or not _same_version(wanted, dist.version):
+            found = dist.version if dist else None
+            findings.append(_lock_finding(canonicalize_name(pin.name), wanted, found, where))
+    return findings
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+
+def judge(
+    before: Optional[Environment],
+    after: Environment,
+    policy: Policy,
+    where: str,
+    today: datetime.date,
+) -> List[Finding]:
+    old = before.winners() if before is not None else {}
+    findings = evaluate(old, after.winners(), policy, where=where, today=today)
+    return findings + evaluate_shadowed(before, after, policy, where=where, today=today)
+
+
+def _where(image: str, step: str, interpreter: str, several: bool) -> str:
+    return f"{image} {step}" + (f" ({interpreter})" if several else "")
+
+
+def verdict(
+    config: Dict[str, Any],
+    *,
+    before: Sequence[Environment],
+    after: Sequence[Environment],
+    pins: Sequence[Requirement],
+    step: str,
+    today: datetime.date,
+) -> List[Finding]:
+    policy = Policy.from_json(config["policy"])
+    interpreters = config["interpreters"]
+    findings: List[Finding] = []
+    for index, env in enumerate(after):
+        where = _where(config["image"], step, interpreters[index], len(after) > 1)
+        findings += judge(matching(before, interpreters[index], index), env, policy, where, today)
+        if index == 0 and pins:  # pip layers install with the first interpreter
+            findings += check_lock(pins, env, where)
+    return findings
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def write_file(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def write_trail(
+    trail: str, step: str, previous: str, envs: Sequence[Environment], found: Sequence[Finding]
+) -> None:
+    os.makedirs(trail, exist_ok=True)
+    write_file(os.path.join(trail, step + SNAPSHOT_SUFFIX), dump_snapshot(envs))
+    document = {
+        "schema": FINDINGS_SCHEMA,
+        "step": step,
+        "compared_with": previous,
+        "findings": [f.to_json() for f in found],
+    }
+    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+    write_file(os.path.join(trail, step + FINDINGS_SUFFIX), text.encode("utf-8"))
+
+
+def _change(finding: Finding) -> str:
+    return f"{finding.before or '(none)'} -> {finding.after or '(none)'}"
+
+
+def print_verdict(step: str, previous: str, found: Sequence[Finding]) -> None:
+    errors = [f for f in found if f.fails]
+    warnings = [f for f in found if f.severity == "warning"]
+    print(
+        f"layer-audit guard {step} (vs {previous}): {len(found)} findings, "
+        f"{len(errors)} errors, {len(warnings)} warnings"
+    )
+    for finding in found:
+        if finding.severity != "info" or finding.waiver or finding.rule != "added":
+            print(f"  {finding.severity:7} {finding.rule:14} {finding.package} {_change(finding)}")
+    for finding in errors:
+        marker = dict(finding.to_json(), step=step, compared_with=previous)
+        print(VIOLATION + " " + json.dumps(marker, sort_keys=True), flush=True)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="layer-audit build guard (runs in the image)")
+    parser.add_argument("--step", required=True, help="the layer's slug, e.g. v2-01")
+    parser.add_argument("--trail", required=True, help="the audit trail folder in the image")
+    parser.add_argument("--lock", help="the layer's lock (pip layers)")
+    parser.add_argument("--config", default=os.path.join(HERE, "guard.json"))
+    parser.add_argument("--base", default=os.path.join(HERE, "base.json"))
+    parser.add_argument("--today", type=datetime.date.fromisoformat, default=None)
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    slug_key(args.step)
+    config = read_json(args.config)
+    previous, before = previous_environments(args.trail, args.step, args.base)
+    after = snapshot_all(config["interpreters"])
+    pins = lock_pins(args.lock) if args.lock else []
+    today = args.today or datetime.date.today()
+    found = verdict(config, before=before, after=after, pins=pins, step=args.step, today=today)
+    write_trail(args.trail, args.step, previous, after, found)
+    print_verdict(args.step, previous, found)
+    return EXIT_VIOLATION if any(f.fails for f in found) else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except (GuardError, AuditError, ValueError, KeyError) as exc:
+        print(f"{GUARD_ERROR} {args.step}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

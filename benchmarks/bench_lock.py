@@ -1,0 +1,169 @@
+"""Re-running ``lock`` on unchanged inputs vs one real pip-compile of one layer, side by side.
+
+Usage: ``python benchmarks/bench_lock.py [--image IMAGE] [--repeat K]``. Without ``--image`` it
+builds a throwaway project (two pip layers over a local index of tiny wheels, served on
+127.0.0.1) and compiles on the host; with ``--image`` it uses that recipe of this project and
+compiles inside its base image, as ``lock`` does. It locks once, then times K unchanged re-runs
+(the command's own work in-process, and the whole ``python -m audit lock`` process) and K real
+pip-compile runs of the first pip layer with its real constraints. Exit 1 when the in-process
+re-run is less than 30 times faster than one compile (the target in DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from audit import cmd_lock, commands, console  # noqa: E402
+from audit.lock import (  # noqa: E402
+    base_constraints,
+    layer_inputs,
+    pip_steps,
+    read_base_digest,
+    render_constraints,
+)
+from audit.lock_compile import run_compile  # noqa: E402
+from audit.lockfile import BaseRecord, render_base  # noqa: E402
+from audit.recipe_parse import load_recipe  # noqa: E402
+from audit.snapshot import Environment  # noqa: E402
+from audit.sources import DirectorySource  # noqa: E402
+from tests.support.pkgindex import serve_index  # noqa: E402
+from tests.support.wheels import make_wheel  # noqa: E402
+
+TARGET_RATIO = 30.0
+RECIPE = """\
+[image]
+base = "layer-audit/base:bookworm-amd64"
+platform = "linux/amd64"
+cuda = "cpu"
+interpreters = ["/opt/venv/bin/python"]
+repository = "local/bench"
+index_url = "{index}"
+
+[[stage]]
+name = "v1"
+  [[stage.layer]]
+  pip = "requirements/v1.in"
+
+[[stage]]
+name = "v2"
+  [[stage.layer]]
+  pip = "requirements/v2.in"
+"""
+
+
+def median_seconds(action: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def synthetic_project() -> Iterator[Path]:
+    """Two layers over 20 tiny wheels on a local index, and a base record for this host."""
+    with tempfile.TemporaryDirectory(prefix="bench-lock-") as tmp:
+        root, wheels = Path(tmp) / "project", Path(tmp) / "wheels"
+        for number in range(20):
+            requires = [f"pkg{number + 1}>=1"] if number < 19 else []
+            for version in ("1.0", "1.1"):
+                make_wheel(wheels, f"pkg{number}", version, requires=requires)
+        with serve_index(wheels) as index:
+            folder = root / "images" / "bench" / "requirements"
+            folder.mkdir(parents=True)
+            (folder.parent / "image.toml").write_text(RECIPE.format(index=index))
+            (folder / "v1.in").write_text("pkg0\n")
+            (folder / "v2.in").write_text("pkg10\n")
+            env = Environment("/opt/venv/bin/python", platform.python_version(), {}, (), ())
+            record = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:bench", None, (env,))
+            (root / "locks" / "bench").mkdir(parents=True)
+            (root / "locks" / "bench" / "base.json").write_text(render_base(record))
+            yield root
+
+
+def lock_args(image: str, host: bool) -> list[str]:
+    return [image, "--host"] if host else [image]
+
+
+def rerun_in_process(image: str, host: bool) -> None:
+    parser = argparse.ArgumentParser()
+    cmd_lock.register(parser.add_subparsers())
+    args = parser.parse_args(["lock", *lock_args(image, host)])
+    if args.handler(args) != 0:
+        raise SystemExit("lock failed")
+
+
+def rerun_process(image: str, host: bool) -> None:
+    argv = [sys.executable, "-m", "audit", "lock", *lock_args(image, host)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run(argv, check=True, capture_output=True, env=env)
+
+
+def compile_first_layer(root: Path, image: str, host: bool) -> Callable[[], object]:
+    """One real pip-compile of the first pip layer, with the constraints lock would use."""
+    source = DirectorySource(root)
+    recipe = load_recipe(source, image)
+    found = read_base_digest(source, recipe)
+    assert found is not None
+    record, digest = found
+    step = pip_steps(recipe)[0]
+    inputs = layer_inputs(source, recipe, step, digest, {})
+    constraints = render_constraints(
+        {c.name: c for c in base_constraints(record, recipe.interpreters[0], "base")}, ()
+    )
+    options = cmd_lock.LockOptions(image, None, False, False, host, None)
+    target = cmd_lock._target(recipe, record, options)
+
+    def compile_once() -> None:
+        if run_compile(target, inputs, constraints).returncode != 0:
+            raise SystemExit("pip-compile failed")
+
+    return compile_once
+
+
+def measure(root: Path, image: str, host: bool, repeat: int) -> float:
+    os.chdir(root)
+    os.environ[commands.QUIET_ENV] = "1"
+    rerun_in_process(image, host)  # lock once: every later run finds its inputs unchanged
+    in_process = median_seconds(lambda: rerun_in_process(image, host), repeat)
+    whole = median_seconds(lambda: rerun_process(image, host), repeat)
+    compiling = median_seconds(compile_first_layer(root, image, host), max(1, repeat // 3))
+    print(f"{'re-run, unchanged inputs (in-process)':<44} {in_process * 1000:9.1f} ms")
+    print(f"{'re-run, unchanged inputs (whole process)':<44} {whole * 1000:9.1f} ms")
+    print(f"{'one pip-compile of one layer':<44} {compiling * 1000:9.1f} ms")
+    print(f"ratio (in-process): {compiling / in_process:.0f}x, (whole process): "
+          f"{compiling / whole:.1f}x; target {TARGET_RATIO:.0f}x")  # fmt: skip
+    return compiling / in_process
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image", help="a recipe of this project (default: synthetic)")
+    parser.add_argument("--repeat", type=int, default=9)
+    options = parser.parse_args()
+    console.stdout.quiet = True  # the timed runs' own tables would bury the numbers
+    with contextlib.ExitStack() as stack:
+        if options.image:
+            root, image, host = ROOT, options.image, False
+        else:
+            root, image, host = stack.enter_context(synthetic_project()), "bench", True
+        ratio = measure(root, image, host, options.repeat)
+    return 0 if ratio >= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""A PEP 503 simple index over a directory of wheels, served on 127.0.0.1 for tests.
+
+Listings are computed on every request, so wheels added (or yanked) while the index is
+served show up at once. Every link carries a ``#sha256=`` fragment, as pip's
+``--require-hashes`` and pip-tools' ``--generate-hashes`` expect. The server binds to
+127.0.0.1 on a free port: containers run with ``--network host`` reach it at the same URL.
+
+Yanking (PEP 592): :func:`yank` writes ``<wheel>.yanked`` beside a wheel holding the reason;
+its link then carries ``data-yanked``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import html
+import threading
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
+YANKED_SUFFIX = ".yanked"
+
+
+def yank(distribution: Path, reason: str = "yanked by the test") -> None:
+    """Mark one file of the index as yanked (PEP 592) with ``reason``."""
+    distribution.with_name(distribution.name + YANKED_SUFFIX).write_text(reason)
+
+
+def project_of(filename: str) -> str | None:
+    """Canonical project name of a wheel or sdist file name; None for anything else."""
+    try:
+        if filename.endswith(".whl"):
+            return canonicalize_name(parse_wheel_filename(filename)[0])
+        if filename.endswith((".tar.gz", ".zip")):
+            return canonicalize_name(parse_sdist_filename(filename)[0])
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    return None
+
+
+def _files_by_project(root: Path) -> dict[str, list[Path]]:
+    projects: dict[str, list[Path]] = {}
+    for path in sorted(root.iterdir()):
+        name = project_of(path.name)
+        if name is not None and path.is_file():
+            projects.setdefault(name, []).append(path)
+    return projects
+
+
+def _page(title: str, links: list[str]) -> bytes:
+    body = "\n".join(links)
+    return (
+        "<!DOCTYPE html>\n<html><head>"
+        '<meta name="pypi:repository-version" content="1.0">'
+        f"<title>{html.escape(title)}</title></head>\n<body>\n{body}\n</body></html>\n"
+    ).encode()
+
+
+def _file_link(path: Path) -> str:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    href = f"../../files/{quote(path.name)}#sha256={digest}"
+    marker = path.with_name(path.name + YANKED_SUFFIX)
+    yanked = ""
+    if marker.is_file():
+        yanked = f' data-yanked="{html.escape(marker.read_text().strip(), quote=True)}"'
+    return f'<a href="{html.escape(href, quote=True)}"{yanked}>{html.escape(path.name)}</a><br>'
+
+
+def root_page(root: Path) -> bytes:
+    """The /simple/ page: one link per project."""
+    links = [f'<a href="{name}/">{name}</a><br>' for name in _files_by_project(root)]
+    return _page("Simple index", links)
+
+
+def project_page(root: Path, project: str) -> bytes | None:
+    """The /simple/<project>/ page, or None when the index has no such project."""
+    files = _files_by_project(root).get(canonicalize_name(project))
+    if not files:
+        return None
+    return _page(f"Links for {project}", [_file_link(path) for path in files])
+
+
+def _handler_for(root: Path) -> type[BaseHTTPRequestHandler]:
+    class IndexHandler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
+            if parts == ["simple"]:
+                self._send(root_page(root), "text/html")
+            elif len(parts) == 2 and parts[0] == "simple":
+                self._send(project_page(root, parts[1]), "text/html")
+            elif len(parts) == 2 and parts[0] == "files" and project_of(parts[1]):
+                path = root / parts[1]
+                self._send(path.read_bytes() if path.is_file() else None, "binary/octet-stream")
+            else:
+                self._send(None, "text/plain")
+
+        def _send(self, body: bytes | None, content_type: str) -> None:
+            if body is None:
+                self.send_error(HTTPStatus.NOT_FOUND)
+                return
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # request logs would drown pytest's output
+
+    return IndexHandler
+
+
+@contextlib.contextmanager
+def serve_index(wheel_dir: Path) -> Iterator[str]:
+    """Serve ``wheel_dir`` as a simple index; yield ``http://127.0.0.1:PORT/simple/``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(wheel_dir))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="test-index", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,312 @@
+"""audit-deps on recipes: predicted environments from hand-made base records and fresh locks.
+
+Each test writes a whole project (recipe, requirements, base.json, locks) into a temporary
+folder through the lock module's own writers, then runs ``python -m audit audit-deps`` through
+:func:`audit.cli.main` and reads the JSON report it wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit import cli, commands
+from audit.auditdeps import audit_recipe
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.lock import RESOLVER, layer_inputs, pip_steps
+from audit.lockfile import BaseRecord, base_relpath, render_base, render_lock, sha256
+from audit.recipe_parse import load_recipe
+from audit.snapshot import Distribution, Environment
+from audit.sources import DirectorySource
+
+CUDA_RECIPE = """\
+[image]
+base = "example/vllm:day0"
+platform = "linux/arm64"
+cuda = "cu130"
+interpreters = ["/usr/bin/python3"]
+repository = "local/vllm"
+
+[[stage]]
+name = "v1"
+  [[stage.layer]]
+  run = "true"
+
+[[stage]]
+name = "v2"
+  [[stage.layer]]
+  pip = "requirements/v2.in"
+
+[[stage]]
+name = "v3"
+  [[stage.layer]]
+  env = { A = "1" }
+  [[stage.layer]]
+  pip = "requirements/v3.in"
+
+[policy]
+require = ["nvidia-nccl-cu13>=2.30"]
+
+[policy.lockstep]
+cutlass-dsl = ["nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-*"]
+"""
+BASE = {
+    "nvidia-nccl-cu13": "2.30.1",
+    "nvidia-cutlass-dsl": "4.3.0",
+    "nvidia-cutlass-dsl-libs-base": "4.3.0",
+    "torch": "2.9.0+cu130",
+    "pip": "25.2",
+}
+CLEAN_PINS = {"v2": {"flashinfer-python": "0.6.18"}, "v3": {"rich": "14.0.0"}}
+
+
+@dataclass
+class Project:
+    """A recipe folder's worth of inputs: its TOML, base packages and each stage's pins."""
+
+    recipe: str = CUDA_RECIPE
+    base: Mapping[str, str] = field(default_factory=lambda: dict(BASE))
+    pins: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: dict(CLEAN_PINS))
+    interpreter: str = "/usr/bin/python3"
+
+
+def write_project(root: Path, project: Project, image: str = "vllm") -> None:
+    """Recipe, requirements (one per pip stage), base.json and fresh locks."""
+    folder = root / "images" / image
+    (folder / "requirements").mkdir(parents=True, exist_ok=True)
+    (folder / "image.toml").write_text(project.recipe)
+    for stage, pins in project.pins.items():
+        lines = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+        (folder / "requirements" / f"{stage}.in").write_text(lines)
+    source = DirectorySource(root)
+    recipe = load_recipe(source, image)
+    base_text = render_base(base_record(project.base, project.interpreter))
+    _write(root / base_relpath(recipe), base_text)
+    earlier: dict[str, str] = {}
+    for step in pip_steps(recipe):
+        inputs = layer_inputs(source, recipe, step, sha256(base_text.encode()), earlier)
+        body = lock_body(project.pins[step.stage.name])
+        _write(root / inputs.relpath, render_lock(image, step, RESOLVER, inputs.digests, body))
+        earlier[step.slug] = sha256(body.encode())
+
+
+def base_record(packages: Mapping[str, str], interpreter: str) -> BaseRecord:
+    site = "/usr/local/lib/python3.12/dist-packages"
+    dists = tuple(
+        Distribution(name, version, site, "pip", "sha256:" + "0" * 64, name)
+        for name, version in sorted(packages.items())
+    )
+    env = Environment(interpreter, "3.12.3", {}, (site,), dists)
+    return BaseRecord("example/vllm:day0", "sha256:" + "1" * 64, None, (env,))
+
+
+def lock_body(pins: Mapping[str, str]) -> str:
+    lines = []
+    for name, version in sorted(pins.items()):
+        digest = hashlib.sha256(f"{name}-{version}".encode()).hexdigest()
+        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}\n")
+    return "".join(lines)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    (tmp_path / "images").mkdir()
+    return tmp_path
+
+
+def run_json(root: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    output = root / "report.json"
+    code = cli.main(["audit-deps", *args, "--format", "json", "--output", str(output)])
+    return code, json.loads(output.read_text())
+
+
+def errors(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        finding
+        for section in report["sections"]
+        for finding in section["findings"]
+        if finding["severity"] == "error"
+    ]
+
+
+def with_pins(**stages: Mapping[str, str]) -> Project:
+    return Project(pins={**CLEAN_PINS, **stages})
+
+
+def test_clean_recipe_passes(root: Path) -> None:
+    write_project(root, Project())
+    code, report = run_json(root)
+    assert code == EXIT_OK
+    assert errors(report) == []
+    titles = [section["title"] for section in report["sections"]]
+    assert titles == [
+        "vllm base -> v1",
+        "vllm v1 -> v2: layer 1 (requirements/v2.in)",
+        "vllm v2 -> v3: layer 2 (requirements/v3.in)",
+    ]
+    added = report["sections"][1]["findings"]
+    assert [(f["rule"], f["package"], f["after"]) for f in added] == [
+        ("added", "flashinfer-python", "0.6.18")
+    ]
+
+
+def test_lock_downgrading_a_base_package_fails_at_its_layer(root: Path) -> None:
+    write_project(root, with_pins(v3={"nvidia-nccl-cu13": "2.29.7"}))
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    found = {(f["rule"], f["package"], f["before"], f["after"], f["where"]) for f in errors(report)}
+    where = "vllm v3 layer 2 (requirements/v3.in)"
+    assert ("downgraded", "nvidia-nccl-cu13", "2.30.1", "2.29.7", where) in found
+    floors = [f for f in errors(report) if f["rule"] == "requirement"]
+    assert [(f["package"], f["after"], f["where"]) for f in floors] == [
+        ("nvidia-nccl-cu13", "2.29.7", where)
+    ]
+
+
+def test_waiver_allows_the_downgrade(root: Path) -> None:
+    waiver = (
+        '\n[[policy.waiver]]\npackage = "nvidia-nccl-cu13"\nfrom = "2.30.1"\nto = "2.30.0"\n'
+        'reason = "2.30.1 hangs on the fabric"\n'
+    )
+    project = with_pins(v3={"nvidia-nccl-cu13": "2.30.0"})
+    project.recipe = CUDA_RECIPE + waiver
+    write_project(root, project)
+    code, report = run_json(root)
+    assert code == EXIT_OK, errors(report)
+    waived = [f for s in report["sections"] for f in s["findings"] if f["waiver"]]
+    assert [(f["rule"], f["package"]) for f in waived] == [("downgraded", "nvidia-nccl-cu13")]
+
+
+def test_lockstep_skew_fails_naming_both_versions(root: Path) -> None:
+    write_project(root, with_pins(v2={"nvidia-cutlass-dsl": "4.3.1"}))
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    [skew] = errors(report)
+    assert skew["rule"] == "lockstep"
+    assert skew["where"] == "vllm v2 layer 1 (requirements/v2.in)"
+    assert "4.3.1" in skew["message"] and "4.3.0" in skew["message"]
+
+
+def test_cu12_package_in_a_cu130_image_fails(root: Path) -> None:
+    write_project(root, with_pins(v2={"nvidia-nccl-cu12": "2.27.3"}))
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    [suffix] = errors(report)
+    assert (suffix["rule"], suffix["package"], suffix["after"]) == (
+        "cuda-suffix",
+        "nvidia-nccl-cu12",
+        "2.27.3",
+    )
+    assert suffix["where"].startswith("vllm v2 layer 1")
+
+
+def test_cpu_build_replacing_a_cuda_build_fails(root: Path) -> None:
+    write_project(root, with_pins(v3={"torch": "2.9.0+cpu"}))
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    variant = [f for f in errors(report) if f["rule"] == "variant"]
+    assert [(f["package"], f["before"], f["after"]) for f in variant] == [
+        ("torch", "2.9.0+cu130", "2.9.0+cpu")
+    ]
+    assert variant[0]["where"] == "vllm v3 layer 2 (requirements/v3.in)"
+
+
+def test_table_and_markdown_name_stage_layer_package_and_versions(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_project(root, with_pins(v3={"nvidia-nccl-cu13": "2.29.7"}))
+    assert cli.main(["audit-deps", "--format", "markdown"]) == EXIT_VIOLATION
+    text = capsys.readouterr().out
+    assert "### vllm v2 -> v3: layer 2 (requirements/v3.in)" in text
+    assert "`nvidia-nccl-cu13`" in text and "2.30.1 → 2.29.7" in text
+    assert "FAIL" in text
+
+
+def test_stale_lock_is_a_finding(root: Path) -> None:
+    write_project(root, Project())
+    (root / "images/vllm/requirements/v2.in").write_text("flashinfer-python==0.6.19\n")
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    stale = [(f["rule"], f["package"]) for f in errors(report)]
+    assert stale == [
+        ("stale-lock", "locks/vllm/v2-01.txt"),
+        ("stale-lock", "locks/vllm/v3-02.txt"),
+    ]
+
+
+def test_missing_base_and_locks_are_findings(root: Path) -> None:
+    write_project(root, Project())
+    (root / "locks/vllm/base.json").unlink()
+    (root / "locks/vllm/v3-02.txt").unlink()
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    assert [(f["rule"], f["package"]) for f in errors(report)] == [
+        ("missing-lock", "locks/vllm/base.json"),
+        ("stale-lock", "locks/vllm/v2-01.txt"),
+        ("missing-lock", "locks/vllm/v3-02.txt"),
+    ]
+
+
+def test_violation_already_in_the_base_is_reported_once_against_the_base(root: Path) -> None:
+    write_project(root, Project(base={**BASE, "nvidia-nccl-cu13": "2.29.7"}))
+    code, report = run_json(root)
+    assert code == EXIT_VIOLATION
+    [floor] = errors(report)
+    assert floor["rule"] == "requirement"
+    assert floor["where"] == "vllm base (example/vllm:day0)"
+
+
+def test_a_layer_fixing_the_base_clears_it(root: Path) -> None:
+    project = with_pins(v2={"nvidia-nccl-cu13": "2.30.1"})
+    project.base = {**BASE, "nvidia-nccl-cu13": "2.29.7"}
+    write_project(root, project)
+    code, report = run_json(root)
+    assert code == EXIT_OK, errors(report)
+
+
+def test_named_images_only(root: Path) -> None:
+    write_project(root, Project(), image="good")
+    write_project(root, with_pins(v3={"torch": "2.9.0+cpu"}), image="bad")
+    assert run_json(root, "good")[0] == EXIT_OK
+    assert run_json(root)[0] == EXIT_VIOLATION
+
+
+def test_unknown_recipe_is_bad_input(root: Path) -> None:
+    write_project(root, Project())
+    assert cli.main(["audit-deps", "nope"]) == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--against", "a:1"],
+        ["vllm", "--image", "a:1"],
+        ["--recipe", "vllm"],
+    ],
+)
+def test_bad_option_combinations_exit_2(root: Path, args: list[str]) -> None:
+    assert cli.main(["audit-deps", *args]) == EXIT_BAD_INPUT
+
+
+def test_audit_recipe_is_pure_and_exposes_steps(root: Path) -> None:
+    write_project(root, with_pins(v3={"nvidia-nccl-cu13": "2.29.7"}))
+    source = DirectorySource(root)
+    audit = audit_recipe(source, load_recipe(source, "vllm"), today=date(2025, 6, 1))
+    assert audit.failed
+    assert [p.step.slug for p in audit.steps] == ["v1-01", "v2-01", "v3-01", "v3-02"]
+    assert audit.steps[-1].after["nvidia-nccl-cu13"].version == "2.29.7"
+    assert audit.steps[-1].before["nvidia-nccl-cu13"].version == "2.30.1"

@@ -1,0 +1,300 @@
+"""The gate end to end on real git repositories: a main branch and a pull-request branch.
+
+Each commit holds a whole project (recipe, requirements, base snapshot, locks) written with the
+lock helpers, so locks are fresh unless a test changes an input behind their back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from audit import cli, commands
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.findings import ERROR, INFO, Finding
+from audit.gate import gate
+from audit.gate_markdown import gate_markdown
+from audit.gitsource import GitSource
+from audit.lock import RESOLVER, layer_inputs, pip_steps
+from audit.lockfile import BaseRecord, base_relpath, render_base, render_lock, sha256
+from audit.recipe_parse import load_recipe
+from audit.report import Report, Section
+from audit.snapshot import Distribution, Environment
+from audit.sources import DirectorySource
+from tests.test_gitsource import SHELL_BRANCH, commit_files, git
+
+TODAY = date(2025, 6, 1)
+RECIPE = """\
+[image]
+base = "example/base:1"
+platform = "linux/amd64"
+cuda = "cpu"
+interpreters = ["/usr/bin/python3"]
+repository = "local/demo"
+
+[[stage]]
+name = "v1"
+  [[stage.layer]]
+  pip = "requirements/v1.in"
+
+[[stage]]
+name = "v2"
+  [[stage.layer]]
+  run = "true"
+  [[stage.layer]]
+  pip = "requirements/v2.in"
+"""
+WAIVER = """
+[[policy.waiver]]
+package = "alpha"
+from = "2.0"
+to = "1.0"
+reason = "2.0 miscompiles our kernels"
+"""
+
+
+@dataclass
+class Project:
+    """One commit's worth of project: base packages and each pip layer's pins."""
+
+    base: dict[str, str] = field(default_factory=lambda: {"pip": "24.0", "six": "1.16.0"})
+    pins: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {
+            "v1": {"alpha": "2.0", "beta": "1.0"},
+            "v2": {"gamma": "3.0"},
+        }
+    )
+    policy: str = ""
+    image_id: str = "sha256:" + "1" * 64
+
+
+def write_project(root: Path, project: Project, image: str = "demo") -> None:
+    """Recipe, requirements, base.json and fresh locks, through the lock module's own writers."""
+    folder = root / "images" / image
+    (folder / "requirements").mkdir(parents=True, exist_ok=True)
+    (folder / "image.toml").write_text(RECIPE + project.policy)
+    for stage, pins in project.pins.items():
+        lines = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+        (folder / "requirements" / f"{stage}.in").write_text(lines)
+    source = DirectorySource(root)
+    recipe = load_recipe(source, image)
+    base_text = render_base(base_record(project))
+    write(root / base_relpath(recipe), base_text)
+    earlier: dict[str, str] = {}
+    for step in pip_steps(recipe):
+        inputs = layer_inputs(source, recipe, step, sha256(base_text.encode()), earlier)
+        body = lock_body(project.pins[step.stage.name])
+        write(root / inputs.relpath, render_lock(image, step, RESOLVER, inputs.digests, body))
+        earlier[step.slug] = sha256(body.encode())
+
+
+def base_record(project: Project) -> BaseRecord:
+    site = "/usr/lib/python3/dist-packages"
+    dists = tuple(
+        Distribution(name, version, site, "pip", "sha256:" + "0" * 64, name)
+        for name, version in sorted(project.base.items())
+    )
+    env = Environment("/usr/bin/python3", "3.11.2", {}, (site,), dists)
+    return BaseRecord("example/base:1", project.image_id, None, (env,))
+
+
+def lock_body(pins: dict[str, str]) -> str:
+    lines = []
+    for name, version in sorted(pins.items()):
+        digest = hashlib.sha256(f"{name}-{version}".encode()).hexdigest()
+        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}\n")
+    return "".join(lines)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository whose main branch holds the default project; HEAD is branch ``pr``."""
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("audit.cmd_gate",))
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    write_project(root, Project())
+    commit_files(root, {}, "main")
+    git(root, "checkout", "-q", "-b", "pr")
+    return root
+
+
+def propose(repo: Path, project: Project) -> None:
+    """Commit ``project`` on the pull-request branch."""
+    write_project(repo, project)
+    commit_files(repo, {}, "pull request")
+
+
+def run_gate(repo: Path, tmp_path: Path, *extra: str) -> tuple[int, str, dict[str, object]]:
+    markdown, report = tmp_path / "gate.md", tmp_path / "gate.json"
+    argv = ["gate", "--base", "main", "--repo", str(repo), "--markdown", str(markdown)]
+    code = cli.main([*argv, "--json", str(report), *extra])
+    if code == EXIT_BAD_INPUT:
+        return code, "", {}
+    return code, markdown.read_text(), json.loads(report.read_text())
+
+
+def findings(report: dict[str, object], rule: str) -> list[dict[str, object]]:
+    sections = report["sections"]
+    assert isinstance(sections, list)
+    return [f for s in sections for f in s["findings"] if f["rule"] == rule]
+
+
+def test_a_downgrade_in_a_lock_fails_and_the_markdown_names_it(repo: Path, tmp_path: Path) -> None:
+    propose(repo, Project(pins={"v1": {"alpha": "1.0", "beta": "1.0"}, "v2": {"gamma": "3.0"}}))
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    [downgrade] = findings(report, "downgraded")
+    assert (downgrade["package"], downgrade["before"], downgrade["after"]) == (
+        "alpha",
+        "2.0",
+        "1.0",
+    )
+    assert downgrade["where"] == "demo v1 layer 1 (requirements/v1.in)"
+    assert "**❌ FAIL**" in markdown
+    assert "| ❌ | downgraded | `alpha` | 2.0 → 1.0 | v1 layer 1 (requirements/v1.in) |" in markdown
+    assert markdown.count("downgraded | `alpha`") == 1  # reported at v1, not again at v2
+
+
+def test_the_same_downgrade_with_a_waiver_passes_and_shows_it(repo: Path, tmp_path: Path) -> None:
+    pins = {"v1": {"alpha": "1.0", "beta": "1.0"}, "v2": {"gamma": "3.0"}}
+    propose(repo, Project(pins=pins, policy=WAIVER))
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    [downgrade] = findings(report, "downgraded")
+    assert downgrade["severity"] == "info"
+    assert downgrade["waiver"] == "2.0 miscompiles our kernels (added by this pull request)"
+    [added] = findings(report, "waiver-added")
+    assert added["severity"] == "warning"
+    assert "**✅ PASS**" in markdown
+    assert "waived: 2.0 miscompiles our kernels (added by this pull request)" in markdown
+    assert "| ⚠️ | waiver-added | `alpha` | 2.0 → 1.0 |" in markdown
+
+
+def test_a_requirements_file_changed_without_recompiling_fails(repo: Path, tmp_path: Path) -> None:
+    commit_files(repo, {"images/demo/requirements/v2.in": b"gamma==3.0\ndelta\n"})
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    [stale] = findings(report, "stale-lock")
+    assert "images/demo/requirements/v2.in changed without recompiling" in str(stale["message"])
+    assert "locks/demo/v2-02.txt" in str(stale["message"])
+    assert "images/demo/requirements/v2.in" in markdown
+
+
+def test_an_upgrade_only_change_passes(repo: Path, tmp_path: Path) -> None:
+    pins = {"v1": {"alpha": "2.1", "beta": "1.0"}, "v2": {"gamma": "3.0", "delta": "0.1"}}
+    propose(repo, Project(pins=pins))
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    assert report["verdict"] == "pass"
+    assert [f["package"] for f in findings(report, "upgraded")] == ["alpha"]
+    assert [f["where"] for f in findings(report, "added")] == [
+        "demo v2 layer 2 (requirements/v2.in)"
+    ]
+    assert "**✅ PASS**" in markdown and "`delta`" in markdown
+
+
+def test_a_new_base_image_is_its_own_section(repo: Path, tmp_path: Path) -> None:
+    propose(repo, Project(base={"pip": "23.0", "six": "1.16.0"}, image_id="sha256:" + "2" * 64))
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    assert "**Base image:** base image changed: example/base:1 (image id sha256:111" in markdown
+    sections = report["sections"]
+    assert isinstance(sections, list)
+    [base] = [s for s in sections if s["title"] == "demo: base image"]
+    rules = {f["rule"]: f for f in base["findings"]}
+    assert "sha256:" + "2" * 64 in str(rules["base-image"]["message"])
+    assert (rules["downgraded"]["package"], rules["downgraded"]["after"]) == ("pip", "23.0")
+
+
+@pytest.mark.parametrize("unreadable", ["symlink", "binary"])
+def test_an_unreadable_file_at_the_base_is_bad_input(
+    repo: Path, tmp_path: Path, unreadable: str
+) -> None:
+    git(repo, "checkout", "-q", "main")
+    lock = repo / "locks/demo/v1-01.txt"
+    lock.unlink()
+    if unreadable == "symlink":
+        lock.symlink_to("v2-02.txt")
+    else:
+        lock.write_bytes(b"\xff\xfe not text")
+    commit_files(repo, {}, "break main")
+    git(repo, "checkout", "-q", "pr")
+    code, _, _ = run_gate(repo, tmp_path)
+    assert code == EXIT_BAD_INPUT
+
+
+def test_a_base_ref_that_does_not_resolve_is_bad_input(repo: Path, tmp_path: Path) -> None:
+    code = cli.main(["gate", "--base", "origin/nope", "--repo", str(repo)])
+    assert code == EXIT_BAD_INPUT
+
+
+def test_a_branch_name_full_of_shell_characters_changes_nothing(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git(repo, "branch", "-m", SHELL_BRANCH)
+    propose(repo, Project(pins={"v1": {"alpha": "2.1", "beta": "1.0"}, "v2": {"gamma": "3.0"}}))
+    git(repo, "checkout", "-q", "main")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if ".git" not in p.parts)
+    code, markdown, _ = run_gate(repo, tmp_path, "--head", SHELL_BRANCH)
+    assert code == EXIT_OK
+    assert "upgraded | `alpha`" in markdown
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if ".git" not in p.parts)
+    assert set(after) - set(before) == {Path("gate.md"), Path("gate.json")}
+    assert not list(tmp_path.rglob("pwned*"))
+
+
+def test_added_and_removed_images_are_reported(repo: Path) -> None:
+    write_project(repo, Project(), image="fresh")
+    commit_files(repo, {}, "add fresh")
+    report = gate(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    titles = [section.title for section in report.sections]
+    assert "fresh: v1" in titles and not any(t.startswith("demo") for t in titles)
+    assert not report.failed
+    backwards = gate(GitSource(repo, "HEAD"), GitSource(repo, "main"), today=TODAY)
+    assert [s.title for s in backwards.sections] == ["fresh: image removed"]
+
+
+def test_the_job_summary_is_appended_to(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    propose(repo, Project(pins={"v1": {"alpha": "1.0", "beta": "1.0"}, "v2": {"gamma": "3.0"}}))
+    assert cli.main(["gate", "--base", "main", "--repo", str(repo)]) == EXIT_VIOLATION
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and "downgraded | `alpha`" in text
+
+
+def test_markdown_folds_routine_changes_and_escapes_recipe_text() -> None:
+    upgrades = tuple(
+        Finding("upgraded", INFO, f"pkg-{n:02d}", "1.0", "2.0", "upgraded", "demo v1")
+        for n in range(12)
+    )
+    hostile = Finding(
+        "forbidden", ERROR, "evil", None, "1.0", "a|b <script>x</script>\nnext", "demo v2"
+    )
+    report = Report("gate", (Section("demo: v1", upgrades), Section("demo: v2", (hostile,))))
+    markdown = gate_markdown(report)
+    assert markdown.splitlines()[2].startswith("**❌ FAIL**")
+    table, folded = markdown.split("<summary>12 upgraded</summary>")
+    assert (
+        "| ❌ | forbidden | `evil` | – → 1.0 | v2 | a\\|b &lt;script&gt;x&lt;/script&gt;<br>next |"
+        in table
+    )
+    assert "pkg-00" not in table and folded.count("| ℹ️ | upgraded |") == 12
+    assert "<script>" not in markdown

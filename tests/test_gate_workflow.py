@@ -1,0 +1,66 @@
+"""The pull-request workflow: safe trigger, read-only token, full history, no PR text in shell."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+WORKFLOW = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "dependency-gate.yml"
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict[Any, Any]:
+    loaded = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def steps(workflow: dict[Any, Any]) -> list[dict[str, Any]]:
+    return [step for job in workflow["jobs"].values() for step in job["steps"]]
+
+
+def test_runs_on_pull_request_only(workflow: dict[Any, Any]) -> None:
+    # YAML 1.1 reads the bare key `on` as the boolean True.
+    trigger = workflow.get("on", workflow.get(True))
+    names = set(trigger) if isinstance(trigger, dict | list) else {trigger}
+    assert names == {"pull_request"}  # above all not pull_request_target
+
+
+def test_token_is_read_only(workflow: dict[Any, Any]) -> None:
+    assert workflow["permissions"] == {"contents": "read"}
+    for job in workflow["jobs"].values():
+        assert job.get("permissions", {"contents": "read"}) == {"contents": "read"}
+
+
+def test_checkout_fetches_full_history_without_keeping_credentials(
+    workflow: dict[Any, Any],
+) -> None:
+    checkouts = [
+        s for s in steps(workflow) if str(s.get("uses", "")).startswith("actions/checkout")
+    ]
+    assert len(checkouts) == 1
+    assert checkouts[0]["with"]["fetch-depth"] == 0
+    assert checkouts[0]["with"]["persist-credentials"] is False
+
+
+def test_no_expression_is_expanded_inside_a_shell_command(workflow: dict[Any, Any]) -> None:
+    runs = [s["run"] for s in steps(workflow) if "run" in s]
+    assert runs
+    for script in runs:
+        assert "${{" not in script, script
+        assert not re.search(r"github\.(event|head_ref)", script)
+
+
+def test_runs_the_gate_against_the_base_branch_passed_by_environment(
+    workflow: dict[Any, Any],
+) -> None:
+    gate = [s for s in steps(workflow) if "nox -s gate" in s.get("run", "")]
+    assert len(gate) == 1
+    assert gate[0]["run"].strip() == 'nox -s gate -- --base "origin/$BASE_REF"'
+    assert gate[0]["env"] == {"BASE_REF": "${{ github.base_ref }}"}
+    installs = [s["run"] for s in steps(workflow) if "pip install" in s.get("run", "")]
+    assert installs and "nox" in installs[0]

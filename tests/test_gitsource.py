@@ -1,0 +1,148 @@
+"""GitSource against real git repositories: exact bytes, clear errors, refs never run as code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit import commands
+from audit.errors import EXIT_BAD_INPUT, GitError
+from audit.gitsource import GitSource
+
+SHELL_BRANCH = "feat/$(touch${IFS}pwned);rm${IFS}-rf${IFS}x`touch${IFS}pwned2`|&>q\"'"
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    done = subprocess.run(
+        ["git", "-C", str(repo), *identity, *args], check=True, capture_output=True, env=env
+    )
+    return done.stdout.decode().strip()
+
+
+def commit_files(repo: Path, files: dict[str, bytes], message: str = "change") -> str:
+    for relpath, data in files.items():
+        path = repo / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "core.autocrlf", "false")
+    commit_files(root, {"images/demo/image.toml": b"[image]\n", "README.md": b"hello\n"})
+    return root
+
+
+def test_reads_each_ref_as_committed(repo: Path) -> None:
+    git(repo, "branch", "old")
+    commit_files(repo, {"images/demo/image.toml": b"[image]\nbase = 'x'\n"})
+    assert GitSource(repo, "old").read_bytes("images/demo/image.toml") == b"[image]\n"
+    head = GitSource(repo, "HEAD")
+    assert head.read_bytes("images/demo/image.toml") == b"[image]\nbase = 'x'\n"
+    assert head.listdir("") == ["README.md", "images"]
+    assert head.listdir("images/demo/") == ["image.toml"]
+    assert head.listdir("nowhere") == []
+    assert head.exists("images/demo") and not head.exists("images/other")
+    assert head.describe("images/demo/image.toml") == "HEAD:images/demo/image.toml"
+
+
+def test_bytes_come_back_exactly(repo: Path) -> None:
+    files = {
+        "locks/demo/crlf.txt": b"a==1\r\nb==2\r\n",
+        "locks/demo/utf8.in": "caf\u00e9==1\n".encode(),
+        "locks/demo/empty.txt": b"",
+        "locks/demo/no-newline.txt": b"x",
+    }
+    commit_files(repo, files)
+    source = GitSource(repo, "HEAD")
+    for relpath, data in files.items():
+        assert source.read_bytes(relpath) == data
+
+
+def test_missing_is_absence_but_unreadable_is_an_error(repo: Path) -> None:
+    commit_files(repo, {"images/demo/lone-cr.in": b"a\rb\n", "images/demo/blob.bin": b"\xff\xfe"})
+    (repo / "images/demo/link.toml").symlink_to("image.toml")
+    commit_files(repo, {})
+    source = GitSource(repo, "HEAD")
+    with pytest.raises(FileNotFoundError):
+        source.read_bytes("images/demo/absent.toml")
+    problems = {
+        "images/demo/blob.bin": "not UTF-8",
+        "images/demo/lone-cr.in": "cannot be read exactly",
+        "images/demo/link.toml": "symbolic link",
+        "images/demo": "is a folder",
+    }
+    for relpath, problem in problems.items():
+        with pytest.raises(GitError, match=problem) as caught:
+            source.read_bytes(relpath)
+        assert caught.value.exit_code == EXIT_BAD_INPUT
+        assert f"HEAD:{relpath}" in caught.value.message
+    assert source.read_bytes("images/demo/image.toml") == b"[image]\n"
+
+
+@pytest.mark.parametrize("ref", ["no-such-branch", "HEAD~9", "--output=written", "", "a\nb"])
+def test_a_ref_that_does_not_resolve_is_bad_input(repo: Path, ref: str) -> None:
+    with pytest.raises(GitError) as caught:
+        GitSource(repo, ref)
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert not (repo / "written").exists()
+
+
+def test_not_a_repository_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="not a git repository"):
+        GitSource(tmp_path, "HEAD")
+
+
+def test_branch_full_of_shell_characters_is_only_a_name(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git(repo, "branch", SHELL_BRANCH)
+    monkeypatch.chdir(repo)
+    source = GitSource(repo, SHELL_BRANCH)
+    assert source.read_bytes("README.md") == b"hello\n"
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md", "images"]
+
+
+def test_one_folder_is_read_with_one_batch(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {f"locks/demo/v{n}-01.txt": f"pin{n}==1\n".encode() for n in range(1, 21)}
+    commit_files(repo, files)
+    calls = spy_on_commands(monkeypatch)
+    source = GitSource(repo, "HEAD")
+    for relpath, data in files.items():
+        assert source.read_bytes(relpath) == data
+    assert [call[3] for call in calls] == ["rev-parse", "ls-tree", "cat-file"]
+
+
+def test_a_binary_file_beside_them_does_not_spoil_the_folder(repo: Path) -> None:
+    files = {f"images/demo/requirements/v{n}.in": f"pin{n}\n".encode() for n in range(1, 4)}
+    commit_files(repo, {**files, "images/demo/patch.so": b"\x7fELF\x00\xff\xfe"})
+    source = GitSource(repo, "HEAD")
+    for relpath, data in files.items():
+        assert source.read_bytes(relpath) == data
+
+
+def spy_on_commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Record every command while still running it for real."""
+    calls: list[tuple[str, ...]] = []
+    real: Callable[..., commands.Completed] = commands.run
+
+    def recording(args: Any, **kwargs: Any) -> commands.Completed:
+        calls.append(tuple(str(a) for a in args))
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(commands, "run", recording)
+    return calls

@@ -1,0 +1,256 @@
+"""The build guard, run for real: a ``_guard/`` folder written by audit.guard_context, a real
+virtual environment changed by real pip between "layers", the guard run with that venv's Python.
+
+No Docker: the venv stands in for the image. Each test walks layers the way a build does and
+checks exit codes, the violation marker line and the trail files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from audit.guard_context import GUARD_DIR, write_guard_context
+from audit.lockfile import BaseRecord, render_base
+from audit.policy import LockstepGroup, Policy, Waiver
+from audit.recipe import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
+from audit.snapshot import parse_snapshot
+from tests.support.fixtures import Wheelhouse
+
+VIOLATION = "LAYER-AUDIT-VIOLATION "
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def violations(self) -> list[dict[str, object]]:
+        return [
+            json.loads(line[len(VIOLATION) :])
+            for line in self.stdout.splitlines()
+            if line.startswith(VIOLATION)
+        ]
+
+
+def make_recipe(python: Path, policy: Policy) -> Recipe:
+    return Recipe(
+        name="g",
+        directory=Path("images/g"),
+        base="layer-audit/base:bookworm-amd64",
+        base_digest=None,
+        platform="linux/amd64",
+        cuda="cpu",
+        interpreters=(str(python),),
+        repository="local/g",
+        tag_pattern=DEFAULT_TAG_PATTERN,
+        latest_tag_pattern=DEFAULT_LATEST_PATTERN,
+        index_url="https://pypi.org/simple",
+        indexes=(),
+        stages=(Stage("v1", (PipLayer("requirements/v1.in"),)),),
+        policy=policy,
+    )
+
+
+class Image:
+    """A venv standing in for an image: pip installs change it, the guard audits it."""
+
+    def __init__(self, root: Path, wheels: Wheelhouse) -> None:
+        self.root = root
+        self.wheels = wheels
+        self.venv = root / "venv"
+        venv.EnvBuilder(with_pip=False).create(self.venv)
+        self.python = self.venv / "bin" / "python"
+        self.trail = root / "trail"
+        self.context = root / "build" / "g"
+
+    def pip(self, *requirements: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        subprocess.run(
+            [sys.executable, "-m", "pip", "--isolated", "--python", str(self.python), "install",
+             "--quiet", "--no-index", "--find-links", str(self.wheels.path), "--no-deps",
+             *requirements],
+            check=True, env=env, capture_output=True,
+        )  # fmt: skip
+
+    def snapshot_bytes(self) -> bytes:
+        script = self.context / GUARD_DIR / "snapshot.py"
+        return subprocess.run(
+            [str(self.python), str(script)], check=True, capture_output=True
+        ).stdout
+
+    def record_base(self) -> None:
+        envs = parse_snapshot(self.snapshot_bytes(), "base")
+        record = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:00", None, envs)
+        path = self.root / "locks" / "g" / "base.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_base(record))
+
+    def write_context(self, policy: Policy | None = None) -> None:
+        recipe = make_recipe(self.python, policy or Policy())
+        write_guard_context(self.root, recipe, self.context)
+
+    def lock(self, name: str, *pins: str) -> Path:
+        path = self.root / f"{name}.txt"
+        body = "".join(f"{pin} \\\n    --hash=sha256:{'0' * 64}\n" for pin in pins)
+        path.write_text("# a pip-compile lock\n" + body)
+        return path
+
+    def guard(self, step: str, lock: Path | None = None, today: str = "2026-06-01") -> Run:
+        argv = [str(self.python), str(self.context / GUARD_DIR / "guard.py"), "--step", step,
+                "--trail", str(self.trail), "--today", today]  # fmt: skip
+        if lock is not None:
+            argv += ["--lock", str(lock)]
+        env = {"PATH": "/usr/bin"}  # nothing of the host's Python set-up leaks in
+        done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env)
+        return Run(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def image(tmp_path: Path, wheelhouse: Wheelhouse) -> Image:
+    wheelhouse("alpha", "1.0")
+    wheelhouse("alpha", "0.9")
+    wheelhouse("nccl-like", "2.30.0")
+    wheelhouse("nccl-like", "2.29.7")
+    image = Image(tmp_path, wheelhouse)
+    image.write_context()
+    image.record_base()
+    image.write_context()  # now with base.json
+    return image
+
+
+def test_a_clean_layer_passes_and_leaves_its_snapshot_and_findings(image: Image) -> None:
+    image.pip("alpha==1.0")
+    run = image.guard("v1-01", image.lock("v1-01", "alpha==1.0"))
+    assert run.code == 0, run.stdout + run.stderr
+    assert "v1-01 (vs base)" in run.stdout
+    envs = parse_snapshot((image.trail / "v1-01.snapshot.json").read_bytes(), "trail")
+    assert "alpha" in envs[0].winners()
+    findings = json.loads((image.trail / "v1-01.findings.json").read_text())
+    assert findings["compared_with"] == "base"
+    assert [(f["rule"], f["package"]) for f in findings["findings"]] == [("added", "alpha")]
+
+
+def test_a_downgrade_in_a_later_layer_fails_naming_package_and_both_versions(
+    image: Image,
+) -> None:
+    image.pip("nccl-like==2.30.0")
+    assert image.guard("v1-01", image.lock("v1-01", "nccl-like==2.30.0")).code == 0
+    image.pip("nccl-like==2.29.7")
+    run = image.guard("v2-01", image.lock("v2-01", "nccl-like==2.29.7"))
+    assert run.code == 1
+    assert "v2-01 (vs v1-01)" in run.stdout
+    (violation,) = run.violations
+    assert violation["rule"] == "downgraded"
+    assert (violation["package"], violation["before"], violation["after"]) == (
+        "nccl-like", "2.30.0", "2.29.7",
+    )  # fmt: skip
+    assert violation["step"] == "v2-01"
+    assert "[[policy.waiver]]" in str(violation["hint"])
+
+
+def test_the_previous_layer_is_the_latest_earlier_snapshot_in_build_order(image: Image) -> None:
+    image.pip("alpha==1.0")
+    assert image.guard("v2-01").code == 0
+    image.pip("alpha==0.9")
+    assert image.guard("v10-02").violations[0]["before"] == "1.0"
+
+
+def test_the_lock_must_be_installed_exactly(image: Image) -> None:
+    image.pip("alpha==1.0")
+    run = image.guard("v1-01", image.lock("v1-01", "alpha==1.0", "nccl-like==2.30.0"))
+    assert run.code == 1
+    (violation,) = run.violations
+    assert violation["rule"] == "lock-mismatch"
+    assert violation["package"] == "nccl-like"
+
+
+def test_lock_pins_for_other_platforms_are_skipped(image: Image) -> None:
+    image.pip("alpha==1.0")
+    lock = image.lock("v1-01", "alpha==1.0", 'nccl-like==2.30.0 ; sys_platform == "win32"')
+    assert image.guard("v1-01", lock).code == 0
+
+
+def test_a_waiver_allows_the_change_until_it_expires(image: Image) -> None:
+    waiver = Waiver("alpha", "1.0", "0.9", "0.9 is the tested one", dt.date(2026, 12, 31))
+    image.write_context(Policy(waivers=(waiver,)))
+    image.pip("alpha==1.0")
+    assert image.guard("v1-01").code == 0
+    image.pip("alpha==0.9")
+    assert image.guard("v2-01", today="2026-06-01").code == 0
+    expired = image.guard("v2-01", today="2027-01-01")
+    assert expired.code == 1
+    assert "waiver-expired" in {v["rule"] for v in expired.violations}
+
+
+def test_a_lockstep_skew_fails(image: Image, wheelhouse: Wheelhouse) -> None:
+    wheelhouse("cutlass-dsl", "4.3.0")
+    wheelhouse("cutlass-dsl-libs-base", "4.3.0")
+    wheelhouse("cutlass-dsl-libs-base", "4.2.1")
+    group = LockstepGroup("cutlass-dsl", ("cutlass-dsl", "cutlass-dsl-libs-*"))
+    image.write_context(Policy(lockstep=(group,), downgrade="allow"))
+    image.pip("cutlass-dsl==4.3.0", "cutlass-dsl-libs-base==4.3.0")
+    assert image.guard("v1-01").code == 0
+    image.pip("cutlass-dsl-libs-base==4.2.1")
+    run = image.guard("v2-01")
+    assert run.code == 1
+    assert [v["rule"] for v in run.violations] == ["lockstep"]
+    assert "cutlass-dsl-libs-base 4.2.1" in str(run.violations[0]["message"])
+
+
+def test_a_base_that_changed_under_its_tag_is_caught_at_the_first_layer(image: Image) -> None:
+    image.pip("alpha==1.0")
+    image.record_base()  # the recorded base has alpha 1.0 ...
+    image.write_context()
+    image.pip("alpha==0.9")  # ... but the image the build starts from has 0.9
+    run = image.guard("v1-01")
+    assert run.code == 1
+    assert (run.violations[0]["before"], run.violations[0]["after"]) == ("1.0", "0.9")
+
+
+def test_without_a_base_snapshot_the_guard_reports_bad_input(image: Image) -> None:
+    (image.root / "locks" / "g" / "base.json").unlink()
+    image.write_context()
+    run = image.guard("v1-01")
+    assert run.code == 2
+    assert "LAYER-AUDIT-GUARD-ERROR v1-01" in run.stderr
+    assert "--record-base" in run.stderr
+
+
+def test_a_tampered_trail_snapshot_is_refused(image: Image) -> None:
+    image.pip("alpha==1.0")
+    assert image.guard("v1-01").code == 0
+    path = image.trail / "v1-01.snapshot.json"
+    path.write_text(path.read_text().replace('"1.0"', '"1.1"'))
+    run = image.guard("v2-01")
+    assert run.code == 2
+    assert "digest" in run.stderr
+
+
+def test_the_guard_context_is_deterministic_and_drops_stale_files(image: Image) -> None:
+    folder = image.context / GUARD_DIR
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+    (folder / "lib" / "stale.py").write_text("x = 1\n")
+    image.write_context()
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+    assert (folder / "lib" / "packaging" / "version.py").is_file()
+    assert {p.name for p in (folder / "lib" / "audit").iterdir()} >= {"verdict.py", "diff.py"}
+
+
+def test_guard_config_holds_image_interpreters_and_policy(image: Image) -> None:
+    image.write_context(replace(Policy(), forbidden=("chardet",)))
+    config = json.loads((image.context / GUARD_DIR / "guard.json").read_text())
+    assert config["image"] == "g"
+    assert config["interpreters"] == [str(image.python)]
+    assert config["policy"]["forbidden"] == ["chardet"]

@@ -1,0 +1,144 @@
+"""audit-deps --image / --against: the pure parts, then real images built from the base image."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit import cli, commands, docker_host
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.image_audit import (
+    MARKER,
+    ImageTarget,
+    parse_snapshots,
+    select_interpreters,
+    unique_environments,
+)
+from audit.snapshot import Distribution, Environment, dump_snapshot
+from tests.support.fixtures import Wheelhouse
+
+
+def _env(interpreter: str, paths: tuple[str, ...], **versions: str) -> Environment:
+    dists = tuple(Distribution(n, v, paths[0], "pip", "", n) for n, v in versions.items())
+    return Environment(interpreter, "3.11.2", {}, paths, dists)
+
+
+def test_select_interpreters_keeps_named_first_and_drops_config_scripts() -> None:
+    found = ["/usr/bin/python3", "/usr/bin/python3-config", "/usr/bin/python3.11", "/x/python3.11m"]
+    assert select_interpreters(["/opt/venv/bin/python", "/usr/bin/python3"], found) == [
+        "/opt/venv/bin/python",
+        "/usr/bin/python3",
+        "/usr/bin/python3.11",
+    ]
+
+
+def test_parse_snapshots_splits_per_interpreter_and_skips_failures() -> None:
+    good = dump_snapshot([_env("/usr/bin/python3", ("/usr/lib/site",), six="1.16.0")]).decode()
+    output = (
+        f"{MARKER} /usr/bin/python3\n{good}"
+        f"{MARKER} /opt/py2/bin/python\nSyntaxError\n{MARKER}-failed /opt/py2/bin/python\n"
+    )
+    [found] = parse_snapshots(output, ImageTarget("img:1"))
+    assert found.interpreter == "/usr/bin/python3"
+    assert found.environment.winners()["six"].version == "1.16.0"
+
+
+def test_unique_environments_drops_aliases_of_one_environment() -> None:
+    from audit.image_audit import ImageEnvironment
+
+    system = _env("/usr/bin/python3", ("/usr/lib/site",), six="1")
+    alias = _env("/usr/bin/python3.11", ("/usr/lib/site",), six="1")
+    venv = _env("/opt/venv/bin/python", ("/opt/venv/site",), six="1")
+    found = [ImageEnvironment(e.interpreter, e) for e in (system, alias, venv)]
+    assert [f.interpreter for f in unique_environments(found)] == [
+        "/usr/bin/python3",
+        "/opt/venv/bin/python",
+    ]
+
+
+# --- real images ---------------------------------------------------------------------------
+
+DOCKERFILE = """\
+FROM {base}
+COPY wheels /tmp/wheels
+RUN /opt/venv/bin/python -m pip install --no-index --no-deps --isolated /tmp/wheels/*.whl \\
+ && rm -rf /tmp/wheels
+"""
+
+
+def build_image(base: str, wheels: list[Path], context: Path) -> str:
+    """A tag for ``base`` plus ``wheels`` installed into /opt/venv, built with BuildKit."""
+    (context / "wheels").mkdir(parents=True)
+    for wheel in wheels:
+        (context / "wheels" / wheel.name).write_bytes(wheel.read_bytes())
+    (context / "Dockerfile").write_text(DOCKERFILE.format(base=base))
+    tag = f"layer-audit/test-image-audit:{uuid.uuid4().hex[:12]}"
+    client = docker_host.detect_client()
+    argv = [*docker_host.build_command(client), "--network", "none", "-t", tag, str(context)]
+    commands.run(argv, env=docker_host.client_env(client))
+    return tag
+
+
+@pytest.fixture
+def images(
+    base_image: Any, wheelhouse: Wheelhouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, str]]:
+    """(old, new): new downgrades nccl-like package ``fabric`` and adds ``extra``."""
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    base = base_image("bookworm", "amd64")
+    old_wheels = [wheelhouse.add("fabric", "2.30.1"), wheelhouse.add("Foo_Bar", "1.0")]
+    new_wheels = [wheelhouse.add("fabric", "2.29.7"), wheelhouse.add("extra", "0.1")]
+    tags = [build_image(base, old_wheels, tmp_path / "old")]
+    try:
+        tags.append(build_image(base, [old_wheels[1], *new_wheels], tmp_path / "new"))
+        yield tags[0], tags[1]
+    finally:
+        for tag in tags:
+            docker_host.remove_image(tag)
+
+
+def run_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    output = tmp_path / "report.json"
+    code = cli.main(["audit-deps", *args, "--format", "json", "--output", str(output)])
+    return code, json.loads(output.read_text())
+
+
+@pytest.mark.docker
+def test_image_audit_finds_the_venv_and_the_system_python(
+    images: tuple[str, str], tmp_path: Path
+) -> None:
+    old, _ = images
+    code, report = run_json(tmp_path, "--image", old)
+    assert code == EXIT_OK
+    titles = [section["title"] for section in report["sections"]]
+    assert titles == [f"{old} /usr/bin/python3", f"{old} /opt/venv/bin/python"]
+
+
+@pytest.mark.docker
+def test_against_reports_the_downgrade_in_the_venv(images: tuple[str, str], tmp_path: Path) -> None:
+    old, new = images
+    code, report = run_json(tmp_path, "--image", new, "--against", old)
+    assert code == EXIT_VIOLATION
+    [venv] = [s for s in report["sections"] if s["title"].endswith("/opt/venv/bin/python")]
+    changes = {(f["rule"], f["package"], f["before"], f["after"]) for f in venv["findings"]}
+    assert changes == {
+        ("downgraded", "fabric", "2.30.1", "2.29.7"),
+        ("added", "extra", None, "0.1"),
+    }
+    [system] = [s for s in report["sections"] if s["title"].endswith("/usr/bin/python3")]
+    assert system["findings"] == []
+
+
+@pytest.mark.docker
+def test_named_interpreter_missing_from_the_image_fails_clearly(
+    images: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, _ = images
+    code = cli.main(["audit-deps", "--image", old, "--interpreter", "/nope/bin/python"])
+    assert code == EXIT_BAD_INPUT
+    assert "/nope/bin/python" in capsys.readouterr().err

@@ -1,0 +1,264 @@
+"""``lock`` end to end with a real pip-tools (on the host) against a local index of tiny wheels."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from audit import cli, cmd_lock, commands
+from audit.errors import AuditError
+from audit.lockfile import BaseRecord, parse_lock, render_base
+from audit.snapshot import Distribution, Environment
+from tests.support.fixtures import Wheelhouse
+from tests.support.pkgindex import serve_index
+
+REPO = Path(__file__).resolve().parents[1]
+INTERPRETER = "/opt/venv/bin/python"
+# A command line without the other commands of audit.cli (so these tests need only cmd_lock).
+RUNNER = """\
+import argparse, sys
+from audit import cli, cmd_lock
+from audit.errors import AuditError
+parser = argparse.ArgumentParser()
+cmd_lock.register(parser.add_subparsers())
+args = parser.parse_args(["lock", *sys.argv[1:]])
+try:
+    sys.exit(args.handler(args))
+except AuditError as error:
+    cli.report_error(error)
+    sys.exit(error.exit_code)
+"""
+
+
+def recipe_toml(index: str, platform_: str = "linux/amd64", extra: str = "") -> str:
+    return f"""\
+[image]
+base = "layer-audit/base:bookworm-amd64"
+platform = "{platform_}"
+cuda = "cpu"
+interpreters = ["{INTERPRETER}"]
+repository = "local/t"
+index_url = "{index}"
+{extra}
+[[stage]]
+name = "v1"
+  [[stage.layer]]
+  pip = "requirements/v1.in"
+
+[[stage]]
+name = "v2"
+  [[stage.layer]]
+  pip = "requirements/v2.in"
+"""
+
+
+def write_project(
+    root: Path, index: str, v1: str, v2: str, base: tuple[tuple[str, str], ...] = ()
+) -> Path:
+    """A project with recipe ``t`` and a base record matching this host's Python."""
+    folder = root / "images" / "t"
+    (folder / "requirements").mkdir(parents=True, exist_ok=True)
+    (folder / "image.toml").write_text(recipe_toml(index))
+    (folder / "requirements" / "v1.in").write_text(v1)
+    (folder / "requirements" / "v2.in").write_text(v2)
+    dists = tuple(Distribution(name, version) for name, version in base)
+    env = Environment(INTERPRETER, platform.python_version(), {}, ("/opt/venv",), dists)
+    record = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:test", None, (env,))
+    (root / "locks" / "t").mkdir(parents=True, exist_ok=True)
+    (root / "locks" / "t" / "base.json").write_text(render_base(record))
+    return root
+
+
+def run_lock(*argv: str) -> int:
+    """The lock command in-process, with the same error boundary as ``audit.cli``."""
+    parser = argparse.ArgumentParser()
+    cmd_lock.register(parser.add_subparsers())
+    args = parser.parse_args(["lock", *argv])
+    try:
+        return int(args.handler(args))
+    except AuditError as error:
+        cli.report_error(error)
+        return error.exit_code
+
+
+def spawn_lock(root: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    environment = dict(os.environ if env is None else env, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-c", RUNNER, *argv],
+        cwd=root,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def wheels(wheelhouse: Wheelhouse) -> Wheelhouse:
+    wheelhouse("alpha", "1.0")
+    wheelhouse("alpha", "2.0")
+    wheelhouse("beta", "1.0", requires=["alpha>=2"])
+    wheelhouse("gamma", "1.0", requires=["alpha<2"])
+    wheelhouse("delta", "1.0", requires=["alpha"])
+    return wheelhouse
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path, wheels: Wheelhouse, local_index: str, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    root = write_project(tmp_path / "project", local_index, "beta\n", "delta\n")
+    monkeypatch.chdir(root)
+    return root
+
+
+def lock_bytes(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "locks" / "t").glob("v*.txt"))}
+
+
+def test_a_clean_layered_lock_then_nothing_recompiled(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_lock("t", "--host") == 0
+    v1 = parse_lock((project / "locks/t/v1-01.txt").read_bytes(), "v1")
+    v2 = parse_lock((project / "locks/t/v2-01.txt").read_bytes(), "v2")
+    assert {n: p.version for n, p in v1.pins.items()} == {"alpha": "2.0", "beta": "1.0"}
+    assert {n: p.version for n, p in v2.pins.items()} == {"alpha": "2.0", "delta": "1.0"}
+    assert all(pin.hashes for pin in v2.pins.values())
+    text = (project / "locks/t/v2-01.txt").read_text()
+    assert "127.0.0.1" not in text and str(project) not in text and "/tmp" not in text
+
+    def no_commands(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an unchanged run must not compile")
+
+    monkeypatch.setattr(commands, "run", no_commands)
+    assert run_lock("t", "--host") == 0
+    assert "nothing to compile" in capsys.readouterr().out
+    assert run_lock("t", "--check") == 0
+
+
+def test_a_layer_that_needs_a_lower_version_fails_with_the_clear_message(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / "images/t/requirements/v2.in").write_text("gamma\n")
+    assert run_lock("t", "--host") == 1
+    err = capsys.readouterr().err
+    assert "v2 layer 1 (requirements/v2.in): alpha 2.0 was installed earlier by v1 layer 1" in err
+    assert "gamma 1.0 asks for alpha<2" in err
+    assert "Traceback" not in err
+    assert not (project / "locks/t/v2-01.txt").exists()
+
+
+def test_the_base_snapshot_constrains_the_first_layer(
+    tmp_path: Path,
+    wheels: Wheelhouse,
+    local_index: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = write_project(tmp_path, local_index, "beta\n", "delta\n", base=(("alpha", "1.0"),))
+    monkeypatch.chdir(root)
+    assert run_lock("t", "--host") == 1
+    err = capsys.readouterr().err
+    assert (
+        "alpha 1.0 was installed earlier by the base image, but beta 1.0 asks for alpha>=2" in err
+    )
+
+
+def test_an_undeclared_index_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v1 = project / "images/t/requirements/v1.in"
+    v1.write_text("--extra-index-url http://127.0.0.1:9/simple/\nbeta\n")
+    assert run_lock("t", "--host") == 2
+    err = capsys.readouterr().err
+    assert "requirements/v1.in" in err and "127.0.0.1:9" in err
+    assert not (project / "locks/t/v1-01.txt").exists()
+
+
+def test_check_names_an_edited_requirements_file(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_lock("t", "--host") == 0
+    (project / "images/t/requirements/v2.in").write_text("delta>=1\n")
+    capsys.readouterr()
+    assert run_lock("t", "--check") == 1
+    out = capsys.readouterr().out
+    assert "stale: locks/t/v2-01.txt" in out and "inputs changed: requirements/v2.in" in out
+    assert "v1-01" not in out
+
+
+def test_a_host_that_does_not_match_is_refused(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    toml = project / "images/t/image.toml"
+    toml.write_text(toml.read_text().replace("linux/amd64", "linux/s390x"))
+    assert run_lock("t", "--host") == 2
+    assert "--host: cannot compile on this machine" in capsys.readouterr().err
+
+
+def test_ambient_pip_configuration_changes_nothing(
+    project: Path, tmp_path: Path, wheels: Wheelhouse
+) -> None:
+    assert run_lock("t", "--host") == 0
+    clean = lock_bytes(project)
+    for path in (project / "locks/t").glob("v*.txt"):
+        path.unlink()
+    other = Wheelhouse(tmp_path / "other")
+    other("alpha", "9.0")
+    other("beta", "9.0")
+    links = Wheelhouse(tmp_path / "links")
+    links("alpha", "3.0")
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("alpha==1.0\n")
+    with serve_index(other.path) as other_index:
+        config = tmp_path / "pip.conf"
+        config.write_text(
+            f"[global]\nindex-url = {other_index}\nconstraint = {constraints}\n"
+            f"find-links = {links.path}\n"
+        )
+        ambient = dict(os.environ, PIP_FIND_LINKS=str(links.path), PIP_CONFIG_FILE=str(config))
+        ambient |= {"PIP_INDEX_URL": other_index, "PIP_CONSTRAINT": str(constraints)}
+        process = spawn_lock(project, "t", "--host", env=ambient)
+        _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert lock_bytes(project) == clean
+
+
+def test_a_run_killed_mid_write_leaves_the_old_lock_intact(project: Path, tmp_path: Path) -> None:
+    assert run_lock("t", "--host") == 0
+    before = lock_bytes(project)
+    (project / "images/t/requirements/v1.in").write_text("beta\ndelta\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    process = spawn_lock(project, "t", "--host", env=dict(os.environ, TMPDIR=str(scratch)))
+    deadline = time.monotonic() + 120
+    while not any(scratch.glob("layer-audit-lock-*/driver.py")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # well inside pip-compile, before the rename
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    assert lock_bytes(project) == before
+    for data in before.values():
+        parse_lock(data, "after the kill")
+    assert run_lock("t", "--check") == 1  # the edit is still pending, and seen
+    assert run_lock("t", "--host") == 0  # the file lock died with the killed run
+
+
+def test_two_concurrent_runs_produce_one_valid_lock(project: Path) -> None:
+    runs = [spawn_lock(project, "t", "--host") for _ in range(2)]
+    results = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], results
+    locks = lock_bytes(project)
+    assert sorted(locks) == ["v1-01.txt", "v2-01.txt"]
+    for name, data in locks.items():
+        parse_lock(data, name)
+    assert sum("compiling" in err for _, err in results) == 1  # the second found them fresh
+    assert not list((project / "locks/t").glob(".*.tmp"))

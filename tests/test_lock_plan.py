@@ -1,0 +1,164 @@
+"""The pure lock plan: staleness from input digests, and constraints from what came before."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from audit.errors import LockError
+from audit.lock import (
+    BASE_ORIGIN,
+    Constraint,
+    active_waivers,
+    check_locks,
+    installed_before,
+    layer_inputs,
+    pip_steps,
+    read_base_digest,
+    render_constraints,
+    waiver_violations,
+)
+from audit.lockfile import BaseRecord, Lock, Pin, lock_relpath, render_base, render_lock
+from audit.policy import Policy, Waiver
+from audit.recipe import PipLayer, Recipe, RunLayer, Stage
+from audit.snapshot import Distribution, Environment
+from audit.sources import DirectorySource
+
+BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"
+
+
+def make_recipe(waivers: tuple[Waiver, ...] = ()) -> Recipe:
+    stages = (
+        Stage("v1", (PipLayer("requirements/v1.in"), RunLayer("true"))),
+        Stage("v2", (PipLayer("requirements/v2.in", pre=True),)),
+        Stage("v3", (PipLayer("requirements/v3.in"),)),
+    )
+    return Recipe(
+        "t", Path("images/t"), "b", None, "linux/amd64", "cpu", ("/usr/bin/python3",), "r",
+        "{stage}", "latest", "https://pypi.org/simple", (), stages, Policy(waivers=waivers),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "images" / "t" / "requirements"
+    folder.mkdir(parents=True)
+    (folder / "v1.in").write_text("alpha\n-c common.txt\n")
+    (folder / "common.txt").write_text("alpha<3\n")
+    (folder / "v2.in").write_text("beta\n")
+    (folder / "v3.in").write_text("gamma\n")
+    env = Environment("/usr/bin/python3", "3.11.2", {}, ("/x",), (Distribution("pip", "23.0"),))
+    base = tmp_path / "locks" / "t" / "base.json"
+    base.parent.mkdir(parents=True)
+    base.write_text(render_base(BaseRecord("b", "sha256:1", None, (env,))))
+    return tmp_path
+
+
+def write_all_locks(root: Path, recipe: Recipe) -> None:
+    """Locks whose recorded inputs match the current files, as a real run would leave them."""
+    source = DirectorySource(root)
+    found = read_base_digest(source, recipe)
+    assert found is not None
+    earlier: dict[str, str] = {}
+    for step in pip_steps(recipe):
+        inputs = layer_inputs(source, recipe, step, found[1], earlier)
+        text = render_lock("t", step, "r", inputs.digests, BODY)
+        (root / inputs.relpath).write_text(text)
+        earlier[step.slug] = text.split("# content: ")[1].split("\n")[0]
+
+
+def statuses(root: Path, recipe: Recipe) -> list[str]:
+    return [state.status for state in check_locks(DirectorySource(root), recipe)]
+
+
+def test_no_locks_are_missing_and_fresh_locks_are_fresh(project: Path) -> None:
+    recipe = make_recipe()
+    assert statuses(project, recipe) == ["missing", "missing", "missing"]
+    write_all_locks(project, recipe)
+    assert statuses(project, recipe) == ["fresh", "fresh", "fresh"]
+
+
+def test_an_edited_include_stales_its_layer_and_every_later_one(project: Path) -> None:
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    (project / "images/t/requirements/common.txt").write_text("alpha<2\n")
+    states = check_locks(DirectorySource(project), recipe)
+    assert [s.status for s in states] == ["stale", "stale", "stale"]
+    assert states[0].reason == "inputs changed: requirements/common.txt"
+    assert "an earlier layer changed: v1 layer 1" in states[2].reason
+
+
+def test_a_later_edit_leaves_earlier_layers_fresh(project: Path) -> None:
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    (project / "images/t/requirements/v2.in").write_text("beta>=2\n")
+    assert statuses(project, recipe) == ["fresh", "stale", "stale"]
+
+
+def test_waivers_and_the_base_are_inputs(project: Path) -> None:
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    waived = make_recipe((Waiver("alpha", "1.0", "0.9", "because"),))
+    assert check_locks(DirectorySource(project), waived)[0].reason == "inputs changed: waivers"
+    base = project / "locks/t/base.json"
+    base.write_text(base.read_text().replace("sha256:1", "sha256:2"))
+    assert check_locks(DirectorySource(project), recipe)[0].reason == "inputs changed: base"
+
+
+def test_a_missing_base_makes_every_lock_missing_or_stale(project: Path) -> None:
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    (project / "locks/t/base.json").unlink()
+    (project / lock_relpath(recipe, pip_steps(recipe)[2])).unlink()
+    states = check_locks(DirectorySource(project), recipe)
+    assert [s.status for s in states] == ["stale", "stale", "missing"]
+    assert "no base snapshot" in states[0].reason
+
+
+def test_a_hand_edited_lock_is_bad_input_not_stale(project: Path) -> None:
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    path = project / "locks/t/v2-01.txt"
+    path.write_text(path.read_text().replace("alpha==1.0", "alpha==1.1"))
+    with pytest.raises(LockError, match="edited by hand"):
+        check_locks(DirectorySource(project), recipe)
+
+
+def lock_of(*pins: tuple[str, str]) -> Lock:
+    return Lock("x", "d", {n: Pin(n, v, ("sha256:aa",)) for n, v in pins})
+
+
+def test_constraints_hold_the_base_then_each_earlier_lock_in_order() -> None:
+    steps = pip_steps(make_recipe())
+    base = [Constraint("alpha", "1.0", BASE_ORIGIN), Constraint("pip", "23.0", BASE_ORIGIN)]
+    first = lock_of(("alpha", "2.0"), ("beta", "1.0"))
+    earlier = [(steps[0], first), (steps[1], lock_of(("beta", "1.1")))]
+    installed = installed_before(base, earlier)
+    assert installed["alpha"] == Constraint("alpha", "2.0", steps[0].label)
+    assert installed["beta"].origin == steps[1].label
+    assert render_constraints(installed, ()) == "alpha==2.0\nbeta==1.1\npip==23.0\n"
+
+
+def test_a_waiver_relaxes_exactly_its_package_and_versions() -> None:
+    installed = {
+        "alpha": Constraint("alpha", "2.0", "v1"),
+        "beta": Constraint("beta", "1.0", "v1"),
+        "gamma": Constraint("gamma", "5.0", "v1"),
+    }
+    waivers = (
+        Waiver("alpha", "2.0", "1.5", "r"),
+        Waiver("beta", "0.9", "0.5", "other from-version: no effect"),
+        Waiver("gamma", "*", "*", "any"),
+    )
+    assert render_constraints(installed, waivers) == "alpha>=1.5,<=2.0\nbeta==1.0\n"
+    bad = waiver_violations(installed, {"alpha": "1.7", "gamma": "1.0"}, waivers)
+    assert bad == [(installed["alpha"], "1.7")]
+    assert waiver_violations(installed, {"alpha": "1.5"}, waivers) == []
+
+
+def test_an_expired_waiver_relaxes_nothing() -> None:
+    old = Waiver("alpha", "*", "*", "r", expires=dt.date(2020, 1, 1))
+    new = Waiver("beta", "*", "*", "r", expires=dt.date(2999, 1, 1))
+    assert active_waivers((old, new), dt.date(2025, 1, 1)) == (new,)

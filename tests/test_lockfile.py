@@ -1,0 +1,102 @@
+"""Lock and base-record formats: round trips, and damaged files refused with exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from audit.errors import EXIT_BAD_INPUT, LockError
+from audit.lockfile import (
+    END_MARKER,
+    BaseRecord,
+    base_changes,
+    parse_base,
+    parse_lock,
+    render_base,
+    render_lock,
+)
+from audit.policy import Policy
+from audit.recipe import PipLayer, Recipe, Stage
+from audit.snapshot import Distribution, Environment
+
+BODY = """\
+alpha==2.0 \\
+    --hash=sha256:aa \\
+    --hash=sha256:bb
+    # via beta
+beta-pkg==1.0+cu130 \\
+    --hash=sha256:cc
+    # via -r requirements/v1.in
+"""
+INPUTS = {"base": "sha256:01", "file requirements/v1.in": "sha256:02"}
+
+
+def recipe() -> Recipe:
+    stage = Stage("v1", (PipLayer("requirements/v1.in"),))
+    return Recipe(
+        "t", Path("images/t"), "b", None, "linux/amd64", "cpu", ("/usr/bin/python3",), "r",
+        "{stage}", "latest", "https://pypi.org/simple", (), (stage,), Policy(),
+    )  # fmt: skip
+
+
+def lock_text(body: str = BODY) -> str:
+    step = next(recipe().steps())
+    return render_lock("t", step, "pip-tools==x", INPUTS, body)
+
+
+def test_round_trip_keeps_pins_hashes_and_inputs() -> None:
+    lock = parse_lock(lock_text().encode(), "locks/t/v1-01.txt")
+    assert lock.slug == "v1-01"
+    assert sorted(lock.pins) == ["alpha", "beta-pkg"]
+    assert lock.pins["alpha"].hashes == ("sha256:aa", "sha256:bb")
+    assert lock.pins["beta-pkg"].version == "1.0+cu130"
+    assert dict(lock.inputs) == INPUTS
+    assert lock.content_digest.startswith("sha256:")
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda t: t[: t.index("beta")], "truncated"),
+        (lambda t: t.replace("alpha==2.0", "alpha==1.0"), "edited by hand"),
+        (lambda t: t.replace("sha256:02", "sha256:03"), "inputs digest"),
+        (lambda t: t.replace(END_MARKER + "\n", ""), "truncated"),
+        (lambda t: t.split("\n", 1)[1], "not a layer-audit lock"),
+        (lambda t: t[:40], "truncated"),
+    ],
+)
+def test_damaged_locks_are_refused_with_exit_2(damage: object, problem: str) -> None:
+    text = damage(lock_text())  # type: ignore[operator]
+    with pytest.raises(LockError) as caught:
+        parse_lock(text.encode(), "locks/t/v1-01.txt")
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert problem in caught.value.message
+    assert caught.value.message.startswith("locks/t/v1-01.txt")
+
+
+def test_an_unpinned_line_is_refused_even_with_a_matching_digest() -> None:
+    with pytest.raises(LockError, match="not pinned"):
+        parse_lock(lock_text("alpha>=2.0 \\\n    --hash=sha256:aa\n").encode(), "x")
+
+
+def environment(*pins: tuple[str, str]) -> Environment:
+    dists = tuple(Distribution(name, version) for name, version in pins)
+    return Environment("/usr/bin/python3", "3.11.2", {"python_version": "3.11"}, ("/x",), dists)
+
+
+def test_base_record_round_trip_and_changes() -> None:
+    old = BaseRecord("img", "sha256:1", None, (environment(("pip", "23.0")),))
+    new = BaseRecord("img", "sha256:2", "img@sha256:9", (environment(("pip", "24.0")),))
+    assert parse_base(render_base(new).encode(), "base.json") == new
+    assert base_changes(old, new) == [
+        "image id sha256:1 -> sha256:2",
+        "/usr/bin/python3: pip 23.0 -> 24.0",
+    ]
+
+
+def test_a_tampered_base_record_is_refused() -> None:
+    text = render_base(BaseRecord("img", "i", None, (environment(("pip", "23.0")),)))
+    with pytest.raises(LockError) as caught:
+        parse_base(text.replace('"23.0"', '"22.0"').encode(), "locks/t/base.json")
+    assert caught.value.exit_code == EXIT_BAD_INPUT

@@ -36,7 +36,7 @@ from audit.build import (
     secret_sources,
 )
 from audit.build_progress import LiveView, Progress
-from audit.build_trail import extract_trail
+from audit.build_trail import read_trail, write_trail_reports
 from audit.docker_host import DockerClient
 from audit.errors import (
     EXIT_BAD_INPUT,
@@ -266,8 +266,10 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
             run_stage_build(recipe, build, env, log)
         for build in plan.builds:
             run_smoke(plan, build)
-            if plan.guard:
-                extract_trail(root, recipe, build)
+        if plan.guard:  # one read: the target's trail holds every earlier stage's
+            trail = read_trail(plan.builds[0])
+            for build in plan.builds:
+                write_trail_reports(root, recipe, build.stage, trail)
         move_tags(client, plan)
     finally:
         log.save()

@@ -54,13 +54,13 @@ def _members(data: bytes) -> dict[str, bytes]:
     return files
 
 
-def _labels(recipe: Recipe) -> dict[str, str]:
-    return {step.slug: step.label for step in recipe.steps()}
+def _labels(recipe: Recipe, stage: str) -> dict[str, str]:
+    return {step.slug: step.label for step in recipe.steps(until=stage)}
 
 
 def trail_report(recipe: Recipe, stage: str, files: dict[str, bytes]) -> Report:
-    """One section per guarded layer, in build order."""
-    labels = _labels(recipe)
+    """One section per guarded layer up to ``stage``, in build order."""
+    labels = _labels(recipe, stage)
     sections = []
     for slug in [s for s in labels if f"{s}{FINDINGS_SUFFIX}" in files]:
         document: dict[str, Any] = json.loads(files[f"{slug}{FINDINGS_SUFFIX}"])
@@ -70,13 +70,19 @@ def trail_report(recipe: Recipe, stage: str, files: dict[str, bytes]) -> Report:
     return Report(f"{recipe.name} {stage}: audit trail", tuple(sections))
 
 
-def extract_trail(root: Path, recipe: Recipe, build: StageBuild) -> Path:
-    """Copy the trail of ``build``'s image into reports and render it; return the folder."""
-    folder = reports_dir(root, recipe.name, build.stage)
-    files = _read_archive(build.temp_ref)
+def read_trail(build: StageBuild) -> dict[str, bytes]:
+    """The trail files of ``build``'s image (the target's holds every earlier stage's too)."""
+    return _read_archive(build.temp_ref)
+
+
+def write_trail_reports(root: Path, recipe: Recipe, stage: str, files: dict[str, bytes]) -> Path:
+    """Copy ``stage``'s part of the trail into its reports folder and render it; return it."""
+    folder = reports_dir(root, recipe.name, stage)
+    slugs = {step.slug for step in recipe.steps(until=stage)}
     for name, data in sorted(files.items()):
-        atomic.write_bytes(folder / "trail" / name, data)
-    report = trail_report(recipe, build.stage, files)
+        if name.split(".", 1)[0] in slugs:
+            atomic.write_bytes(folder / "trail" / name, data)
+    report = trail_report(recipe, stage, files)
     atomic.write_text(folder / "report.json", json.dumps(report_json(report), indent=1) + "\n")
     atomic.write_text(folder / "report.md", report_markdown(report))
     return folder

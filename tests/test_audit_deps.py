@@ -310,3 +310,19 @@ def test_audit_recipe_is_pure_and_exposes_steps(root: Path) -> None:
     assert [p.step.slug for p in audit.steps] == ["v1-01", "v2-01", "v3-01", "v3-02"]
     assert audit.steps[-1].after["nvidia-nccl-cu13"].version == "2.29.7"
     assert audit.steps[-1].before["nvidia-nccl-cu13"].version == "2.30.1"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(
+    not (REPO / "locks/demo/base.json").is_file(), reason="locks/demo not recorded yet"
+)
+def test_committed_demo_recipe_passes_without_docker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # proves no daemon is needed
+    code, report = run_json(tmp_path, "demo")
+    assert code == EXIT_OK, errors(report)
+    assert any(section["findings"] for section in report["sections"])

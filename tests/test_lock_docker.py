@@ -79,4 +79,5 @@ def test_an_arm64_lock_on_this_machine_has_arm64_markers(
     record = parse_base((root / "locks/t/base.json").read_bytes(), "base.json")
     assert record.environments[0].markers["platform_machine"] == "aarch64"
     assert pins(root, "v1-01") == {"native": "2.0"}  # only installable on aarch64
+    (root / "images/t/requirements/v2.in").write_text("alpha>=1\n")
     assert run_lock("t", "--host") == 2  # this amd64 host cannot stand in for arm64

@@ -18,16 +18,18 @@ from rich.markup import escape
 from audit import __version__, console
 from audit.errors import EXIT_BAD_INPUT, AuditError
 
-COMMAND_MODULES = (
-    "audit.cmd_render",
-    "audit.cmd_base_image",
-    "audit.cmd_snapshot",
-    "audit.cmd_diff",
-    "audit.cmd_lock",
-    "audit.cmd_audit_deps",
-    "audit.cmd_gate",
-    "audit.cmd_build",
-)
+# Command name -> module. Only the module of the command being run is imported, so a quick
+# command (``lock --check`` on unchanged inputs) does not pay for docker, jinja2 and the rest.
+COMMAND_MODULES = {
+    "render": "audit.cmd_render",
+    "base-image": "audit.cmd_base_image",
+    "snapshot": "audit.cmd_snapshot",
+    "diff": "audit.cmd_diff",
+    "lock": "audit.cmd_lock",
+    "audit-deps": "audit.cmd_audit_deps",
+    "gate": "audit.cmd_gate",
+    "build": "audit.cmd_build",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,11 +41,19 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _wanted_modules(argv: Sequence[str]) -> list[str]:
+    """The one module the command line names, or all of them (for help and for errors)."""
+    words = [word for word in argv if not word.startswith("-")]
+    if words and words[0] in COMMAND_MODULES:
+        return [COMMAND_MODULES[words[0]]]
+    return list(COMMAND_MODULES.values())
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m audit", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    for name in _wanted_modules(argv):
         importlib.import_module(name).register(subparsers)
     return parser
 
@@ -58,7 +68,8 @@ def report_error(error: AuditError) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.handler(args)
     except AuditError as error:

@@ -121,7 +121,6 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A repository whose main branch holds the default project; HEAD is branch ``pr``."""
     monkeypatch.setenv(commands.QUIET_ENV, "1")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("audit.cmd_gate",))
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")

@@ -74,6 +74,13 @@ class BaseImage:
     seconds: float
 
 
+# repository[:tag], as docker accepts it (lower-case path components, optional registry host)
+TAG_REFERENCE = re.compile(
+    r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
+
+
 def default_tag(suite: str, arch: str) -> str:
     return f"layer-audit/base:{suite}-{arch}"
 
@@ -85,6 +92,11 @@ def validate(options: BaseImageOptions) -> BaseImageOptions:
         raise UsageError(f"--arch {options.arch}: unknown architecture", f"use one of: {known}")
     if not re.fullmatch(r"[a-z][a-z0-9-]*", options.suite):
         raise UsageError(f"--suite {options.suite!r}: not a Debian suite name", "e.g. bookworm")
+    if options.tag and not TAG_REFERENCE.fullmatch(options.tag):
+        raise UsageError(
+            f"--tag {options.tag!r}: not an image reference",
+            "lower-case repository and a tag, e.g. layer-audit/base:bookworm-amd64",
+        )
     return options
 
 

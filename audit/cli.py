@@ -13,8 +13,6 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from rich.markup import escape
-
 from audit import __version__, console
 from audit.errors import EXIT_BAD_INPUT, AuditError
 
@@ -36,6 +34,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse that exits with the contract's bad-input code instead of printing usage twice."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        from rich.markup import escape
+
         self.print_usage(sys.stderr)
         console.stderr.print(f"[bold red]error:[/] {escape(message)}")
         raise SystemExit(EXIT_BAD_INPUT)
@@ -59,6 +59,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def report_error(error: AuditError) -> None:
+    from rich.markup import escape  # here, not at the top: a clean quick run never loads rich
+
     console.stderr.print(f"[bold red]error:[/] {escape(error.message)}", markup=True)
     if error.hint:
         console.stderr.print(f"  [yellow]hint:[/] {escape(error.hint)}", markup=True)

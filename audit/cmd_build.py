@@ -15,7 +15,7 @@ from audit import paths
 from audit.build import NETWORK_AUTO, BuildOptions, target_stages
 from audit.build_run import run_build
 from audit.errors import LockError
-from audit.lockfile import base_relpath, lock_relpath, read_base
+from audit.lockfile import base_relpath, lock_relpath, read_base, read_lock
 from audit.recipe import PipLayer, Recipe
 from audit.recipe_parse import load_recipe
 from audit.render import render
@@ -71,6 +71,8 @@ def check_locks(source: DirectorySource, recipe: Recipe, options: BuildOptions) 
                 f"{lock_relpath(recipe, step)}: missing (the lock of {step.label})",
                 f"compile the locks: nox -s lock -- {recipe.name}",
             )
+        if isinstance(step.layer, PipLayer):
+            read_lock(source, lock_relpath(recipe, step))  # truncated or edited: exit 2 now
     if options.guard:
         read_base(source, base_relpath(recipe))
 

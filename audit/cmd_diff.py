@@ -13,7 +13,15 @@ from audit import console, paths
 from audit.errors import UsageError
 from audit.findings import Finding
 from audit.policy import Policy
-from audit.report import FORMATS, Report, Section, report_exit_code, summary_line, write_report
+from audit.report import (
+    FORMATS,
+    Report,
+    Section,
+    check_output,
+    report_exit_code,
+    summary_line,
+    write_report,
+)
 from audit.snapshot import Environment, read_snapshot
 from audit.sources import DirectorySource
 from audit.verdict import evaluate, evaluate_shadowed
@@ -96,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     options = DiffOptions(
         args.before, args.after, args.recipe, args.fmt, args.output, args.interpreter
     )
+    check_output(options.output)
     report = build_report(options, load_policy(options.recipe))
     write_report(report, options.fmt, options.output, console.stdout)
     if options.output is not None:

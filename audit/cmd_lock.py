@@ -11,37 +11,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-from rich.table import Table
-
-from audit import atomic, console, docker_host, paths
+from audit import console, paths
 from audit.errors import EXIT_OK, EXIT_VIOLATION, ResolutionConflict, UsageError
 from audit.lock import (
     RESOLVER,
     Constraint,
     LockState,
+    Survey,
     active_waivers,
     base_constraints,
-    check_locks,
     installed_before,
     layer_inputs,
     pip_steps,
     read_base_digest,
     render_constraints,
+    survey_locks,
     waiver_violations,
-)
-from audit.lock_compile import (
-    CompileTarget,
-    ambient_ca_bundle,
-    clean_body,
-    explain_failure,
-    host_target,
-    run_compile,
 )
 from audit.lockfile import (
     BaseRecord,
@@ -50,14 +41,18 @@ from audit.lockfile import (
     base_relpath,
     lock_relpath,
     parse_lock,
-    read_lock,
     render_base,
     render_lock,
 )
+from audit.policy import Waiver
 from audit.recipe import Recipe, Step
 from audit.recipe_parse import load_recipe
-from audit.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.sources import DirectorySource, Source
+
+# Docker, pip-tools driving, the file lock and rich tables are imported inside the functions
+# that compile: a re-run on unchanged inputs needs none of them and must not pay for them.
+if TYPE_CHECKING:
+    from audit.lock_compile import CompileTarget
 
 SNAPSHOT_TARGET = "/opt/layer-audit/snapshot.py"
 
@@ -101,9 +96,16 @@ def handle(args: argparse.Namespace) -> int:
     if options.stage and options.stage not in [s.name for s in recipe.stages]:
         names = ", ".join(s.name for s in recipe.stages)
         raise UsageError(f"--stage {options.stage}: no such stage in {recipe.source}", names)
+    # Look first without the file lock: on unchanged inputs that look is the whole run. Only
+    # when something must be written is the lock taken, and lock_image looks again under it.
+    survey = survey_locks(source, recipe)
+    states = _upto(list(survey.states), recipe, options.stage)
     if options.check:
-        states = _upto(check_locks(source, recipe), recipe, options.stage)
         return report_check(recipe.name, states)
+    if survey.base is not None and not options.record_base and _all_fresh(states):
+        return _nothing_to_compile(states)
+    from audit import atomic
+
     with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
         return lock_image(root, source, recipe, options)
 
@@ -113,23 +115,37 @@ def _upto(states: list[LockState], recipe: Recipe, stage: str | None) -> list[Lo
     return [state for state in states if state.step.slug in wanted]
 
 
+def _all_fresh(states: list[LockState]) -> bool:
+    return all(state.status == "fresh" for state in states)
+
+
+def _nothing_to_compile(states: list[LockState]) -> int:
+    console.plain(f"all {len(states)} locks are fresh: nothing to compile")
+    return EXIT_OK
+
+
 def report_check(image: str, states: list[LockState]) -> int:
     bad = [state for state in states if state.status != "fresh"]
+    if not bad:
+        console.plain(f"all {len(states)} locks are fresh")
+        return EXIT_OK
+    from rich.markup import escape
+
     for state in bad:
         console.stdout.print(
             f"{state.status}: {state.relpath} ({escape(state.step.label)}): {escape(state.reason)}"
         )
-    if bad:
-        console.stderr.print(f"{len(bad)} of {len(states)} locks need: nox -s lock -- {image}")
-        return EXIT_VIOLATION
-    console.stdout.print(f"all {len(states)} locks are fresh")
-    return EXIT_OK
+    console.stderr.print(f"{len(bad)} of {len(states)} locks need: nox -s lock -- {image}")
+    return EXIT_VIOLATION
 
 
 # -- the base record ------------------------------------------------------------------------
 
 
 def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Any:
+    from audit import docker_host
+    from audit.snapshot import SCRIPT_PATH, parse_snapshot
+
     mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
     out = docker_host.run_in_image(
         recipe.base_ref,
@@ -145,6 +161,10 @@ def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Any:
 
 def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     """Snapshot every interpreter inside the base image; write base.json; print what changed."""
+    from rich.markup import escape
+
+    from audit import atomic, docker_host
+
     console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
     info = docker_host.image_info(recipe.base_ref)
     environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
@@ -161,6 +181,9 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
 
 
 def image_target(recipe: Recipe, record: BaseRecord) -> CompileTarget:
+    from audit import docker_host
+    from audit.lock_compile import CompileTarget, ambient_ca_bundle
+
     info = docker_host.image_info(recipe.base_ref)
     if info.id != record.image_id:
         console.stderr.print(
@@ -174,30 +197,41 @@ def image_target(recipe: Recipe, record: BaseRecord) -> CompileTarget:
 
 
 def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions) -> int:
+    """Record the base if asked or missing, then compile every stale lock (hold the file lock)."""
     if options.docker:
+        from audit import docker_host
+
         docker_host.detect_client(options.docker)
-    base = read_base_digest(source, recipe)
-    if options.record_base or base is None:
+    survey = survey_locks(source, recipe)
+    if options.record_base or survey.base is None:
         record_base(root, source, recipe)
-        base = read_base_digest(source, recipe)
-    assert base is not None
-    record, base_digest = base
-    states = _upto(check_locks(source, recipe), recipe, options.stage)
-    if all(state.status == "fresh" for state in states):
-        console.stdout.print(f"all {len(states)} locks are fresh: nothing to compile")
-        return EXIT_OK
-    target = _target(recipe, record, options)
-    where = source.describe(base_relpath(recipe))
-    base_pins = base_constraints(record, recipe.interpreters[0], where)
-    compiler = _Compiler(root, source, recipe, target, base_pins, base_digest)
+        survey = survey_locks(source, recipe)
+    assert survey.base is not None
+    states = _upto(list(survey.states), recipe, options.stage)
+    if _all_fresh(states):
+        return _nothing_to_compile(states)
+    compiler = _compiler(root, source, recipe, options, survey)
     for state in states:
         compiler.visit(state)
     _print_summary(compiler.done)
     return EXIT_OK
 
 
+def _compiler(
+    root: Path, source: Source, recipe: Recipe, options: LockOptions, survey: Survey
+) -> _Compiler:
+    assert survey.base is not None
+    record, base_digest = survey.base
+    target = _target(recipe, record, options)
+    where = source.describe(base_relpath(recipe))
+    base_pins = base_constraints(record, recipe.interpreters[0], where)
+    return _Compiler(root, source, recipe, target, base_pins, base_digest, survey.locks)
+
+
 def _target(recipe: Recipe, record: BaseRecord, options: LockOptions) -> CompileTarget:
     if options.host:
+        from audit.lock_compile import host_target
+
         return host_target(recipe.platform, record, recipe.interpreters[0])
     return image_target(recipe, record)
 
@@ -212,12 +246,13 @@ class _Compiler:
     target: CompileTarget
     base_pins: list[Constraint]
     base_digest: str
+    fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
     earlier: list[tuple[Step, Lock]] = dataclasses.field(default_factory=list)
     done: list[tuple[LockState, str]] = dataclasses.field(default_factory=list)
 
     def visit(self, state: LockState) -> None:
         if state.status == "fresh":
-            lock = read_lock(self.source, state.relpath)
+            lock = self.fresh_locks[state.step.slug]
             self.done.append((state, "kept"))
         else:
             lock = self.compile(state.step)
@@ -225,6 +260,11 @@ class _Compiler:
         self.earlier.append((state.step, lock))
 
     def compile(self, step: Step) -> Lock:
+        from rich.markup import escape
+
+        from audit import atomic
+        from audit.lock_compile import clean_body, explain_failure, run_compile, yanked_pins
+
         earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
         inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier)
         installed = installed_before(self.base_pins, self.earlier)
@@ -233,23 +273,38 @@ class _Compiler:
         outcome = run_compile(self.target, inputs, render_constraints(installed, waivers))
         if outcome.returncode != 0:
             raise explain_failure(outcome.log, inputs, installed)
+        for pin in yanked_pins(outcome.log):
+            console.stderr.print(
+                f"[yellow]warning:[/] {escape(step.label)}: pins {escape(pin)}, a yanked release "
+                "(pinned exactly in the requirements, so pip allows it): move off it if you can"
+            )
         text = render_lock(
             self.recipe.name, step, RESOLVER, inputs.digests, clean_body(outcome.output)
         )
         relpath = lock_relpath(self.recipe, step)
         lock = parse_lock(text.encode(), relpath)
-        pins = {name: pin.version for name, pin in lock.pins.items()}
-        for constraint, version in waiver_violations(installed, pins, waivers):
-            raise ResolutionConflict(
-                f"{step.label}: {constraint.name} moved from {constraint.version} "
-                f"(installed by {constraint.origin}) to {version}, which no waiver names",
-                "pin it in the requirements file to the waived version",
-            )
+        _refuse_waiver_violations(step, installed, lock, waivers)
         atomic.write_text(self.root / relpath, text)
         return lock
 
 
+def _refuse_waiver_violations(
+    step: Step, installed: dict[str, Constraint], lock: Lock, waivers: Sequence[Waiver]
+) -> None:
+    """A waiver widens a constraint to a range: refuse a version strictly inside it."""
+    pins = {name: pin.version for name, pin in lock.pins.items()}
+    for constraint, version in waiver_violations(installed, pins, waivers):
+        raise ResolutionConflict(
+            f"{step.label}: {constraint.name} moved from {constraint.version} "
+            f"(installed by {constraint.origin}) to {version}, which no waiver names",
+            "pin it in the requirements file to the waived version",
+        )
+
+
 def _print_summary(done: list[tuple[LockState, str]]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table("lock", "layer", "action", "why")
     for state, action in done:
         reason = state.reason if action == "compiled" else ""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from audit import atomic, commands, console
+from audit.report import check_output
 from audit.snapshot import SCRIPT_PATH, dump_snapshot, parse_snapshot
 
 
@@ -43,6 +44,7 @@ def take_snapshot(python: str) -> bytes:
 
 def run(args: argparse.Namespace) -> int:
     options = SnapshotOptions(python=args.python, output=args.output)
+    check_output(options.output)
     data = take_snapshot(options.python)
     if options.output is None:
         sys.stdout.buffer.write(data)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING
 
 from audit.snapshot import Distribution, Environment
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 ADDED = "added"
 REMOVED = "removed"
@@ -41,6 +43,9 @@ class Change:
 
 def parse_version(text: str) -> Version | None:
     """The PEP 440 version, or None when ``text`` is not one (reported, never crashed on)."""
+    # Imported on first use: a guarded layer that changed nothing never needs it.
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(text)
     except InvalidVersion:
@@ -55,9 +60,11 @@ def _same_version_kind(old: Distribution, new: Distribution) -> str | None:
 
 def _compare(old: Distribution, new: Distribution) -> str | None:
     """The kind of change from ``old`` to ``new`` (same name), or None when unchanged."""
+    if old.version == new.version:  # equal text, equal version: no need to parse either
+        return _same_version_kind(old, new)
     old_version, new_version = parse_version(old.version), parse_version(new.version)
     if old_version is None or new_version is None:
-        return _same_version_kind(old, new) if old.version == new.version else UNPARSABLE
+        return UNPARSABLE
     if old_version.public == new_version.public and old_version.local != new_version.local:
         return VARIANT
     if new_version > old_version:

@@ -13,6 +13,7 @@ client without buildx refuses BuildKit builds).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,9 +168,17 @@ def daemon() -> Any:
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise EnvironmentProblem(
-            f"the Docker daemon at {where} does not answer: {exc}", DAEMON_HINT
+            f"the Docker daemon at {where} does not answer: {_no_answer(where, exc)}", DAEMON_HINT
         ) from exc
     return client
+
+
+def _no_answer(where: str, exc: Exception) -> str:
+    """Why the daemon did not answer, in words: the SDK's text nests three exceptions deep."""
+    socket = where.removeprefix("unix://")
+    if where.startswith("unix://") and not Path(socket).exists():
+        return f"no socket at {socket}"
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def image_exists(ref: str) -> bool:
@@ -183,12 +192,20 @@ def image_exists(ref: str) -> bool:
     return True
 
 
+OFFLINE_BASE = re.compile(r"layer-audit/base:(?P<suite>[a-z][a-z0-9-]*)-(?P<arch>amd64|arm64)")
+
+
 def _missing_image(ref: str) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"image not found in the local Docker image store: {ref}",
-        "pull or load it (docker pull / docker load), or make an offline base image with "
-        "python -m audit base-image",
-    )
+    offline = OFFLINE_BASE.fullmatch(ref)
+    if offline:
+        command = f"python -m audit base-image --suite {offline['suite']} --arch {offline['arch']}"
+        hint = f"make it offline from Debian packages: {command}"
+    else:
+        hint = (
+            "pull or load it (docker pull / docker load), or make an offline base image with "
+            "python -m audit base-image"
+        )
+    return EnvironmentProblem(f"image not found in the local Docker image store: {ref}", hint)
 
 
 def image_info(ref: str) -> ImageInfo:

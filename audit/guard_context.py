@@ -16,13 +16,17 @@ cache on the mount's content), which is right: the policy or the base changed.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import packaging
+from packaging.specifiers import SpecifierSet
 
 from audit import atomic
+from audit.errors import RecipeError
+from audit.lockfile import parse_base
 from audit.recipe import Recipe
 
 GUARD_DIR = "_guard"
@@ -49,6 +53,30 @@ def guard_config(recipe: Recipe) -> bytes:
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
 
 
+def vendored_requires_python() -> str:
+    """``Requires-Python`` of the ``packaging`` copied into the guard ("" when it declares none)."""
+    values = importlib.metadata.metadata("packaging").get_all("Requires-Python") or [""]
+    return str(values[0])
+
+
+def check_vendored_python(recipe: Recipe, base: bytes, requires: str, where: str) -> None:
+    """Every interpreter of the recorded base must run the vendored ``packaging``.
+
+    The guard would otherwise fail inside the build, after the first layer's pip install.
+    """
+    if not requires:
+        return
+    for env in parse_base(base, where).environments:
+        if not SpecifierSet(requires).contains(env.python, prereleases=True):
+            raise RecipeError(
+                f"{recipe.source}: image.base",
+                f"{env.interpreter} in {recipe.base} is Python {env.python} ({where}), but the "
+                f"build guard's copy of packaging {packaging.__version__} needs Python {requires}",
+                "install a packaging that supports it where layer-audit runs: "
+                "pip install 'packaging>=24.2,<26' (the range pyproject.toml declares)",
+            )
+
+
 def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
     """Relative path inside ``_guard/`` -> bytes, for every file the guard needs."""
     inimage = _AUDIT_PACKAGE / "inimage"
@@ -61,6 +89,8 @@ def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
     base = root / "locks" / recipe.name / "base.json"
     if base.is_file():
         files["base.json"] = base.read_bytes()
+        relpath = base.relative_to(root).as_posix()
+        check_vendored_python(recipe, files["base.json"], vendored_requires_python(), relpath)
     for module in PURE_CORE:
         files[f"lib/audit/{module}.py"] = (_AUDIT_PACKAGE / f"{module}.py").read_bytes()
     files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))

@@ -29,6 +29,7 @@ from audit.lockfile import (
     lock_relpath,
     parse_base,
     parse_lock,
+    read_file,
     sha256,
 )
 from audit.policy import Waiver
@@ -150,7 +151,7 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
     relpath = base_relpath(recipe)
     if not source.exists(relpath):
         return None
-    data = source.read_bytes(relpath)
+    data = read_file(source, relpath, "re-record it: nox -s lock -- IMAGE --record-base")
     return parse_base(data, source.describe(relpath)), sha256(data)
 
 
@@ -160,7 +161,8 @@ def _state_of(
     step, relpath = inputs.step, inputs.relpath
     if not source.exists(relpath):
         return LockState(step, relpath, "missing", "no lock yet"), None
-    lock = parse_lock(source.read_bytes(relpath), source.describe(relpath))
+    data = read_file(source, relpath, "compile it: nox -s lock -- IMAGE")
+    lock = parse_lock(data, source.describe(relpath))
     if earlier_stale:
         return LockState(step, relpath, "stale", earlier_stale), lock
     changed = changed_inputs(lock.inputs, inputs.digests)
@@ -169,23 +171,42 @@ def _state_of(
     return LockState(step, relpath, "fresh", "inputs unchanged"), lock
 
 
-def check_locks(source: Source, recipe: Recipe) -> list[LockState]:
-    """The state of every pip layer's lock, in build order; a stale layer stales all later."""
+@dataclass(frozen=True)
+class Survey:
+    """What one look at the locks found: each layer's state in build order, the base record
+    with its digest (None when never recorded) and every lock it parsed, by step slug."""
+
+    states: tuple[LockState, ...]
+    base: tuple[BaseRecord, str] | None
+    locks: Mapping[str, Lock]
+
+
+def survey_locks(source: Source, recipe: Recipe) -> Survey:
+    """Read the base record and every lock once; a stale layer stales all later ones."""
     base = read_base_digest(source, recipe)
     if base is None:
         reason = f"no base snapshot ({base_relpath(recipe)})"
-        return [_no_base(source, recipe, step, reason) for step in pip_steps(recipe)]
-    states: list[LockState] = []
+        states = tuple(_no_base(source, recipe, step, reason) for step in pip_steps(recipe))
+        return Survey(states, None, {})
+    found: list[LockState] = []
+    locks: dict[str, Lock] = {}
     earlier: dict[str, str] = {}
     stale_since: str | None = None
     for step in pip_steps(recipe):
         inputs = layer_inputs(source, recipe, step, base[1], earlier)
         state, lock = _state_of(source, inputs, stale_since)
-        states.append(state)
+        found.append(state)
         if state.status != "fresh" and stale_since is None:
             stale_since = f"an earlier layer changed: {step.label}"
         earlier[step.slug] = lock.content_digest if lock else "missing"
-    return states
+        if lock is not None:
+            locks[step.slug] = lock
+    return Survey(tuple(found), base, locks)
+
+
+def check_locks(source: Source, recipe: Recipe) -> list[LockState]:
+    """The state of every pip layer's lock, in build order; a stale layer stales all later."""
+    return list(survey_locks(source, recipe).states)
 
 
 def _no_base(source: Source, recipe: Recipe, step: Step, reason: str) -> LockState:

@@ -151,7 +151,7 @@ def driver_source() -> str:
 def compile_args(inputs: LayerInputs) -> list[str]:
     """pip-compile's arguments: hashes, explicit indexes, nothing machine-specific emitted."""
     args = [
-        "--quiet", "--no-header", "--no-config", "--generate-hashes", "--strip-extras",
+        "--no-header", "--no-config", "--generate-hashes", "--strip-extras",
         "--allow-unsafe", "--no-emit-index-url", "--no-emit-trusted-host",
         "--no-emit-find-links", "--newline", "LF", "--pip-args", "--isolated --no-input",
         "--index-url", inputs.index_url,
@@ -243,6 +243,17 @@ def clean_body(text: str) -> str:
     return "\n".join(lines).strip("\n") + "\n"
 
 
+_YANKED = re.compile(
+    r"is a yanked version: '(?P<name>[^']+)' candidate \(version (?P<version>\S+) .*\n"
+    r"\s*Reason for being yanked: (?P<reason>.*)"
+)
+
+
+def yanked_pins(log: str) -> list[str]:
+    """'name version (reason)' for every yanked release pip-compile chose (pinned exactly)."""
+    return [f"{m['name']} {m['version']} ({m['reason'].strip()})" for m in _YANKED.finditer(log)]
+
+
 _CAUSE = re.compile(
     r"RequirementInformation\(requirement=\w+\('(?P<req>[^']*)'\), "
     r"parent=(?:None|\w+\('(?P<parent>[^' ]*))"
@@ -323,7 +334,10 @@ def _conflict(where: str, constraint: Constraint, asked: str) -> ResolutionConfl
     )
 
 
-_NETWORK = re.compile(r"Max retries exceeded|NewConnectionError|Could not fetch URL|SSLError")
+_NETWORK = re.compile(
+    r"Max retries exceeded|NewConnectionError|Could not fetch URL|SSLError|"
+    r"IncompleteDownloadError|IncompleteRead|Connection broken|ProtocolError|Read timed out"
+)
 
 
 def _generic(where: str, log: str) -> LockError | EnvironmentProblem:

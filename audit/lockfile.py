@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidName, canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from audit.errors import LockError, SnapshotError
 from audit.recipe import PipLayer, Recipe, Step
@@ -45,6 +45,13 @@ TITLE = "# layer-audit lock: do not edit; re-create with: nox -s lock -- {image}
 END_MARKER = "# end of layer-audit lock"
 _HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
 _HASH = re.compile(r"^--hash=(?P<algo>sha256|sha384|sha512):(?P<hex>[0-9a-f]+)$")
+# The shape pip-compile writes, ``name==version``: anything else (extras, markers, ===, URLs,
+# spaces) goes to packaging's full PEP 508 parser.
+_SIMPLE_PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>[A-Za-z0-9.+!_-]+)$")
+# Verified locks by the sha256 of their bytes: audit-deps and the gate read each lock twice
+# (freshness, then prediction), and a Lock is immutable, so the second read is free.
+_PARSED: dict[bytes, Lock] = {}
+_PARSED_BASES: dict[bytes, BaseRecord] = {}
 
 
 @dataclass(frozen=True)
@@ -172,24 +179,46 @@ def _logical_lines(body: str) -> list[tuple[int, str]]:
     return joined
 
 
-def _parse_pin(line: str, where: str) -> Pin:
-    words = line.split(" --")
+def _simple_pin(requirement: str) -> tuple[str, str] | None:
+    """(canonical name, version) of a plain ``name==version``, validated by packaging."""
+    match = _SIMPLE_PIN.match(requirement)
+    if match is None:
+        return None
     try:
-        requirement = Requirement(words[0])
+        name = canonicalize_name(match["name"], validate=True)
+        Version(match["version"])
+    except (InvalidName, InvalidVersion):
+        return None  # the full parser says precisely what is wrong
+    return name, match["version"]
+
+
+def _any_pin(requirement: str, where: str) -> tuple[str, str]:
+    """(canonical name, version) of any PEP 508 requirement pinned with ``==`` or ``===``."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        parsed = Requirement(requirement)
     except InvalidRequirement as exc:
         raise _refuse(where, f"not a requirement: {exc}") from exc
-    specs = list(requirement.specifier)
-    if len(specs) != 1 or specs[0].operator not in ("==", "===") or requirement.url:
-        raise _refuse(where, f"{requirement.name}: not pinned with == to one version")
+    specs = list(parsed.specifier)
+    pinned = len(specs) == 1 and specs[0].operator in ("==", "===")
+    if not pinned or specs[0].version.endswith(".*") or parsed.url:
+        raise _refuse(where, f"{parsed.name}: not pinned with == to one version")
+    return canonicalize_name(parsed.name), specs[0].version
+
+
+def _parse_pin(line: str, where: str) -> Pin:
+    words = line.split(" --")
+    name, version = _simple_pin(words[0]) or _any_pin(words[0], where)
     hashes = []
     for option in words[1:]:
         match = _HASH.match("--" + option.strip())
         if match is None:
-            raise _refuse(where, f"{requirement.name}: unexpected option --{option.strip()}")
+            raise _refuse(where, f"{name}: unexpected option --{option.strip()}")
         hashes.append(f"{match['algo']}:{match['hex']}")
     if not hashes:
-        raise _refuse(where, f"{requirement.name}: no --hash (locks are compiled with hashes)")
-    return Pin(canonicalize_name(requirement.name), specs[0].version, tuple(hashes))
+        raise _refuse(where, f"{name}: no --hash (locks are compiled with hashes)")
+    return Pin(name, version, tuple(hashes))
 
 
 def parse_pins(body: str, where: str) -> dict[str, Pin]:
@@ -204,7 +233,24 @@ def parse_pins(body: str, where: str) -> dict[str, Pin]:
 
 
 def parse_lock(data: bytes, where: str) -> Lock:
-    """Verify and load a lock file's bytes; :class:`LockError` (exit 2) if damaged or edited."""
+    """Verify and load a lock file's bytes; :class:`LockError` (exit 2) if damaged or edited.
+
+    Bytes verified once are not verified again in this process (see ``_PARSED``).
+    """
+    key = hashlib.sha256(data).digest()
+    lock = _PARSED.get(key)
+    if lock is None:
+        lock = _PARSED[key] = _verify_lock(data, where)
+    return lock
+
+
+def forget_parsed() -> None:
+    """Drop every remembered lock and base record (benchmarks time cold parses with this)."""
+    _PARSED.clear()
+    _PARSED_BASES.clear()
+
+
+def _verify_lock(data: bytes, where: str) -> Lock:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -222,20 +268,34 @@ def parse_lock(data: bytes, where: str) -> Lock:
     )
 
 
-def _read(source: Source, relpath: str, hint: str) -> bytes:
+def read_file(source: Source, relpath: str, hint: str) -> bytes:
+    """A lock or base record's bytes; missing or a directory is :class:`LockError` (exit 2)."""
     try:
         return source.read_bytes(relpath)
     except FileNotFoundError as exc:
         raise LockError(f"{source.describe(relpath)}: missing", hint) from exc
+    except IsADirectoryError as exc:
+        raise LockError(f"{source.describe(relpath)}: is a directory, not a file", hint) from exc
 
 
 def read_lock(source: Source, relpath: str) -> Lock:
-    data = _read(source, relpath, "compile it: nox -s lock -- IMAGE")
+    data = read_file(source, relpath, "compile it: nox -s lock -- IMAGE")
     return parse_lock(data, source.describe(relpath))
 
 
 def parse_base(data: bytes, where: str) -> BaseRecord:
-    """Verify and load ``base.json``; :class:`LockError` (exit 2) when damaged."""
+    """Verify and load ``base.json``; :class:`LockError` (exit 2) when damaged.
+
+    Like :func:`parse_lock`, bytes verified once are not verified again in this process.
+    """
+    key = hashlib.sha256(data).digest()
+    record = _PARSED_BASES.get(key)
+    if record is None:
+        record = _PARSED_BASES[key] = _verify_base(data, where)
+    return record
+
+
+def _verify_base(data: bytes, where: str) -> BaseRecord:
     hint = "re-record it: nox -s lock -- IMAGE --record-base"
     try:
         document: Any = json.loads(data)
@@ -263,7 +323,7 @@ def _optional(value: Any) -> str | None:
 
 
 def read_base(source: Source, relpath: str) -> BaseRecord:
-    data = _read(source, relpath, "record it: nox -s lock -- IMAGE --record-base")
+    data = read_file(source, relpath, "record it: nox -s lock -- IMAGE --record-base")
     return parse_base(data, source.describe(relpath))
 
 

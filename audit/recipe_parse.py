@@ -81,6 +81,7 @@ CONTAINER_PATH = re.compile(r"/[\w.+@:/=,-]*")
 HEREDOC = re.compile(r"<<-?\s*['\"]?[A-Za-z_]")
 TOML_POSITION = re.compile(r"\(at (?:line (\d+), column \d+|end of document)\)$")
 TOML_HEADER = re.compile(r"\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+FORMAT_HINT = "fix the value: docs/recipes.md describes every key"
 TOML_KEY = re.compile(r"\s*([A-Za-z0-9_.\-\"' ]+?)\s*=")
 
 
@@ -114,10 +115,14 @@ def _read_toml(source: Source, relpath: str) -> dict[str, Any]:
         text = source.read_bytes(relpath).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecipeError(where, f"not UTF-8 text ({exc.reason})", "save it as UTF-8") from exc
+    except OSError as exc:  # a directory or an unreadable file where the recipe should be
+        raise RecipeError(where, f"cannot read ({exc.strerror})", "make it a plain file") from exc
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(where, text, str(exc)) from exc
+    except RecursionError as exc:  # tomllib recurses once per nested array or inline table
+        raise RecipeError(where, "values are nested too deeply", "see docs/recipes.md") from exc
 
 
 def _toml_error(where: str, text: str, message: str) -> RecipeError:
@@ -173,7 +178,7 @@ class _Node:
         return f"{self.path}.{key}" if self.path else key
 
     def error(self, key: str | None, problem: str, hint: str = "") -> RecipeError:
-        return RecipeError(f"{self.file}: {self.at(key)}", problem, hint)
+        return RecipeError(f"{self.file}: {self.at(key)}", problem, hint or FORMAT_HINT)
 
     def check_keys(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
         for key in self.data:
@@ -395,12 +400,19 @@ def _pip_layer(node: _Node, context: _Context) -> PipLayer:
             f"declare it under [indexes] (declared: {one_of(names) or 'none'})",
         )
     urls = [context.index_url, *(i.url for i in context.indexes if i.name == index)]
-    parse_requirements(
+    parsed = parse_requirements(
         context.source,
         f"{context.folder}/{path}",
         allowed_index_urls=urls,
         origin=f"{node.file}: {node.at('pip')}",
     )
+    if not parsed.requirements:
+        # pip refuses to install nothing ("You must give at least one requirement"): say it now
+        raise node.error(
+            "pip",
+            f"{context.folder}/{path} names no requirement to install",
+            "add a requirement line, or remove this layer",
+        )
     return PipLayer(path, index, node.boolean("pre", False))
 
 
@@ -558,10 +570,11 @@ def _waiver_version(node: _Node, key: str) -> str:
     if value == "*":
         return value
     try:
-        Version(value)
+        version = Version(value)
     except InvalidVersion as exc:
         raise node.error(key, f"not a version: {value!r}", "a PEP 440 version or '*'") from exc
-    return value
+    # normal form, so "2.9.0+CU130" or "1.0-RC1" match what pip installs ("2.9.0+cu130", "1.0rc1")
+    return str(version)
 
 
 def _expiry(node: _Node) -> dt.date | None:

@@ -218,9 +218,21 @@ def render_text(report: Report, fmt: str, width: int = 100) -> str:
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
 
 
+def check_output(output: Path | None, option: str = "--output") -> None:
+    """Refuse an output path that cannot become a file, before any work is done."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise UsageError(f"{option} {output}: is a directory", "name a file to write")
+    parent = next((p for p in output.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{option} {output}: {parent} is not a directory", "name a file to write")
+
+
 def write_report(report: Report, fmt: str, output: Path | None, console: Console) -> None:
     """Print the report to ``console`` or write it atomically to ``output``."""
     if output is not None:
+        check_output(output)
         atomic.write_text(output, render_text(report, fmt))
     elif fmt == "table":
         print_report(report, console)

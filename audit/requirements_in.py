@@ -161,6 +161,8 @@ class _Reader:
             raise start.error("requirements file not found", "create it or fix the path") from None
         except UnicodeDecodeError as exc:
             raise start.error(f"not UTF-8 text ({exc.reason})", "save it as UTF-8") from exc
+        except OSError as exc:  # a directory or an unreadable file where a file should be
+            raise start.error(f"cannot read ({exc.strerror})", "make it a plain file") from exc
         for number, raw in enumerate(text.splitlines(), start=1):
             if CONTROL.search(raw):
                 raise _Where(start.file, number, self.origin).error(

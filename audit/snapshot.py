@@ -18,19 +18,31 @@ File format (``SCHEMA``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
-
-from packaging.utils import canonicalize_name
+from typing import TYPE_CHECKING, Any
 
 from audit.errors import SnapshotError
 
+# The guard imports this module on every layer: pathlib, hashlib's OpenSSL binding and
+# packaging.utils (which loads packaging.tags, platform, subprocess and logging) cost more than
+# the guard's own work, so this module uses the C hash module directly and its own PEP 503 rule.
+try:
+    from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python <= 3.11
+except ImportError:  # pragma: no cover - depends on the Python version
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+    except ImportError:
+        from hashlib import sha256
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    SCRIPT_PATH: Path  # the in-image snapshot script (audit/inimage/snapshot.py)
+
 SCHEMA = "layer-audit.snapshot/1"
-SCRIPT_PATH: Path = Path(__file__).resolve().parent / "inimage" / "snapshot.py"
 METADATA_KINDS = ("dist-info", "egg-info")
 _DIST_FIELDS = ("name", "version", "location", "installer", "digest", "raw_name", "metadata")
 _ENV_FIELDS = ("interpreter", "python", "markers", "paths", "distributions")
@@ -71,13 +83,37 @@ class Environment:
         return seen
 
 
+_PEP503_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503's rule, exactly as ``packaging.utils.canonicalize_name`` applies it.
+
+    Here rather than from ``packaging.utils``, whose import costs the guard more than a layer's
+    whole verdict (tests/test_guard.py checks both agree).
+    """
+    return _PEP503_SEPARATORS.sub("-", name).lower()
+
+
+if not TYPE_CHECKING:  # mypy sees the declaration above, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        """``SCRIPT_PATH`` on first use: the guard never needs it, nor pathlib."""
+        if name == "SCRIPT_PATH":
+            from pathlib import Path
+
+            return Path(__file__).resolve().parent / "inimage" / "snapshot.py"
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def canonical_json(document: dict[str, Any]) -> str:
     """The one serialisation hashed and written (same as the in-image script's)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def _digest_of(body: dict[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(body).encode("ascii")).hexdigest()
+    hexdigest: str = sha256(canonical_json(body).encode("ascii")).hexdigest()
+    return "sha256:" + hexdigest
 
 
 def _environment_json(env: Environment) -> dict[str, Any]:
@@ -107,6 +143,8 @@ def _load_document(data: bytes, where: str) -> dict[str, Any]:
         raise _fail(where, f"not UTF-8 text ({exc.reason})") from exc
     except json.JSONDecodeError as exc:
         raise _fail(where, f"truncated or invalid JSON ({exc.msg}, line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, arrays nested 10^5 deep
+        raise _fail(where, f"not a snapshot: {type(exc).__name__}: {str(exc)[:80]}") from exc
     if not isinstance(document, dict):
         raise _fail(where, "not a snapshot: the top level is not a JSON object")
     return document
@@ -132,7 +170,7 @@ def _parse_distribution(item: Any, key: str, where: str) -> Distribution:
         raise _fail(where, f"{key}: expected an object with keys {sorted(_DIST_FIELDS)}")
     for field_name in _DIST_FIELDS:
         _strings(item[field_name], f"{key}.{field_name}", where)
-    if item["name"] != canonicalize_name(item["name"]) or not item["name"]:
+    if item["name"] != canonical_name(item["name"]) or not item["name"]:
         raise _fail(where, f"{key}.name: {item['name']!r} is not a canonical (PEP 503) name")
     if item["metadata"] not in METADATA_KINDS:
         raise _fail(where, f"{key}.metadata: {item['metadata']!r} is not one of {METADATA_KINDS}")

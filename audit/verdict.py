@@ -10,19 +10,23 @@ matching errors into allowed, reported changes; an expired waiver fails with its
 
 from __future__ import annotations
 
-import datetime as _dt
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from fnmatch import fnmatchcase
-
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from typing import TYPE_CHECKING
 
 from audit import diff as _diff
 from audit.errors import BadInput
 from audit.findings import ERROR, INFO, WARNING, Finding
 from audit.policy import ALLOW, FAIL, WARN, Policy, Waiver
 from audit.snapshot import Distribution, Environment
+from audit.snapshot import canonical_name as canonicalize_name
+
+if TYPE_CHECKING:
+    import datetime as _dt
+
+    from packaging.requirements import Requirement
 
 _ACTION_SEVERITY = {FAIL: ERROR, WARN: WARNING, ALLOW: INFO}
 _RULE_OF_KIND = {_diff.UNPARSABLE: "unparsable-version"}
@@ -92,6 +96,8 @@ def _cuda_marks(dist: Distribution) -> Iterator[tuple[str, str]]:
     named = _PACKAGE_CUDA.search(dist.name)
     if named:
         yield "package", named.group(1)
+    if "+" not in dist.version:  # no local label (PEP 440 has no other separator): skip parsing
+        return
     version = _diff.parse_version(dist.version)
     for segment in (version.local or "").split(".") if version else ():
         local = _LOCAL_CUDA.match(segment)
@@ -126,6 +132,11 @@ def _with_severity(finding: Finding, severity: str) -> Finding:
 
 
 def parse_requirement(text: str, key: str) -> Requirement:
+    # Imported here: the guard runs this module on every layer, and packaging.requirements
+    # costs more to import than the rest of the guard; only policies with floors or
+    # forbidden packages need it.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         return Requirement(text)
     except InvalidRequirement as exc:
@@ -260,13 +271,38 @@ def _state_keys(findings: Sequence[Finding]) -> set[tuple[str, str]]:
     return {(f.rule, f.package) for f in findings}
 
 
+def _names_any_of(text: str, names: Sequence[str]) -> bool:
+    """Could requirement ``text`` be about one of ``names``? Never a false "no".
+
+    A PEP 508 name comes first and ends with a letter, digit or ``_``, so PEP 503 applied to the
+    whole text starts with the canonical name; the full parse happens only for a "yes".
+    """
+    text = canonicalize_name(text.lstrip())
+    return any(text.startswith(name) for name in names)
+
+
+def _floors_for_moved(policy: Policy, before: Env, after: Env) -> Policy:
+    """``policy`` without the floors and bans about packages whose version did not move.
+
+    Their verdict is the same before and after, so :func:`evaluate` would drop it anyway; this
+    spares the guard importing the PEP 508 parser on layers that leave those packages alone.
+    """
+    moved = [n for n, d in after.items() if n not in before or before[n].version != d.version]
+    return replace(
+        policy,
+        requirements=tuple(t for t in policy.requirements if _names_any_of(t, moved)),
+        forbidden=tuple(t for t in policy.forbidden if _names_any_of(t, moved)),
+    )
+
+
 def evaluate(
     before: Env, after: Env, policy: Policy, *, where: str, today: _dt.date
 ) -> list[Finding]:
     """Findings for the step from ``before`` to ``after``: changes, then new state violations."""
     findings = [change_finding(c, policy, where) for c in _diff.diff(before, after)]
-    known = _state_keys(check_state(before, policy, where=where))
-    state = check_state(after, policy, where=where)
+    relevant = _floors_for_moved(policy, before, after)
+    known = _state_keys(check_state(before, relevant, where=where))
+    state = check_state(after, relevant, where=where)
     findings.extend(f for f in state if (f.rule, f.package) not in known)
     return apply_waivers(findings, policy, today)
 

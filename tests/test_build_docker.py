@@ -120,7 +120,7 @@ def make_project(
     )
     (folder / "image.toml").write_text(header + toml)
     for stage in ("v1", "v2"):
-        (folder / "requirements" / f"{stage}.in").write_text("# test\n")
+        (folder / "requirements" / f"{stage}.in").write_text("# test\nalpha\n")
     (tmp_path / "locks" / name).mkdir(parents=True)
     (tmp_path / "locks" / name / "base.json").write_text(base_json)
     return Project(tmp_path, index, name)
@@ -280,3 +280,31 @@ def test_an_arm64_build_under_emulation_is_tagged_arm64(
     ref = f"{project.repository}:v1-arm64-cpu"
     assert set(images_of(project.repository)) == {ref, f"{project.repository}:latest-arm64-cpu"}
     assert docker_host.image_info(ref).architecture == "arm64"
+
+
+def pyc_files(ref: str) -> set[str]:
+    """Every ``.pyc`` in the image outside the packages a layer installs on purpose."""
+    argv = ["find", "/", "-xdev", "-name", "*.pyc", "-not", "-path", "*/site-packages/*"]
+    return set(docker_host.run_in_image(ref, argv).split())
+
+
+def test_the_guard_runs_under_python_39_and_writes_no_bytecode(
+    tmp_path: Path, index: Index, base_image: BaseImageFactory, cleanup: list[str]
+) -> None:
+    image = base_image("bullseye", "amd64")
+    base_json = base_record(image, "linux/amd64")
+    assert json.loads(base_json)["snapshot"]["environments"][0]["python"].startswith("3.9.")
+    toml = '[[stage]]\nname = "v1"\n[[stage.layer]]\npip = "requirements/v1.in"\n'
+    project = make_project(tmp_path, index, "oldpython", toml, image, base_json)
+    cleanup.append(project.repository)
+    project.lock("v1-01", "v1.in", [("alpha", "1.0")])
+
+    done = project.build()
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    ref = f"{project.repository}:v1-amd64-cpu"
+    trail = tmp_path / "build" / "reports" / "oldpython" / "v1" / "trail"
+    findings = json.loads((trail / "v1-01.findings.json").read_text())
+    assert [(f["rule"], f["package"]) for f in findings["findings"]] == [("added", "alpha")]
+    assert pyc_files(ref) == pyc_files(image)
+    assert not list((tmp_path / "build" / "oldpython" / "_guard").rglob("__pycache__"))

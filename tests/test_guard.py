@@ -17,12 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
-from audit.guard_context import GUARD_DIR, write_guard_context
+from audit.errors import RecipeError
+from audit.guard_context import GUARD_DIR, check_vendored_python, write_guard_context
 from audit.lockfile import BaseRecord, render_base
 from audit.policy import LockstepGroup, Policy, Waiver
 from audit.recipe import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
-from audit.snapshot import parse_snapshot
+from audit.snapshot import Environment, canonical_name, parse_snapshot
 from tests.support.fixtures import Wheelhouse
 
 VIOLATION = "LAYER-AUDIT-VIOLATION "
@@ -254,3 +256,59 @@ def test_guard_config_holds_image_interpreters_and_policy(image: Image) -> None:
     assert config["image"] == "g"
     assert config["interpreters"] == [str(image.python)]
     assert config["policy"]["forbidden"] == ["chardet"]
+
+
+def base_json_of(python: str) -> bytes:
+    env = Environment("/opt/venv/bin/python", python, {}, ("/opt/venv/lib",), ())
+    record = BaseRecord("layer-audit/base:bullseye-amd64", "sha256:00", None, (env,))
+    return render_base(record).encode()
+
+
+def test_a_vendored_packaging_the_base_python_cannot_run_fails_the_render() -> None:
+    recipe = make_recipe(Path("/opt/venv/bin/python"), Policy())
+    base = base_json_of("3.9.2")
+    check_vendored_python(recipe, base, ">=3.8", "locks/g/base.json")
+    with pytest.raises(RecipeError) as caught:
+        check_vendored_python(recipe, base, ">=3.10", "locks/g/base.json")
+    message = str(caught.value)
+    assert "image.base" in message and "3.9.2" in message and ">=3.10" in message
+
+
+def test_the_guard_parses_its_own_command_line(image: Image) -> None:
+    script = str(image.context / GUARD_DIR / "guard.py")
+    python = str(image.python)
+    missing = subprocess.run([python, script, "--step", "v1-01"], check=False, capture_output=True)
+    assert missing.returncode == 2 and b"missing --trail" in missing.stderr
+    unknown = subprocess.run([python, script, "--stpe=v1-01"], check=False, capture_output=True)
+    assert unknown.returncode == 2 and b"--stpe=v1-01" in unknown.stderr
+    run = image.guard("v1-01", today="2026-13-01")
+    assert run.code == 2 and "YYYY-MM-DD" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["Foo_Bar", "foo.bar", "FOO--bar__baz", "a-_.b", "nvidia-cutlass-dsl-libs-*", "x", "Ä_b.C"],
+)
+def test_the_pep503_rule_of_the_pure_core_is_packagings(spelling: str) -> None:
+    assert canonical_name(spelling) == canonicalize_name(spelling)
+
+
+def guard_imports(image: Image, step: str, lock: Path) -> tuple[int, set[str]]:
+    """Exit code and every module the guard imported (``-X importtime``)."""
+    argv = [str(image.python), "-X", "importtime", str(image.context / GUARD_DIR / "guard.py"),
+            "--step", step, "--trail", str(image.trail), "--lock", str(lock)]  # fmt: skip
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env={})
+    lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    return done.returncode, {line.rsplit("|", 1)[1].strip() for line in lines}
+
+
+def test_plain_pins_and_unmoved_floors_spare_the_pep508_parser(image: Image) -> None:
+    image.write_context(Policy(requirements=("nccl-like>=2.30",)))
+    image.pip("alpha==1.0")
+    code, modules = guard_imports(image, "v1-01", image.lock("v1-01", "alpha==1.0"))
+    assert code == 0
+    assert {"packaging.utils", "packaging.tags", "packaging.requirements"}.isdisjoint(modules)
+    image.pip("nccl-like==2.29.7")  # the floor's package moves: now it is parsed and checked
+    code, modules = guard_imports(image, "v2-01", image.lock("v2-01", "nccl-like==2.29.7"))
+    assert code == 1
+    assert "packaging.requirements" in modules

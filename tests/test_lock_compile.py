@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,6 +144,50 @@ def test_a_clean_layered_lock_then_nothing_recompiled(
     assert run_lock("t", "--host") == 0
     assert "nothing to compile" in capsys.readouterr().out
     assert run_lock("t", "--check") == 0
+
+
+QUICK_RUN = """\
+import sys
+before = set(sys.modules)
+from audit import cli
+code = cli.main(["lock", *sys.argv[1:]])
+loaded = {name.split(".")[0] for name in set(sys.modules) - before}
+print("heavy:", sorted(loaded & {"rich", "docker", "jinja2", "filelock", "certifi"}))
+sys.exit(code)
+"""
+
+
+def test_an_unchanged_rerun_takes_no_file_lock_and_loads_nothing_heavy(project: Path) -> None:
+    assert run_lock("t", "--host") == 0
+    (project / "locks/t/.lock").unlink()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for argv in (["t", "--host"], ["t", "--check"]):
+        done = subprocess.run(
+            [sys.executable, "-c", QUICK_RUN, *argv],
+            cwd=project, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "all 2 locks are fresh" in done.stdout
+        assert "heavy: []" in done.stdout
+    assert not (project / "locks/t/.lock").exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda text: text.replace("alpha==2.0", "alpha==1.0"), "edited by hand"),
+        (lambda text: text[: text.rindex("# end of")], "truncated"),
+    ],
+)
+def test_the_quick_look_still_refuses_a_damaged_lock(
+    project: Path, capsys: pytest.CaptureFixture[str], damage: Any, problem: str
+) -> None:
+    assert run_lock("t", "--host") == 0
+    path = project / "locks/t/v1-01.txt"
+    path.write_text(damage(path.read_text()))
+    capsys.readouterr()
+    assert run_lock("t", "--host") == 2
+    assert f"locks/t/v1-01.txt: {problem}" in capsys.readouterr().err
 
 
 def test_a_layer_that_needs_a_lower_version_fails_with_the_clear_message(

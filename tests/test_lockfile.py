@@ -80,6 +80,52 @@ def test_an_unpinned_line_is_refused_even_with_a_matching_digest() -> None:
         parse_lock(lock_text("alpha>=2.0 \\\n    --hash=sha256:aa\n").encode(), "x")
 
 
+@pytest.mark.parametrize(
+    ("line", "name", "version"),
+    [
+        ("alpha==2.0", "alpha", "2.0"),
+        ("Foo_Bar.baz==1.0rc1", "foo-bar-baz", "1.0rc1"),
+        ("torch==2.9.0+cu130", "torch", "2.9.0+cu130"),
+        ("v==1!2.0.post1.dev3", "v", "1!2.0.post1.dev3"),
+        ("alpha[extra]==1.0", "alpha", "1.0"),
+        ('alpha==1.0 ; python_version >= "3.8"', "alpha", "1.0"),
+        ("alpha===1.0-weird", "alpha", "1.0-weird"),
+    ],
+)
+def test_pins_in_pip_compiles_shape_and_in_any_pep_508_shape(
+    line: str, name: str, version: str
+) -> None:
+    lock = parse_lock(lock_text(f"{line} \\\n    --hash=sha256:aa\n").encode(), "x")
+    assert [(pin.name, pin.version, pin.hashes) for pin in lock.pins.values()] == [
+        (name, version, ("sha256:aa",))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("-alpha==1.0", "not a requirement"),
+        ("alpha-==1.0", "not a requirement"),
+        ("alpha==1.0.0.dev1.bad", "not a requirement"),
+        ("alpha==1.*", "not pinned"),
+        ("alpha @ https://example.com/alpha-1.0-py3-none-any.whl", "not pinned"),
+        ("alpha==1.0 --no-binary=:all:", "unexpected option"),
+    ],
+)
+def test_bad_pins_are_refused_even_with_a_matching_digest(line: str, problem: str) -> None:
+    with pytest.raises(LockError, match=problem):
+        parse_lock(lock_text(f"{line} \\\n    --hash=sha256:aa\n").encode(), "x")
+
+
+def test_verified_bytes_are_parsed_once_and_damaged_ones_every_time() -> None:
+    data = lock_text().encode()
+    assert parse_lock(data, "a") is parse_lock(bytes(data), "b")
+    damaged = data.replace(b"alpha==2.0", b"alpha==1.0")
+    for where in ("c", "d"):
+        with pytest.raises(LockError, match=f"^{where}: edited by hand"):
+            parse_lock(damaged, where)
+
+
 def environment(*pins: tuple[str, str]) -> Environment:
     dists = tuple(Distribution(name, version) for name, version in pins)
     return Environment("/usr/bin/python3", "3.11.2", {"python_version": "3.11"}, ("/x",), dists)
@@ -100,3 +146,10 @@ def test_a_tampered_base_record_is_refused() -> None:
     with pytest.raises(LockError) as caught:
         parse_base(text.replace('"23.0"', '"22.0"').encode(), "locks/t/base.json")
     assert caught.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_a_base_record_is_parsed_once_per_content() -> None:
+    data = render_base(BaseRecord("img", "i", None, (environment(("pip", "23.0")),))).encode()
+    assert parse_base(data, "a") is parse_base(bytes(data), "b")
+    with pytest.raises(LockError):
+        parse_base(data.replace(b'"23.0"', b'"22.0"'), "c")

@@ -11,20 +11,19 @@ layer's snapshot in the trail (the first layer compares with the recorded base s
 applies the policy and exits 1 on an error finding, which fails the RUN and so the build.
 Each failing finding is also printed as one ``LAYER-AUDIT-VIOLATION {json}`` line for the host.
 
-Usage: ``python guard.py --step v2-01 --trail DIR [--lock FILE] [--today YYYY-MM-DD]``.
+Usage: ``python -B guard.py --step v2-01 --trail DIR [--lock FILE] [--today YYYY-MM-DD]``
+(``-B``: the guard writes no bytecode, neither into the image nor into its read-only mount).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib
 import json
 import os
 import re
-import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIB = os.path.join(HERE, "lib")
@@ -38,15 +37,14 @@ EXIT_BAD_INPUT = 2
 _SLUG = re.compile(r"^v(\d+)-(\d+)$")
 
 sys.path.insert(0, LIB)
+# Every import is paid on every guarded layer: argparse, subprocess, packaging.utils (it loads
+# packaging.tags, platform and logging) and packaging.requirements load only when a check needs
+# them: plain ``name==version`` lock lines, the usual case, need only packaging.version.
 try:
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
-
     from audit.errors import AuditError
     from audit.findings import Finding
     from audit.policy import Policy
-    from audit.snapshot import Environment, dump_snapshot, parse_snapshot
+    from audit.snapshot import Environment, canonical_name, dump_snapshot, parse_snapshot
     from audit.verdict import evaluate, evaluate_shadowed
 except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
     print(
@@ -56,6 +54,12 @@ except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the i
         file=sys.stderr,
     )
     sys.exit(EXIT_BAD_INPUT)
+
+if TYPE_CHECKING:
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+
+_SIMPLE_PIN = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9.+!_-]+)$")
 
 
 class GuardError(Exception):
@@ -133,8 +137,10 @@ def snapshot_here() -> Environment:
 
 def snapshot_other(interpreter: str) -> Environment:
     """Snapshot another interpreter by running the snapshot script with it."""
+    import subprocess
+
     script = os.path.join(HERE, "snapshot.py")
-    proc = subprocess.run([interpreter, script], capture_output=True, check=False)
+    proc = subprocess.run([interpreter, "-B", script], capture_output=True, check=False)
     if proc.returncode != 0:
         detail = proc.stderr.decode("utf-8", "replace").strip()[-800:]
         raise GuardError(f"{interpreter} {script} failed ({proc.returncode}): {detail}")
@@ -174,8 +180,42 @@ def logical_lines(text: str) -> List[str]:
     return lines
 
 
-def lock_pins(path: str) -> List[Requirement]:
-    """Every ``name==version`` pin of a pip-compile lock, options (``--hash``) stripped."""
+class Pin:
+    """One pin of a lock: canonical name, the version it pins (or None), and its marker."""
+
+    def __init__(self, name: str, version: Optional[str], marker: Optional[Marker]) -> None:
+        self.name = name
+        self.version = version
+        self.marker = marker
+
+
+def simple_pin(text: str) -> Optional[Pin]:
+    """A plain ``name==version`` (what pip-compile writes) without the PEP 508 parser."""
+    from packaging.version import InvalidVersion, Version
+
+    match = _SIMPLE_PIN.match(text)
+    if match is None:
+        return None
+    try:
+        Version(match.group(2))
+    except InvalidVersion:
+        return None  # the full parser says precisely what is wrong
+    return Pin(canonical_name(match.group(1)), match.group(2), None)
+
+
+def full_pin(text: str, path: str) -> Pin:
+    """Any PEP 508 line (markers, extras, ``===``): the slow path."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as exc:
+        raise GuardError(f"{path}: not a requirement line: {text!r} ({exc})") from exc
+    return Pin(canonical_name(requirement.name), _pinned_version(requirement), requirement.marker)
+
+
+def lock_pins(path: str) -> List[Pin]:
+    """Every pin of a pip-compile lock, options (``--hash``) stripped."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -183,10 +223,8 @@ def lock_pins(path: str) -> List[Requirement]:
         raise GuardError(f"{path}: cannot read the layer's lock ({exc.strerror})") from exc
     pins = []
     for line in logical_lines(text):
-        try:
-            pins.append(Requirement(line.split(" --", 1)[0]))
-        except InvalidRequirement as exc:
-            raise GuardError(f"{path}: not a requirement line: {line!r} ({exc})") from exc
+        requirement = line.split(" --", 1)[0].strip()
+        pins.append(simple_pin(requirement) or full_pin(requirement, path))
     return pins
 
 
@@ -196,10 +234,14 @@ def _pinned_version(pin: Requirement) -> Optional[str]:
 
 
 def _same_version(wanted: str, found: str) -> bool:
+    if wanted == found:
+        return True
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(wanted) == Version(found)
     except InvalidVersion:
-        return wanted == found
+        return False
 
 
 def _lock_finding(name: str, wanted: str, found: Optional[str], where: str) -> Finding:
@@ -216,18 +258,17 @@ def _lock_finding(name: str, wanted: str, found: Optional[str], where: str) -> F
     )
 
 
-def check_lock(pins: Sequence[Requirement], env: Environment, where: str) -> List[Finding]:
+def check_lock(pins: Sequence[Pin], env: Environment, where: str) -> List[Finding]:
     """What the lock pins (for this interpreter's markers) must be installed exactly."""
     winners = env.winners()
     findings = []
     for pin in pins:
-        wanted = _pinned_version(pin)
-        if wanted is None or (pin.marker and not pin.marker.evaluate(dict(env.markers))):
+        if pin.version is None or (pin.marker and not pin.marker.evaluate(dict(env.markers))):
             continue
-        dist = winners.get(canonicalize_name(pin.name))
-        if dist is None or not _same_version(wanted, dist.version):
+        dist = winners.get(pin.name)
+        if dist is None or not _same_version(pin.version, dist.version):
             found = dist.version if dist else None
-            findings.append(_lock_finding(canonicalize_name(pin.name), wanted, found, where))
+            findings.append(_lock_finding(pin.name, pin.version, found, where))
     return findings
 
 
@@ -255,7 +296,7 @@ def verdict(
     *,
     before: Sequence[Environment],
     after: Sequence[Environment],
-    pins: Sequence[Requirement],
+    pins: Sequence[Pin],
     step: str,
     today: datetime.date,
 ) -> List[Finding]:
@@ -291,7 +332,7 @@ def write_trail(
         "compared_with": previous,
         "findings": [f.to_json() for f in found],
     }
-    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+    text = json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n"
     write_file(os.path.join(trail, step + FINDINGS_SUFFIX), text.encode("utf-8"))
 
 
@@ -317,18 +358,63 @@ def print_verdict(step: str, previous: str, found: Sequence[Finding]) -> None:
 # ----------------------------------------------------------------------------- main
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="layer-audit build guard (runs in the image)")
-    parser.add_argument("--step", required=True, help="the layer's slug, e.g. v2-01")
-    parser.add_argument("--trail", required=True, help="the audit trail folder in the image")
-    parser.add_argument("--lock", help="the layer's lock (pip layers)")
-    parser.add_argument("--config", default=os.path.join(HERE, "guard.json"))
-    parser.add_argument("--base", default=os.path.join(HERE, "base.json"))
-    parser.add_argument("--today", type=datetime.date.fromisoformat, default=None)
-    return parser.parse_args(argv)
+USAGE = (
+    "usage: guard.py --step vN-MM --trail DIR [--lock FILE] [--config FILE] [--base FILE] "
+    "[--today YYYY-MM-DD]"
+)
+_OPTIONS = ("step", "trail", "lock", "config", "base", "today")
 
 
-def run(args: argparse.Namespace) -> int:
+class GuardArgs:
+    """The guard's command line (argparse costs more to import than the guard's own checks)."""
+
+    def __init__(self, values: Dict[str, str]) -> None:
+        self.step = values["step"]
+        self.trail = values["trail"]
+        self.lock: Optional[str] = values.get("lock")
+        self.config = values.get("config", os.path.join(HERE, "guard.json"))
+        self.base = values.get("base", os.path.join(HERE, "base.json"))
+        self.today = _iso_date(values["today"]) if "today" in values else None
+
+
+def _iso_date(text: str) -> datetime.date:
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise GuardError(f"--today {text}: expected YYYY-MM-DD") from None
+
+
+def _option_pairs(argv: Sequence[str]) -> Dict[str, str]:
+    """``--name value`` and ``--name=value`` pairs; anything else is a usage error."""
+    values: Dict[str, str] = {}
+    items = list(argv)
+    while items:
+        flag = items.pop(0)
+        name, equals, value = flag[2:].partition("=")
+        if not flag.startswith("--") or name not in _OPTIONS or not (equals or items):
+            raise GuardError(f"unexpected argument {flag!r}")
+        values[name] = value if equals else items.pop(0)
+    return values
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> GuardArgs:
+    """The parsed command line; prints the usage and exits 2 when it is wrong."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in (["-h"], ["--help"]):
+        print(USAGE)
+        raise SystemExit(0)
+    try:
+        values = _option_pairs(args)
+        missing = [f"--{name}" for name in ("step", "trail") if name not in values]
+        if missing:
+            raise GuardError(f"missing {' and '.join(missing)}")
+        return GuardArgs(values)
+    except GuardError as exc:
+        print(f"{USAGE}\nguard.py: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def run(args: GuardArgs) -> int:
     slug_key(args.step)
     config = read_json(args.config)
     previous, before = previous_environments(args.trail, args.step, args.base)

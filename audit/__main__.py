@@ -1,5 +1,17 @@
-"""``python -m audit``: the command line under the nox sessions."""
+"""``python -m audit``: the command line under the nox sessions.
 
-from audit.cli import main
+``lock`` on unchanged inputs is answered from its verified-fresh stamp before the command line
+is even parsed (:mod:`audit.lock_stamp` imports only json, hashlib and os); every other run, and
+every miss, goes through :mod:`audit.cli`.
+"""
 
-raise SystemExit(main())
+import sys
+
+from audit.lock_stamp import quick_exit
+
+code = quick_exit(sys.argv[1:])
+if code is None:
+    from audit.cli import main
+
+    code = main()
+raise SystemExit(code)

@@ -42,15 +42,14 @@ class RecipeAudit:
 
 def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     """Audit ``recipe`` as committed at ``source`` (the work tree or a git ref)."""
-    has_base = source.exists(base_relpath(recipe))
-    base: Installed = (
-        base_environment(read_base(source, base_relpath(recipe)), recipe, source)
-        if has_base
-        else {}
-    )
+    if not source.exists(base_relpath(recipe)):
+        # Nothing can be predicted without the base: say so once instead of "no changes".
+        locks = Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, False)))
+        return RecipeAudit(recipe, (), locks.findings, (locks,))
+    base = base_environment(read_base(source, base_relpath(recipe)), recipe, source)
     steps = tuple(predict_from(base, source, recipe))
     sections = (
-        Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, has_base))),
+        Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, True))),
         Section(f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps))),
         *_stage_sections(recipe, steps, today),
     )
@@ -110,7 +109,12 @@ def _lock_findings(source: Source, recipe: Recipe, has_base: bool) -> list[Findi
     findings: list[Finding] = []
     if not has_base:
         relpath = base_relpath(recipe)
-        findings.append(_lock_finding(MISSING_LOCK, relpath, "never recorded", recipe.name, hint))
+        reason = f"the base image {recipe.base_ref} was never recorded: nothing can be predicted"
+        record = (
+            f"on a machine that has {recipe.base_ref} (docker pull or docker load it): "
+            f"nox -s lock -- {recipe.name} --record-base, then commit locks/{recipe.name}/"
+        )
+        findings.append(_lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record))
     for state in check_locks(source, recipe):
         if state.status != "fresh":
             rule = MISSING_LOCK if state.status == "missing" else STALE_LOCK

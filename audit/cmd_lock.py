@@ -34,6 +34,7 @@ from audit.lock import (
     survey_locks,
     waiver_violations,
 )
+from audit.lock_stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
 from audit.lockfile import (
     BaseRecord,
     Lock,
@@ -91,7 +92,11 @@ def register(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     options = LockOptions.from_args(args)
     root = paths.find_root()
-    source = DirectorySource(root)
+    answer = _stamped_answer(root, options)
+    if answer is not None:
+        console.plain(answer)
+        return EXIT_OK
+    source = RecordingSource(DirectorySource(root))
     recipe = load_recipe(source, options.image)
     if options.stage and options.stage not in [s.name for s in recipe.stages]:
         names = ", ".join(s.name for s in recipe.stages)
@@ -101,13 +106,44 @@ def handle(args: argparse.Namespace) -> int:
     survey = survey_locks(source, recipe)
     states = _upto(list(survey.states), recipe, options.stage)
     if options.check:
-        return report_check(recipe.name, states)
+        code = report_check(recipe.name, states)
+        if code == EXIT_OK:
+            stamp_fresh(root, recipe, survey, source)
+        return code
     if survey.base is not None and not options.record_base and _all_fresh(states):
+        stamp_fresh(root, recipe, survey, source)
         return _nothing_to_compile(states)
     from audit import atomic
 
     with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
-        return lock_image(root, source, recipe, options)
+        code = lock_image(root, source, recipe, options)
+        _look_again_and_stamp(root, options.image)
+    return code
+
+
+def _stamped_answer(root: Path, options: LockOptions) -> str | None:
+    """The verified-fresh stamp's answer; --record-base always does the work it asks for."""
+    if options.record_base or options.stage == "":
+        return None
+    return fresh_answer(str(root), options.image, options.stage, check=options.check)
+
+
+def stamp_fresh(root: Path, recipe: Recipe, survey: Survey, source: RecordingSource) -> None:
+    """Record what ``source`` saw, with the lock count of every ``--stage`` found all fresh."""
+    if survey.base is None:
+        return  # lock would record the base first: not an answer the stamp can give
+    states = list(survey.states)
+    wanted: list[str | None] = [None, *(stage.name for stage in recipe.stages)]
+    fresh = [(stage, _upto(states, recipe, stage)) for stage in wanted]
+    answers = [(stage, len(upto)) for stage, upto in fresh if _all_fresh(upto)]
+    write_stamp(str(root), recipe.name, source, answers)
+
+
+def _look_again_and_stamp(root: Path, image: str) -> None:
+    """After compiling, one more (recorded) look: the stamp holds only what a check saw."""
+    source = RecordingSource(DirectorySource(root))
+    recipe = load_recipe(source, image)
+    stamp_fresh(root, recipe, survey_locks(source, recipe), source)
 
 
 def _upto(states: list[LockState], recipe: Recipe, stage: str | None) -> list[LockState]:
@@ -120,14 +156,14 @@ def _all_fresh(states: list[LockState]) -> bool:
 
 
 def _nothing_to_compile(states: list[LockState]) -> int:
-    console.plain(f"all {len(states)} locks are fresh: nothing to compile")
+    console.plain(fresh_message(len(states), check=False))
     return EXIT_OK
 
 
 def report_check(image: str, states: list[LockState]) -> int:
     bad = [state for state in states if state.status != "fresh"]
     if not bad:
-        console.plain(f"all {len(states)} locks are fresh")
+        console.plain(fresh_message(len(states), check=True))
         return EXIT_OK
     from rich.markup import escape
 

@@ -90,7 +90,7 @@ def image_sections(
     added = added_waivers(old.policy if old else None, new.policy)
     base_section, base_keys = _base_section(name, old_side, new_side, today)
     sections = [
-        Section(section_title(name, "locks"), tuple(lock_findings(head, new))),
+        Section(section_title(name, "locks"), tuple(lock_findings(head, new, base, old))),
         base_section,
         *_stage_sections(name, old_side, new_side, base_keys, today),
         Section(section_title(name, WAIVERS_PART), tuple(_waiver_findings(name, added))),
@@ -124,27 +124,43 @@ def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
     return tuple(waiver for waiver in new.waivers if waiver not in known)
 
 
-def lock_findings(head: Source, recipe: Recipe) -> list[Finding]:
-    """A failing finding per stale or missing lock at the head, naming its requirements file."""
+def lock_findings(
+    head: Source, recipe: Recipe, base: Source | None = None, old: Recipe | None = None
+) -> list[Finding]:
+    """A finding per stale or missing lock at the head, naming its requirements file.
+
+    It fails the gate unless the base already had exactly that problem: a pull request is
+    judged by what it changes, so a lock that was missing before it only warns.
+    """
     hint = f"recompile the locks and commit them: nox -s lock -- {recipe.name}"
+    before = _unfresh(base, old) if base is not None and old is not None else set()
     return [
-        _lock_finding(recipe, state, hint)
+        _lock_finding(recipe, state, hint, (state.relpath, state.status, state.reason) in before)
         for state in check_locks(head, recipe)
         if state.status != "fresh"
     ]
 
 
-def _lock_finding(recipe: Recipe, state: LockState, hint: str) -> Finding:
+def _unfresh(source: Source, recipe: Recipe) -> set[tuple[str, str, str]]:
+    return {
+        (state.relpath, state.status, state.reason)
+        for state in check_locks(source, recipe)
+        if state.status != "fresh"
+    }
+
+
+def _lock_finding(recipe: Recipe, state: LockState, hint: str, preexisting: bool) -> Finding:
     assert isinstance(state.step.layer, PipLayer)  # check_locks only looks at pip layers
     requirements = f"{recipe.directory.as_posix()}/{state.step.layer.requirements}"
     problem = "changed without recompiling" if state.status == "stale" else "has no lock"
+    already = " (already so at the base: not caused by this pull request)" if preexisting else ""
     return Finding(
         rule=f"{state.status}-lock",
-        severity=ERROR,
-        package="",
+        severity=WARNING if preexisting else ERROR,
+        package=state.relpath,
         before=None,
         after=None,
-        message=f"{requirements} {problem} {state.relpath} ({state.reason})",
+        message=f"{requirements} {problem} ({state.reason}){already}",
         where=f"{recipe.name} {state.step.label}",
         hint=hint,
     )

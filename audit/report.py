@@ -93,6 +93,20 @@ def summary_line(report: Report) -> str:
 # --- terminal ----------------------------------------------------------------------------
 
 
+# Rules whose message only restates "package before -> after: rule": their note stays empty.
+_PLAIN_CHANGES = frozenset(
+    {"added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "unparsable"}
+)
+
+
+def _note(finding: Finding) -> str:
+    """What the rule, package and change columns do not already say."""
+    parts = [] if finding.rule in _PLAIN_CHANGES else [finding.message]
+    if finding.waiver:
+        parts.append(f"waived: {finding.waiver}")
+    return "\n".join(parts)
+
+
 def _change(finding: Finding) -> str:
     if finding.before is None and finding.after is None:
         return ""
@@ -106,13 +120,13 @@ def _table(title: str, severity: str, findings: list[Finding]) -> Table:
     table.add_column("rule", no_wrap=True)
     table.add_column("package", overflow="fold")
     table.add_column("change", overflow="fold")
-    table.add_column("message", overflow="fold", ratio=1)
+    table.add_column("note", overflow="fold", ratio=1)
     for finding in findings:
-        note = escape(finding.message)
-        if finding.waiver:
-            note += f"\n[dim]waived: {escape(finding.waiver)}[/]"
         table.add_row(
-            f"[{style}]{escape(finding.rule)}[/]", escape(finding.package), _change(finding), note
+            f"[{style}]{escape(finding.rule)}[/]",
+            escape(finding.package),
+            _change(finding),
+            escape(_note(finding)),
         )
     return table
 
@@ -126,14 +140,23 @@ def _print_section(section: Section, console: Console) -> None:
             console.print(_table(section.title, severity, findings))
 
 
+def _hints(report: Report) -> dict[str, list[str]]:
+    """Each distinct hint of a failing finding, with what it is about (said once, not per row)."""
+    hints: dict[str, list[str]] = {}
+    for finding in ordered(report.findings):
+        if finding.fails and finding.hint:
+            subject = f"{finding.package or finding.where} ({finding.rule})"
+            hints.setdefault(finding.hint, []).append(subject)
+    return hints
+
+
 def print_report(report: Report, console: Console) -> None:
     """One table per section and severity (errors first), each error's hint, a summary line."""
     for section in report.sections:
         _print_section(section, console)
-    for finding in ordered(report.findings):
-        if finding.fails and finding.hint:
-            console.print(f"[bold red]{escape(finding.package)}[/] ({escape(finding.rule)}): hint:")
-            console.print(escape(finding.hint))
+    for hint, subjects in _hints(report).items():
+        console.print(f"[bold red]{escape(', '.join(subjects))}[/]: hint:")
+        console.print(escape(hint))
     style = "bold red" if report.failed else "bold green"
     console.print(f"[{style}]{escape(summary_line(report))}[/]")
 
@@ -166,13 +189,10 @@ def _cell(text: str | None) -> str:
 
 
 def _markdown_table(findings: list[Finding]) -> list[str]:
-    rows = ["| | rule | package | change | message |", "|---|---|---|---|---|"]
+    rows = ["| | rule | package | change | note |", "|---|---|---|---|---|"]
     for f in findings:
-        message = f"{f.message} (waived: {f.waiver})" if f.waiver else f.message
-        change = _cell(_change(f))
-        rows.append(
-            f"| {_ICON[f.severity]} | {f.rule} | `{f.package}` | {change} | {_cell(message)} |"
-        )
+        change, note = _cell(_change(f)), _cell(_note(f))
+        rows.append(f"| {_ICON[f.severity]} | {f.rule} | `{f.package}` | {change} | {note} |")
     return rows
 
 

@@ -8,6 +8,7 @@ with ``<file>:<line>: problem`` and a hint. Paths are project-relative POSIX pat
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import shlex
@@ -80,6 +81,14 @@ def url_problem(url: str) -> str | None:
     if re.search(r"\s", url) or CONTROL.search(url):
         return f"URL contains whitespace or control characters: {url!r}"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_requirement(line: str) -> Requirement:
+    """``Requirement(line)``, parsed once per process: a run reads each file several times
+    (recipe validation, every lock look, the gate's two refs). The object is shared, so callers
+    only read it, as everything here does (RequirementsFile is frozen)."""
+    return Requirement(line)
 
 
 def parse_requirements(
@@ -183,7 +192,7 @@ class _Reader:
 
     def _requirement(self, where: _Where, line: str, constraint: bool) -> None:
         try:
-            requirement = Requirement(line)
+            requirement = parse_requirement(line)
         except InvalidRequirement as exc:
             raise where.error(
                 f"not a PEP 508 requirement: {line!r} ({str(exc).splitlines()[0]})",

@@ -56,7 +56,10 @@ def compile_locks(project: Path, image: str, folder: Path) -> None:
     done = subprocess.run(argv, cwd=project, env=audit_env(), check=False)
     if done.returncode != 0:
         sys.exit(f"lock failed ({done.returncode})")
-    shutil.copytree(project / "locks" / image, folder / "locks", dirs_exist_ok=True)
+    dot_files = shutil.ignore_patterns(".*")  # the lock command's own lock file
+    shutil.copytree(
+        project / "locks" / image, folder / "locks", ignore=dot_files, dirs_exist_ok=True
+    )
 
 
 def audit_env() -> dict[str, str]:

@@ -188,8 +188,30 @@ def test_a_requirements_file_changed_without_recompiling_fails(repo: Path, tmp_p
     assert code == EXIT_VIOLATION
     [stale] = findings(report, "stale-lock")
     assert "images/demo/requirements/v2.in changed without recompiling" in str(stale["message"])
-    assert "locks/demo/v2-02.txt" in str(stale["message"])
+    assert stale["package"] == "locks/demo/v2-02.txt"
     assert "images/demo/requirements/v2.in" in markdown
+
+
+def test_a_lock_already_missing_at_the_base_only_warns(repo: Path, tmp_path: Path) -> None:
+    git(repo, "checkout", "-q", "main")
+    (repo / "locks/demo/v2-02.txt").unlink()
+    commit_files(repo, {}, "main loses a lock")
+    git(repo, "checkout", "-q", "-B", "pr")
+    commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "an unrelated change")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    [missing] = findings(report, "missing-lock")
+    assert missing["severity"] == "warning"
+    assert "not caused by this pull request" in str(missing["message"])
+
+
+def test_a_pull_request_that_removes_a_lock_fails(repo: Path, tmp_path: Path) -> None:
+    (repo / "locks/demo/v2-02.txt").unlink()
+    commit_files(repo, {}, "drop a lock")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    [missing] = findings(report, "missing-lock")
+    assert missing["severity"] == "error" and missing["package"] == "locks/demo/v2-02.txt"
 
 
 def test_an_upgrade_only_change_passes(repo: Path, tmp_path: Path) -> None:

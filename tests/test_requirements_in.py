@@ -9,6 +9,7 @@ from audit.requirements_in import (
     RequirementsFile,
     logical_lines,
     normalise_index_url,
+    parse_requirement,
     parse_requirements,
     url_problem,
 )
@@ -201,3 +202,11 @@ def test_url_helpers() -> None:
     assert url_problem("https://pypi.org/simple") is None
     assert "credentials" in (url_problem("https://token@pypi.org/simple") or "")
     assert "http" in (url_problem("file:///opt/wheels") or "")
+
+
+def test_a_line_is_parsed_once_and_a_bad_line_fails_every_time() -> None:
+    first = parse({"a.in": "alpha>=1 ; python_version >= '3.9'\n"}).requirements[0]
+    again = parse({"a.in": "beta\nalpha>=1 ; python_version >= '3.9'\n"}).requirements[1]
+    assert again is first and again == parse_requirement("alpha>=1 ; python_version >= '3.9'")
+    for _ in range(2):
+        assert "not a PEP 508 requirement" in failure({"a.in": "alpha >>= 1\n"}).message

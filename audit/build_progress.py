@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
+from audit.recipe import EnvLayer, Recipe
 
 VIOLATION = "LAYER-AUDIT-VIOLATION"
 GUARD_ERROR = "LAYER-AUDIT-GUARD-ERROR"
@@ -84,26 +86,52 @@ def parse(lines: Iterable[str]) -> Progress:
     return progress
 
 
-def step_table(progress: Progress, title: str) -> Table:
+def step_labels(recipe: Recipe) -> dict[tuple[str, str], str]:
+    """(stage, BuildKit step number) -> the recipe layer it builds, e.g. ``v2 layer 1 (...)``.
+
+    BuildKit numbers a stage's steps from its FROM when that pulls an image (only v1's does:
+    ``FROM v1 AS v2`` makes no step), then each RUN and COPY; ENV and ARG make no step, so env
+    layers are skipped when counting.
+    """
+    labels: dict[tuple[str, str], str] = {}
+    for step in recipe.steps():
+        if step.position == 1:
+            number = 1 if step.stage_number == 1 else 0
+        if step.position == 1 and step.stage_number == 1:
+            labels[(step.stage.name, "1")] = f"{step.stage.name} FROM {recipe.base_ref}"
+        if not isinstance(step.layer, EnvLayer):
+            number += 1
+            labels[(step.stage.name, str(number))] = step.label
+    return labels
+
+
+def _label(vertex: Vertex, labels: Mapping[tuple[str, str], str]) -> str:
+    number = vertex.position.split("/")[0]
+    return labels.get((vertex.stage, number)) or vertex.operation[:90]
+
+
+def step_table(
+    progress: Progress, title: str, labels: Mapping[tuple[str, str], str] | None = None
+) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for column in ("stage", "step", "instruction", "status"):
+    for column in ("stage", "step", "layer", "status"):
         table.add_column(column, overflow="ellipsis", no_wrap=True)
     styles = {"done": "green", "cached": "dim", "error": "bold red", _RUNNING: "yellow"}
     for vertex in progress.vertices.values():
-        operation = (
-            vertex.operation if len(vertex.operation) < 70 else vertex.operation[:67] + "..."
-        )
         status = f"[{styles.get(vertex.status, '')}]{vertex.status}[/]"
-        table.add_row(vertex.stage, vertex.position, operation, status)
+        table.add_row(vertex.stage, vertex.position, _label(vertex, labels or {}), status)
     return table
 
 
 class LiveView:
     """A live table of steps on a terminal; one line per finished step otherwise (CI logs)."""
 
-    def __init__(self, console: Console, title: str) -> None:
+    def __init__(
+        self, console: Console, title: str, labels: Mapping[tuple[str, str], str] | None = None
+    ) -> None:
         self.console = console
         self.title = title
+        self.labels = labels or {}
         self.progress = Progress()
         self._live: Live | None = None
         self._printed: set[tuple[str, str]] = set()
@@ -116,7 +144,7 @@ class LiveView:
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.update(step_table(self.progress, self.title))
+            self._live.update(step_table(self.progress, self.title, self.labels))
             self._live.__exit__(None, None, None)
 
     def feed(self, line: str) -> None:
@@ -124,14 +152,14 @@ class LiveView:
         if not changed:
             return
         if self._live is not None:
-            self._live.update(step_table(self.progress, self.title))
+            self._live.update(step_table(self.progress, self.title, self.labels))
             return
         for key, vertex in self.progress.vertices.items():
             if vertex.status != _RUNNING and (key, vertex.stage) not in self._printed:
                 self._printed.add((key, vertex.stage))
                 self.console.print(
                     f"  [{vertex.stage} {vertex.position}] {vertex.status}: "
-                    f"{vertex.operation[:90]}",
+                    f"{_label(vertex, self.labels)}",
                     markup=False,
                     highlight=False,
                 )

@@ -35,7 +35,7 @@ from audit.build import (
     plan_build,
     secret_sources,
 )
-from audit.build_progress import LiveView, Progress
+from audit.build_progress import LiveView, Progress, step_labels
 from audit.build_trail import read_trail, write_trail_reports
 from audit.docker_host import DockerClient
 from audit.errors import (
@@ -47,6 +47,7 @@ from audit.errors import (
     EnvironmentProblem,
 )
 from audit.recipe import Recipe
+from audit.report import summary_line
 
 LOG_TAIL_LINES = 25
 DISK_FULL = "no space left on device"
@@ -216,7 +217,7 @@ def run_stage_build(
     recipe: Recipe, build: StageBuild, env: Mapping[str, str], log: BuildLog
 ) -> None:
     log.lines.append(f"### {shlex.join(build.argv)}")
-    with LiveView(console.stderr, f"{recipe.name} {build.stage}") as view:
+    with LiveView(console.stderr, f"{recipe.name} {build.stage}", step_labels(recipe)) as view:
         done = stream(build.argv, env, view.feed)
     log.lines.extend(done.lines)
     if done.returncode != 0:
@@ -268,8 +269,10 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
             run_smoke(plan, build)
         if plan.guard:  # one read: the target's trail holds every earlier stage's
             trail = read_trail(plan.builds[0])
-            for build in plan.builds:
-                write_trail_reports(root, recipe, build.stage, trail)
+            built = {build.stage for build in plan.builds}
+            for stage in (s.name for s in recipe.stages if s.name in built):
+                folder, report = write_trail_reports(root, recipe, stage, trail)
+                console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
         move_tags(client, plan)
     finally:
         log.save()

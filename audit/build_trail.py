@@ -75,8 +75,10 @@ def read_trail(build: StageBuild) -> dict[str, bytes]:
     return _read_archive(build.temp_ref)
 
 
-def write_trail_reports(root: Path, recipe: Recipe, stage: str, files: dict[str, bytes]) -> Path:
-    """Copy ``stage``'s part of the trail into its reports folder and render it; return it."""
+def write_trail_reports(
+    root: Path, recipe: Recipe, stage: str, files: dict[str, bytes]
+) -> tuple[Path, Report]:
+    """Copy ``stage``'s part of the trail into its reports folder and render it there."""
     folder = reports_dir(root, recipe.name, stage)
     slugs = {step.slug for step in recipe.steps(until=stage)}
     for name, data in sorted(files.items()):
@@ -85,4 +87,4 @@ def write_trail_reports(root: Path, recipe: Recipe, stage: str, files: dict[str,
     report = trail_report(recipe, stage, files)
     atomic.write_text(folder / "report.json", json.dumps(report_json(report), indent=1) + "\n")
     atomic.write_text(folder / "report.md", report_markdown(report))
-    return folder
+    return folder, report

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from packaging.version import InvalidVersion, Version
 
@@ -323,33 +323,25 @@ def run_in_image_result(
     return ContainerResult(code, out, err)
 
 
-def run_in_image(
-    ref: str,
-    argv: Sequence[str],
-    *,
-    mounts: Sequence[BindMount] = (),
-    network: str = "none",
-    platform: str | None = None,
-    environment: Mapping[str, str] | None = None,
-    user: str | None = None,
-    workdir: str | None = None,
-    timeout: float | None = None,
-) -> str:
+class ContainerOptions(TypedDict, total=False):
+    """The keyword options of :func:`run_in_image_result` (see its defaults there)."""
+
+    mounts: Sequence[BindMount]
+    network: str
+    platform: str | None
+    environment: Mapping[str, str] | None
+    user: str | None
+    workdir: str | None
+    timeout: float | None
+
+
+def run_in_image(ref: str, argv: Sequence[str], **options: Unpack[ContainerOptions]) -> str:
     """Run ``argv`` in a throwaway container of ``ref`` and return its stdout.
 
-    A non-zero exit raises :class:`CommandFailed` (exit 3) carrying the stderr tail.
+    Takes :func:`run_in_image_result`'s options; a non-zero exit raises
+    :class:`CommandFailed` (exit 3) carrying the stderr tail.
     """
-    result = run_in_image_result(
-        ref,
-        argv,
-        mounts=mounts,
-        network=network,
-        platform=platform,
-        environment=environment,
-        user=user,
-        workdir=workdir,
-        timeout=timeout,
-    )
+    result = run_in_image_result(ref, argv, **options)
     if result.exit_code != 0:
         raise CommandFailed(
             f"{ref}: {' '.join(argv)} exited with code {result.exit_code}",

@@ -11,7 +11,6 @@ for 50 on a 2-core machine, growing linearly.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import statistics
 import sys
@@ -25,20 +24,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from audit import cli, commands
-from audit.lock import RESOLVER, layer_inputs, pip_steps
-from audit.lockfile import (
-    BaseRecord,
-    base_relpath,
-    forget_parsed,
-    render_base,
-    render_lock,
-    sha256,
+from audit.lockfile import forget_parsed
+from tests.support.project import (
+    ProjectSpec,
+    lock_body,
+    pip_recipe_toml,
+    system_base,
+    write_project,
 )
-from audit.recipe_parse import load_recipe
-from audit.snapshot import Distribution, Environment
-from audit.sources import DirectorySource
 
-INTERPRETER = "/usr/bin/python3"
 SITE = "/usr/local/lib/python3.12/dist-packages"
 CHANGES_PER_STAGE = 6  # packages each stage upgrades or adds; the rest are re-pinned as is
 
@@ -53,15 +47,17 @@ group = ["pkg-0002", "pkg-0003"]
 
 
 def recipe_toml(stages: int) -> str:
-    head = (
-        '[image]\nbase = "example/base:1"\nplatform = "linux/arm64"\ncuda = "cu130"\n'
-        f'interpreters = ["{INTERPRETER}"]\nrepository = "local/bench"\n'
+    names = [f"v{n}" for n in range(1, stages + 1)]
+    return (
+        pip_recipe_toml(
+            names,
+            base="example/base:1",
+            platform="linux/arm64",
+            cuda="cu130",
+            repository="local/bench",
+        )
+        + POLICY
     )
-    body = "".join(
-        f'\n[[stage]]\nname = "v{n}"\n  [[stage.layer]]\n  pip = "requirements/v{n}.in"\n'
-        for n in range(1, stages + 1)
-    )
-    return head + body + POLICY
 
 
 def stage_versions(packages: int, stages: int) -> list[dict[str, str]]:
@@ -76,44 +72,19 @@ def stage_versions(packages: int, stages: int) -> list[dict[str, str]]:
     return envs
 
 
-def lock_body(pins: dict[str, str]) -> str:
-    lines = []
-    for name, version in sorted(pins.items()):
-        digest = hashlib.sha256(f"{name}-{version}".encode()).hexdigest()
-        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}\n")
-    return "".join(lines)
-
-
-def base_text(packages: dict[str, str]) -> str:
-    dists = tuple(
-        Distribution(name, version, SITE, "pip", "sha256:" + "0" * 64, name)
-        for name, version in sorted(packages.items())
-    )
-    env = Environment(INTERPRETER, "3.12.3", {"platform_machine": "aarch64"}, (SITE,), dists)
-    return render_base(BaseRecord("example/base:1", "sha256:" + "1" * 64, None, (env,)))
-
-
 def write_recipe(root: Path, image: str, envs: list[dict[str, str]]) -> None:
-    folder = root / "images" / image / "requirements"
-    folder.mkdir(parents=True)
-    (folder.parent / "image.toml").write_text(recipe_toml(len(envs) - 1))
-    for n in range(1, len(envs)):
-        (folder / f"v{n}.in").write_text(f"new-{n:02d}-0\n")
-    source = DirectorySource(root)
-    recipe = load_recipe(source, image)
-    base = base_text(envs[0])
-    _write(root / base_relpath(recipe), base)
-    earlier: dict[str, str] = {}
-    for n, step in enumerate(pip_steps(recipe), start=1):
-        inputs = layer_inputs(source, recipe, step, sha256(base.encode()), earlier)
-        body = lock_body(envs[n])
-        _write(root / inputs.relpath, render_lock(image, step, RESOLVER, inputs.digests, body))
-        earlier[step.slug] = sha256(body.encode())
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    """Recipe ``image``: stage ``vN`` asks for one new package; its lock holds ``envs[N]``."""
+    markers = {"platform_machine": "aarch64"}
+    base = system_base(envs[0], site=SITE, python="3.12.3", markers=markers)
+    stages = [f"v{n}" for n in range(1, len(envs))]
+    spec = ProjectSpec(
+        image,
+        recipe_toml(len(stages)),
+        {f"v{n}.in": f"new-{n:02d}-0\n" for n in range(1, len(envs))},
+        base,
+        {stage: lock_body(env) for stage, env in zip(stages, envs[1:], strict=True)},
+    )
+    write_project(root, spec)
 
 
 def timed(action: Callable[[], int], repeat: int) -> tuple[float, float, int]:

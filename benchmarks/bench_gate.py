@@ -13,7 +13,6 @@ K runs each, and prints the medians. Exit 1 when the command's median is 1 s or 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import statistics
 import sys
@@ -29,18 +28,13 @@ from audit import commands  # noqa: E402
 from audit.gate import gate  # noqa: E402
 from audit.gate_markdown import gate_markdown  # noqa: E402
 from audit.gitsource import GitSource  # noqa: E402
-from audit.lock import RESOLVER, layer_inputs, pip_steps  # noqa: E402
-from audit.lockfile import (  # noqa: E402
-    BaseRecord,
-    base_relpath,
-    forget_parsed,
-    render_base,
-    render_lock,
-    sha256,
+from audit.lockfile import forget_parsed  # noqa: E402
+from tests.support.project import (  # noqa: E402
+    ProjectSpec,
+    pip_recipe_toml,
+    system_base,
+    write_project,
 )
-from audit.recipe_parse import load_recipe  # noqa: E402
-from audit.snapshot import Distribution, Environment  # noqa: E402
-from audit.sources import DirectorySource  # noqa: E402
 
 TARGET_SECONDS = 1.0
 IMAGE = "bench"
@@ -50,16 +44,14 @@ Pins = dict[str, str]
 
 
 def recipe_text(stages: int, waiver: bool) -> str:
-    head = (
-        '[image]\nbase = "example/base:1"\nplatform = "linux/amd64"\ncuda = "cpu"\n'
-        'interpreters = ["/usr/bin/python3"]\nrepository = "local/bench"\n'
+    allowed = '[[policy.waiver]]\npackage = "shared-000"\nfrom = "*"\nto = "0.9.0"\n'
+    return pip_recipe_toml(
+        [f"v{n}" for n in range(1, stages + 1)],
+        base="example/base:1",
+        interpreter="/usr/bin/python3",
+        repository="local/bench",
+        extra=allowed + 'reason = "benchmark"\n' if waiver else "",
     )
-    body = "".join(
-        f'\n[[stage]]\nname = "v{n}"\n  [[stage.layer]]\n  pip = "requirements/v{n}.in"\n'
-        for n in range(1, stages + 1)
-    )
-    allowed = '\n[[policy.waiver]]\npackage = "shared-000"\nfrom = "*"\nto = "0.9.0"\n'
-    return head + body + (allowed + 'reason = "benchmark"\n' if waiver else "")
 
 
 def stage_pins(stage: int, packages: int, proposed: bool) -> Pins:
@@ -73,47 +65,11 @@ def stage_pins(stage: int, packages: int, proposed: bool) -> Pins:
     return pins
 
 
-def base_record(packages: int) -> BaseRecord:
-    site = "/usr/lib/python3/dist-packages"
-    dists = tuple(
-        Distribution(f"base-{i:03d}", "2.0.0", site, "pip", "sha256:" + "0" * 64, f"base-{i:03d}")
-        for i in range(packages)
-    )
-    env = Environment("/usr/bin/python3", "3.11.2", {}, (site,), dists)
-    return BaseRecord("example/base:1", "sha256:" + "1" * 64, None, (env,))
-
-
-def lock_body(pins: Pins) -> str:
-    def line(name: str, version: str) -> str:
-        digest = hashlib.sha256(f"{name}=={version}".encode()).hexdigest()
-        return f"{name}=={version} \\\n    --hash=sha256:{digest}\n"
-
-    return "".join(line(name, version) for name, version in sorted(pins.items()))
-
-
-def write_project(root: Path, stages: int, packages: int, proposed: bool) -> None:
-    folder = root / "images" / IMAGE
-    (folder / "requirements").mkdir(parents=True, exist_ok=True)
-    (folder / "image.toml").write_text(recipe_text(stages, waiver=proposed))
+def write_repository_project(root: Path, stages: int, packages: int, proposed: bool) -> None:
+    base = system_base({f"base-{i:03d}": "2.0.0" for i in range(packages)})
     pins = {f"v{n}": stage_pins(n, packages, proposed) for n in range(1, stages + 1)}
-    for stage, stage_pinned in pins.items():
-        wanted = "".join(f"{name}>={version}\n" for name, version in sorted(stage_pinned.items()))
-        (folder / "requirements" / f"{stage}.in").write_text(wanted)
-    source = DirectorySource(root)
-    recipe = load_recipe(source, IMAGE)
-    base_text = render_base(base_record(packages))
-    _write(root / base_relpath(recipe), base_text)
-    earlier: dict[str, str] = {}
-    for step in pip_steps(recipe):
-        inputs = layer_inputs(source, recipe, step, sha256(base_text.encode()), earlier)
-        body = lock_body(pins[step.stage.name])
-        _write(root / inputs.relpath, render_lock(IMAGE, step, RESOLVER, inputs.digests, body))
-        earlier[step.slug] = sha256(body.encode())
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    recipe = recipe_text(stages, waiver=proposed)
+    write_project(root, ProjectSpec.locked(IMAGE, recipe, base, pins, operator=">="))
 
 
 def git(root: Path, *args: str) -> None:
@@ -122,11 +78,11 @@ def git(root: Path, *args: str) -> None:
 
 def make_repository(root: Path, stages: int, packages: int) -> None:
     git(root, "init", "-q", "-b", "main")
-    write_project(root, stages, packages, proposed=False)
+    write_repository_project(root, stages, packages, proposed=False)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "main")
     git(root, "checkout", "-q", "-b", "pr")
-    write_project(root, stages, packages, proposed=True)
+    write_repository_project(root, stages, packages, proposed=True)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "pull request")
 

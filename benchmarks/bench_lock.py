@@ -40,33 +40,19 @@ from audit.lock import (  # noqa: E402
     render_constraints,
 )
 from audit.lock_compile import run_compile  # noqa: E402
-from audit.lockfile import BaseRecord, forget_parsed, render_base  # noqa: E402
+from audit.lockfile import forget_parsed  # noqa: E402
 from audit.recipe_parse import load_recipe  # noqa: E402
-from audit.snapshot import Environment  # noqa: E402
 from audit.sources import DirectorySource  # noqa: E402
 from tests.support.pkgindex import serve_index  # noqa: E402
+from tests.support.project import (  # noqa: E402
+    ProjectSpec,
+    base_record,
+    pip_recipe_toml,
+    write_project,
+)
 from tests.support.wheels import make_wheel  # noqa: E402
 
 TARGET_RATIO = 30.0
-RECIPE = """\
-[image]
-base = "layer-audit/base:bookworm-amd64"
-platform = "linux/amd64"
-cuda = "cpu"
-interpreters = ["/opt/venv/bin/python"]
-repository = "local/bench"
-index_url = "{index}"
-
-[[stage]]
-name = "v1"
-  [[stage.layer]]
-  pip = "requirements/v1.in"
-
-[[stage]]
-name = "v2"
-  [[stage.layer]]
-  pip = "requirements/v2.in"
-"""
 
 
 def median_seconds(action: Callable[[], object], repeat: int) -> float:
@@ -88,16 +74,13 @@ def synthetic_project() -> Iterator[Path]:
             for version in ("1.0", "1.1"):
                 make_wheel(wheels, f"pkg{number}", version, requires=requires)
         with serve_index(wheels) as index:
-            folder = root / "images" / "bench" / "requirements"
-            folder.mkdir(parents=True)
-            (folder.parent / "image.toml").write_text(RECIPE.format(index=index))
-            (folder / "v1.in").write_text("pkg0\n")
-            (folder / "v2.in").write_text("pkg10\n")
-            env = Environment("/opt/venv/bin/python", platform.python_version(), {}, (), ())
-            record = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:bench", None, (env,))
-            (root / "locks" / "bench").mkdir(parents=True)
-            (root / "locks" / "bench" / "base.json").write_text(render_base(record))
-            yield root
+            spec = ProjectSpec(
+                "bench",
+                pip_recipe_toml(["v1", "v2"], repository="local/bench", index_url=index),
+                {"v1.in": "pkg0\n", "v2.in": "pkg10\n"},
+                base_record(python=platform.python_version(), paths=(), image_id="sha256:bench"),
+            )
+            yield write_project(root, spec)
 
 
 def lock_args(image: str, host: bool) -> list[str]:

@@ -7,7 +7,6 @@ folder through the lock module's own writers, then runs ``python -m audit audit-
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,11 +19,10 @@ import pytest
 from audit import cli, commands
 from audit.auditdeps import audit_recipe
 from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.lock import RESOLVER, layer_inputs, pip_steps
-from audit.lockfile import BaseRecord, base_relpath, render_base, render_lock, sha256
 from audit.recipe_parse import load_recipe
-from audit.snapshot import Distribution, Environment
 from audit.sources import DirectorySource
+from tests.support.project import ProjectSpec, system_base
+from tests.support.project import write_project as write_project_files
 
 CUDA_RECIPE = """\
 [image]
@@ -79,45 +77,14 @@ class Project:
 
 def write_project(root: Path, project: Project, image: str = "vllm") -> None:
     """Recipe, requirements (one per pip stage), base.json and fresh locks."""
-    folder = root / "images" / image
-    (folder / "requirements").mkdir(parents=True, exist_ok=True)
-    (folder / "image.toml").write_text(project.recipe)
-    for stage, pins in project.pins.items():
-        lines = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
-        (folder / "requirements" / f"{stage}.in").write_text(lines)
-    source = DirectorySource(root)
-    recipe = load_recipe(source, image)
-    base_text = render_base(base_record(project.base, project.interpreter))
-    _write(root / base_relpath(recipe), base_text)
-    earlier: dict[str, str] = {}
-    for step in pip_steps(recipe):
-        inputs = layer_inputs(source, recipe, step, sha256(base_text.encode()), earlier)
-        body = lock_body(project.pins[step.stage.name])
-        _write(root / inputs.relpath, render_lock(image, step, RESOLVER, inputs.digests, body))
-        earlier[step.slug] = sha256(body.encode())
-
-
-def base_record(packages: Mapping[str, str], interpreter: str) -> BaseRecord:
-    site = "/usr/local/lib/python3.12/dist-packages"
-    dists = tuple(
-        Distribution(name, version, site, "pip", "sha256:" + "0" * 64, name)
-        for name, version in sorted(packages.items())
+    base = system_base(
+        project.base,
+        site="/usr/local/lib/python3.12/dist-packages",
+        python="3.12.3",
+        interpreter=project.interpreter,
+        image="example/vllm:day0",
     )
-    env = Environment(interpreter, "3.12.3", {}, (site,), dists)
-    return BaseRecord("example/vllm:day0", "sha256:" + "1" * 64, None, (env,))
-
-
-def lock_body(pins: Mapping[str, str]) -> str:
-    lines = []
-    for name, version in sorted(pins.items()):
-        digest = hashlib.sha256(f"{name}-{version}".encode()).hexdigest()
-        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}\n")
-    return "".join(lines)
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_project_files(root, ProjectSpec.locked(image, project.recipe, base, project.pins))
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -24,16 +25,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 from audit import docker_host
 from audit.cli import main
 from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EnvironmentProblem
-from audit.lockfile import BaseRecord, parse_lock, render_base
+from audit.lockfile import parse_lock
 from audit.snapshot import Distribution, Environment, dump_snapshot
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import project_page, root_page, serve_index, yank
+from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 REPO = Path(__file__).resolve().parents[1]
 TOML = "images/demo/image.toml"
@@ -51,16 +54,17 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of the committed demo recipe, its locks and the templates, as the working dir."""
     root = tmp_path / "project"
     for folder in ("images/demo", "locks/demo", "templates"):
-        shutil.copytree(REPO / folder, root / folder)
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".lock"))
     monkeypatch.chdir(root)
     return root
 
 
 def files_of(root: Path, folder: str) -> dict[str, bytes]:
+    """Every file's bytes, but the lock command's own (git-ignored) file lock."""
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted((root / folder).rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != ".lock"
     }
 
 
@@ -356,27 +360,27 @@ def test_output_that_cannot_be_a_file_exits_2_before_any_work(
 # ----------------------------------------------------------------------------- yanked, pre, local
 
 
-def base_record(interpreter: str = "/opt/venv/bin/python") -> str:
-    import platform
-
-    env = Environment(interpreter, platform.python_version(), {}, ("/opt/venv",), ())
-    return render_base(BaseRecord("layer-audit/base:bookworm-amd64", "sha256:t", None, (env,)))
-
-
 def index_project(root: Path, index: str, v1: str, pre: bool = False) -> Path:
     """Recipe ``t``: one pip layer on ``index``, a base record matching this host's Python."""
-    folder = root / "images" / "t"
-    (folder / "requirements").mkdir(parents=True)
-    (folder / "requirements" / "v1.in").write_text(v1)
-    (folder / "image.toml").write_text(
-        '[image]\nbase = "layer-audit/base:bookworm-amd64"\nplatform = "linux/amd64"\n'
-        'cuda = "cpu"\ninterpreters = ["/opt/venv/bin/python"]\nrepository = "local/t"\n'
-        f'index_url = "{index}"\n[[stage]]\nname = "v1"\n  [[stage.layer]]\n'
-        f'  pip = "requirements/v1.in"\n  pre = {str(pre).lower()}\n'
-    )
-    (root / "locks" / "t").mkdir(parents=True)
-    (root / "locks" / "t" / "base.json").write_text(base_record())
-    return root
+    toml = pip_recipe_toml(["v1"], index_url=index, pre=pre)
+    base = base_record(python=platform.python_version(), image_id="sha256:t")
+    return write_project(root, ProjectSpec("t", toml, {"v1.in": v1}, base))
+
+
+class IndexedProject(Protocol):
+    def __call__(self, v1: str, pre: bool = False) -> Path: ...
+
+
+@pytest.fixture
+def indexed(tmp_path: Path, local_index: str, monkeypatch: pytest.MonkeyPatch) -> IndexedProject:
+    """``indexed(v1, pre=False)``: :func:`index_project` on the local index, now the cwd."""
+
+    def make(v1: str, pre: bool = False) -> Path:
+        root = index_project(tmp_path / "p", local_index, v1, pre)
+        monkeypatch.chdir(root)
+        return root
+
+    return make
 
 
 def pins(root: Path) -> dict[str, str]:
@@ -410,43 +414,34 @@ def versions(wheelhouse: Wheelhouse) -> Wheelhouse:
     ],
 )  # fmt: skip
 def test_what_a_lock_pins_for_yanked_pre_and_local_versions(
-    tmp_path: Path,
     versions: Wheelhouse,
-    local_index: str,
-    monkeypatch: pytest.MonkeyPatch,
+    indexed: IndexedProject,
     v1: str,
     pre: bool,
     expected: dict[str, str],
 ) -> None:
     """pip's rules, documented in docs/recipes.md: the lock records exactly what was chosen."""
-    root = index_project(tmp_path / "p", local_index, v1, pre)
-    monkeypatch.chdir(root)
+    root = indexed(v1, pre)
     assert main(["lock", "t", "--host"]) == 0
     assert pins(root) == expected
 
 
 def test_a_range_only_met_by_yanked_or_pre_releases_exits_2(
-    tmp_path: Path,
-    versions: Wheelhouse,
-    local_index: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    versions: Wheelhouse, indexed: IndexedProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = index_project(tmp_path / "p", local_index, "alpha>=2.0,<3\n")
-    monkeypatch.chdir(root)
+    root = indexed("alpha>=2.0,<3\n")
     err = fails(capsys, EXIT_BAD_INPUT, "lock", "t", "--host")
     assert "no version of alpha" in err and "on the recipe's indexes" in err
     assert not (root / "locks/t/v1-01.txt").exists()
 
 
 def test_a_version_yanked_after_locking_keeps_the_lock_fresh(
-    tmp_path: Path, wheelhouse: Wheelhouse, local_index: str, monkeypatch: pytest.MonkeyPatch
+    wheelhouse: Wheelhouse, indexed: IndexedProject
 ) -> None:
     """Like Cargo: a yanked release stays installable from a lock; only a re-lock moves off it."""
     wheelhouse("alpha", "1.0")
     wheel = wheelhouse("alpha", "2.0")
-    root = index_project(tmp_path / "p", local_index, "alpha\n")
-    monkeypatch.chdir(root)
+    root = indexed("alpha\n")
     assert main(["lock", "t", "--host"]) == 0
     locked = (root / "locks/t/v1-01.txt").read_bytes()
     yank(wheel, "oops")
@@ -456,14 +451,9 @@ def test_a_version_yanked_after_locking_keeps_the_lock_fresh(
 
 
 def test_locking_a_yanked_pin_warns_with_the_reason(
-    tmp_path: Path,
-    versions: Wheelhouse,
-    local_index: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    versions: Wheelhouse, indexed: IndexedProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = index_project(tmp_path / "p", local_index, "alpha==2.0\n")
-    monkeypatch.chdir(root)
+    indexed("alpha==2.0\n")
     assert main(["lock", "t", "--host"]) == 0
     err = capsys.readouterr().err
     assert "yanked" in err and "broken metadata" in err

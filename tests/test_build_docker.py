@@ -263,20 +263,26 @@ def test_a_clean_recipe_builds_tags_labels_and_extracts_its_trail_without_leakin
     assert marker not in json.dumps(report)
 
 
+def build_alpha_on(
+    tmp_path: Path, index: Index, image: str, name: str, cleanup: list[str]
+) -> Project:
+    """Project ``name``: one pip stage (alpha 1.0) on ``image``, locked and built successfully."""
+    base_json = base_record(image, f"linux/{image.rsplit('-', 1)[1]}")
+    toml = '[[stage]]\nname = "v1"\n[[stage.layer]]\npip = "requirements/v1.in"\n'
+    project = make_project(tmp_path, index, name, toml, image, base_json)
+    cleanup.append(project.repository)
+    project.lock("v1-01", "v1.in", [("alpha", "1.0")])
+    done = project.build()
+    assert done.returncode == 0, done.stderr[-3000:]
+    return project
+
+
 @pytest.mark.emulation
 def test_an_arm64_build_under_emulation_is_tagged_arm64(
     tmp_path: Path, index: Index, base_image: BaseImageFactory, cleanup: list[str]
 ) -> None:
-    image = base_image("bookworm", "arm64")
-    base_json = base_record(image, "linux/arm64")
-    toml = '[[stage]]\nname = "v1"\n[[stage.layer]]\npip = "requirements/v1.in"\n'
-    project = make_project(tmp_path, index, "arm", toml, image, base_json)
-    cleanup.append(project.repository)
-    project.lock("v1-01", "v1.in", [("alpha", "1.0")])
+    project = build_alpha_on(tmp_path, index, base_image("bookworm", "arm64"), "arm", cleanup)
 
-    done = project.build()
-
-    assert done.returncode == 0, done.stderr[-3000:]
     ref = f"{project.repository}:v1-arm64-cpu"
     assert set(images_of(project.repository)) == {ref, f"{project.repository}:latest-arm64-cpu"}
     assert docker_host.image_info(ref).architecture == "arm64"
@@ -292,16 +298,10 @@ def test_the_guard_runs_under_python_39_and_writes_no_bytecode(
     tmp_path: Path, index: Index, base_image: BaseImageFactory, cleanup: list[str]
 ) -> None:
     image = base_image("bullseye", "amd64")
-    base_json = base_record(image, "linux/amd64")
-    assert json.loads(base_json)["snapshot"]["environments"][0]["python"].startswith("3.9.")
-    toml = '[[stage]]\nname = "v1"\n[[stage.layer]]\npip = "requirements/v1.in"\n'
-    project = make_project(tmp_path, index, "oldpython", toml, image, base_json)
-    cleanup.append(project.repository)
-    project.lock("v1-01", "v1.in", [("alpha", "1.0")])
+    project = build_alpha_on(tmp_path, index, image, "oldpython", cleanup)
 
-    done = project.build()
-
-    assert done.returncode == 0, done.stderr[-3000:]
+    base_json = json.loads((tmp_path / "locks/oldpython/base.json").read_text())
+    assert base_json["snapshot"]["environments"][0]["python"].startswith("3.9.")
     ref = f"{project.repository}:v1-amd64-cpu"
     trail = tmp_path / "build" / "reports" / "oldpython" / "v1" / "trail"
     findings = json.loads((trail / "v1-01.findings.json").read_text())

@@ -6,7 +6,6 @@ lock helpers, so locks are fresh unless a test changes an input behind their bac
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import date
@@ -20,12 +19,9 @@ from audit.findings import ERROR, INFO, Finding
 from audit.gate import gate
 from audit.gate_markdown import gate_markdown
 from audit.gitsource import GitSource
-from audit.lock import RESOLVER, layer_inputs, pip_steps
-from audit.lockfile import BaseRecord, base_relpath, render_base, render_lock, sha256
-from audit.recipe_parse import load_recipe
 from audit.report import Report, Section
-from audit.snapshot import Distribution, Environment
-from audit.sources import DirectorySource
+from tests.support.project import ProjectSpec, system_base
+from tests.support.project import write_project as write_project_files
 from tests.test_gitsource import SHELL_BRANCH, commit_files, git
 
 TODAY = date(2025, 6, 1)
@@ -75,45 +71,10 @@ class Project:
 
 def write_project(root: Path, project: Project, image: str = "demo") -> None:
     """Recipe, requirements, base.json and fresh locks, through the lock module's own writers."""
-    folder = root / "images" / image
-    (folder / "requirements").mkdir(parents=True, exist_ok=True)
-    (folder / "image.toml").write_text(RECIPE + project.policy)
-    for stage, pins in project.pins.items():
-        lines = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
-        (folder / "requirements" / f"{stage}.in").write_text(lines)
-    source = DirectorySource(root)
-    recipe = load_recipe(source, image)
-    base_text = render_base(base_record(project))
-    write(root / base_relpath(recipe), base_text)
-    earlier: dict[str, str] = {}
-    for step in pip_steps(recipe):
-        inputs = layer_inputs(source, recipe, step, sha256(base_text.encode()), earlier)
-        body = lock_body(project.pins[step.stage.name])
-        write(root / inputs.relpath, render_lock(image, step, RESOLVER, inputs.digests, body))
-        earlier[step.slug] = sha256(body.encode())
-
-
-def base_record(project: Project) -> BaseRecord:
-    site = "/usr/lib/python3/dist-packages"
-    dists = tuple(
-        Distribution(name, version, site, "pip", "sha256:" + "0" * 64, name)
-        for name, version in sorted(project.base.items())
+    base = system_base(project.base, image_id=project.image_id)
+    write_project_files(
+        root, ProjectSpec.locked(image, RECIPE + project.policy, base, project.pins)
     )
-    env = Environment("/usr/bin/python3", "3.11.2", {}, (site,), dists)
-    return BaseRecord("example/base:1", project.image_id, None, (env,))
-
-
-def lock_body(pins: dict[str, str]) -> str:
-    lines = []
-    for name, version in sorted(pins.items()):
-        digest = hashlib.sha256(f"{name}-{version}".encode()).hexdigest()
-        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}\n")
-    return "".join(lines)
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 @pytest.fixture

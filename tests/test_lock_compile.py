@@ -16,13 +16,14 @@ import pytest
 
 from audit import cli, cmd_lock, commands, lock_stamp
 from audit.errors import AuditError
-from audit.lockfile import BaseRecord, parse_lock, render_base
-from audit.snapshot import Distribution, Environment
+from audit.lockfile import parse_lock
+from audit.snapshot import Distribution
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index
+from tests.support.project import ProjectSpec, base_record, pip_recipe_toml
+from tests.support.project import write_project as write_project_files
 
 REPO = Path(__file__).resolve().parents[1]
-INTERPRETER = "/opt/venv/bin/python"
 # A command line without the other commands of audit.cli (so these tests need only cmd_lock).
 RUNNER = """\
 import argparse, sys
@@ -39,43 +40,18 @@ except AuditError as error:
 """
 
 
-def recipe_toml(index: str, platform_: str = "linux/amd64", extra: str = "") -> str:
-    return f"""\
-[image]
-base = "layer-audit/base:bookworm-amd64"
-platform = "{platform_}"
-cuda = "cpu"
-interpreters = ["{INTERPRETER}"]
-repository = "local/t"
-index_url = "{index}"
-{extra}
-[[stage]]
-name = "v1"
-  [[stage.layer]]
-  pip = "requirements/v1.in"
-
-[[stage]]
-name = "v2"
-  [[stage.layer]]
-  pip = "requirements/v2.in"
-"""
-
-
 def write_project(
     root: Path, index: str, v1: str, v2: str, base: tuple[tuple[str, str], ...] = ()
 ) -> Path:
     """A project with recipe ``t`` and a base record matching this host's Python."""
-    folder = root / "images" / "t"
-    (folder / "requirements").mkdir(parents=True, exist_ok=True)
-    (folder / "image.toml").write_text(recipe_toml(index))
-    (folder / "requirements" / "v1.in").write_text(v1)
-    (folder / "requirements" / "v2.in").write_text(v2)
-    dists = tuple(Distribution(name, version) for name, version in base)
-    env = Environment(INTERPRETER, platform.python_version(), {}, ("/opt/venv",), dists)
-    record = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:test", None, (env,))
-    (root / "locks" / "t").mkdir(parents=True, exist_ok=True)
-    (root / "locks" / "t" / "base.json").write_text(render_base(record))
-    return root
+    dists = (Distribution(name, version) for name, version in base)
+    spec = ProjectSpec(
+        "t",
+        pip_recipe_toml(["v1", "v2"], index_url=index),
+        {"v1.in": v1, "v2.in": v2},
+        base_record(*dists, python=platform.python_version()),
+    )
+    return write_project_files(root, spec)
 
 
 def run_lock(*argv: str) -> int:

@@ -6,22 +6,29 @@ from pathlib import Path
 
 import pytest
 
-from audit.lockfile import parse_base, parse_lock
+from audit.lockfile import BaseRecord, parse_base, parse_lock
 from tests.support.fixtures import BaseImageFactory, Wheelhouse
-from tests.test_lock_compile import recipe_toml, run_lock
+from tests.support.project import ProjectSpec, pip_recipe_toml, write_project
+from tests.test_lock_compile import run_lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def image_project(root: Path, index: str, image: str, platform: str, v1: str) -> Path:
     """A recipe on ``image`` with no base record yet: the run must record it first."""
-    folder = root / "images" / "t"
-    (folder / "requirements").mkdir(parents=True)
-    toml = recipe_toml(index, platform).replace("layer-audit/base:bookworm-amd64", image)
-    (folder / "image.toml").write_text(toml)
-    (folder / "requirements" / "v1.in").write_text(v1)
-    (folder / "requirements" / "v2.in").write_text("alpha\n")
-    return root
+    toml = pip_recipe_toml(["v1", "v2"], base=image, platform=platform, index_url=index)
+    spec = ProjectSpec("t", toml, {"v1.in": v1, "v2.in": "alpha\n"})
+    return write_project(root, spec)
+
+
+def lock_in_image(
+    root: Path, index: str, image: str, platform: str, monkeypatch: pytest.MonkeyPatch
+) -> BaseRecord:
+    """``lock t`` run in ``root`` on a new project on ``image``; the base record it wrote."""
+    image_project(root, index, image, platform, "native\n")
+    monkeypatch.chdir(root)
+    assert run_lock("t") == 0
+    return parse_base((root / "locks/t/base.json").read_bytes(), "base.json")
 
 
 @pytest.fixture
@@ -47,16 +54,13 @@ def test_lock_inside_the_bookworm_base_image(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     image = base_image("bookworm", "amd64")
-    root = image_project(tmp_path, local_index, image, "linux/amd64", "native\n")
-    monkeypatch.chdir(root)
-    assert run_lock("t") == 0
-    record = parse_base((root / "locks/t/base.json").read_bytes(), "base.json")
+    record = lock_in_image(tmp_path, local_index, image, "linux/amd64", monkeypatch)
     environment = record.environments[0]
     assert environment.interpreter == "/opt/venv/bin/python"
     assert environment.python.startswith("3.11.")
     assert environment.markers["platform_machine"] == "x86_64"
-    assert pins(root, "v1-01") == {"native": "1.0"}  # the aarch64 wheel does not fit here
-    assert pins(root, "v2-01") == {"alpha": "1.0"}
+    assert pins(tmp_path, "v1-01") == {"native": "1.0"}  # the aarch64 wheel does not fit here
+    assert pins(tmp_path, "v2-01") == {"alpha": "1.0"}
     capsys.readouterr()
     assert run_lock("t", "--record-base") == 0  # re-recording an unchanged base changes nothing
     out = capsys.readouterr().out
@@ -73,11 +77,8 @@ def test_an_arm64_lock_on_this_machine_has_arm64_markers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     image = base_image("bookworm", "arm64")
-    root = image_project(tmp_path, local_index, image, "linux/arm64", "native\n")
-    monkeypatch.chdir(root)
-    assert run_lock("t") == 0
-    record = parse_base((root / "locks/t/base.json").read_bytes(), "base.json")
+    record = lock_in_image(tmp_path, local_index, image, "linux/arm64", monkeypatch)
     assert record.environments[0].markers["platform_machine"] == "aarch64"
-    assert pins(root, "v1-01") == {"native": "2.0"}  # only installable on aarch64
-    (root / "images/t/requirements/v2.in").write_text("alpha>=1\n")
+    assert pins(tmp_path, "v1-01") == {"native": "2.0"}  # only installable on aarch64
+    (tmp_path / "images/t/requirements/v2.in").write_text("alpha>=1\n")
     assert run_lock("t", "--host") == 2  # this amd64 host cannot stand in for arm64

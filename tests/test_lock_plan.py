@@ -14,17 +14,16 @@ from audit.lock import (
     active_waivers,
     check_locks,
     installed_before,
-    layer_inputs,
     pip_steps,
-    read_base_digest,
     render_constraints,
     waiver_violations,
 )
-from audit.lockfile import BaseRecord, Lock, Pin, lock_relpath, render_base, render_lock
+from audit.lockfile import BaseRecord, Lock, Pin, lock_relpath
 from audit.policy import Policy, Waiver
 from audit.recipe import PipLayer, Recipe, RunLayer, Stage
 from audit.snapshot import Distribution, Environment
 from audit.sources import DirectorySource
+from tests.support.project import write_base, write_fresh_locks, write_text
 
 BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"
 
@@ -43,30 +42,22 @@ def make_recipe(waivers: tuple[Waiver, ...] = ()) -> Recipe:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    folder = tmp_path / "images" / "t" / "requirements"
-    folder.mkdir(parents=True)
-    (folder / "v1.in").write_text("alpha\n-c common.txt\n")
-    (folder / "common.txt").write_text("alpha<3\n")
-    (folder / "v2.in").write_text("beta\n")
-    (folder / "v3.in").write_text("gamma\n")
+    requirements = {
+        "v1.in": "alpha\n-c common.txt\n",
+        "common.txt": "alpha<3\n",
+        "v2.in": "beta\n",
+        "v3.in": "gamma\n",
+    }
     env = Environment("/usr/bin/python3", "3.11.2", {}, ("/x",), (Distribution("pip", "23.0"),))
-    base = tmp_path / "locks" / "t" / "base.json"
-    base.parent.mkdir(parents=True)
-    base.write_text(render_base(BaseRecord("b", "sha256:1", None, (env,))))
+    for name, text in requirements.items():
+        write_text(tmp_path / "images/t/requirements" / name, text)
+    write_base(tmp_path, "t", BaseRecord("b", "sha256:1", None, (env,)))
     return tmp_path
 
 
 def write_all_locks(root: Path, recipe: Recipe) -> None:
     """Locks whose recorded inputs match the current files, as a real run would leave them."""
-    source = DirectorySource(root)
-    found = read_base_digest(source, recipe)
-    assert found is not None
-    earlier: dict[str, str] = {}
-    for step in pip_steps(recipe):
-        inputs = layer_inputs(source, recipe, step, found[1], earlier)
-        text = render_lock("t", step, "r", inputs.digests, BODY)
-        (root / inputs.relpath).write_text(text)
-        earlier[step.slug] = text.split("# content: ")[1].split("\n")[0]
+    write_fresh_locks(root, recipe, dict.fromkeys(["v1", "v2", "v3"], BODY))
 
 
 def statuses(root: Path, recipe: Recipe) -> list[str]:

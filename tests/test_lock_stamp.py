@@ -15,32 +15,18 @@ from pathlib import Path
 import pytest
 
 from audit import cli, cmd_lock, lock_stamp
-from audit.lock import layer_inputs, pip_steps, read_base_digest
-from audit.lockfile import BaseRecord, parse_lock, render_base, render_lock
-from audit.recipe_parse import load_recipe
-from audit.snapshot import Distribution, Environment
+from audit.snapshot import Distribution
 from audit.sources import DirectorySource
+from tests.support.project import (
+    ProjectSpec,
+    base_record,
+    pip_recipe_toml,
+    write_base,
+    write_project,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = """\
-[image]
-base = "layer-audit/base:bookworm-amd64"
-platform = "linux/amd64"
-cuda = "cpu"
-interpreters = ["/opt/venv/bin/python"]
-repository = "local/t"
-index_url = "https://pypi.example.org/simple"
-
-[[stage]]
-name = "v1"
-  [[stage.layer]]
-  pip = "requirements/v1.in"
-
-[[stage]]
-name = "v2"
-  [[stage.layer]]
-  pip = "requirements/v2.in"
-"""
+RECIPE = pip_recipe_toml(["v1", "v2"], index_url="https://pypi.example.org/simple")
 BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"
 STAMP = "build/.layer-audit/lock-state/t.stamp"
 # Modules a stamp hit must not import: the parsers, the plan, argparse and everything heavier.
@@ -48,38 +34,12 @@ HEAVY = {"packaging", "tomllib", "argparse", "rich", "audit.cli", "audit.recipe_
 HEAVY |= {"audit.lock", "audit.lockfile", "audit.requirements_in"}
 
 
-def write_base(root: Path, *dists: Distribution) -> None:
-    env = Environment("/opt/venv/bin/python", "3.11.7", {}, ("/opt/venv",), dists)
-    record = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:test", None, (env,))
-    (root / "locks/t/base.json").write_text(render_base(record))
-
-
-def write_fresh_locks(root: Path) -> None:
-    """Locks whose recorded inputs match the files, as a compiling run would leave them."""
-    source = DirectorySource(root)
-    recipe = load_recipe(source, "t")
-    found = read_base_digest(source, recipe)
-    assert found is not None
-    earlier: dict[str, str] = {}
-    for step in pip_steps(recipe):
-        inputs = layer_inputs(source, recipe, step, found[1], earlier)
-        text = render_lock("t", step, "test", inputs.digests, BODY)
-        (root / inputs.relpath).write_text(text)
-        earlier[step.slug] = parse_lock(text.encode(), inputs.relpath).content_digest
-
-
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    folder = root / "images/t/requirements"
-    folder.mkdir(parents=True)
-    (root / "images/t/image.toml").write_text(RECIPE)
-    (folder / "v1.in").write_text("alpha\n-c common.txt\n")
-    (folder / "common.txt").write_text("alpha<3\n")
-    (folder / "v2.in").write_text("beta\n")
-    (root / "locks/t").mkdir(parents=True)
-    write_base(root, Distribution("pip", "25.2"))
-    write_fresh_locks(root)
+    requirements = {"v1.in": "alpha\n-c common.txt\n", "common.txt": "alpha<3\n", "v2.in": "beta\n"}
+    base = base_record(Distribution("pip", "25.2"))
+    locks = dict.fromkeys(["v1", "v2"], BODY)
+    root = write_project(tmp_path / "project", ProjectSpec("t", RECIPE, requirements, base, locks))
     monkeypatch.chdir(root)
     return root
 
@@ -156,7 +116,9 @@ def append(relpath: str, text: str) -> Callable[[Path], None]:
 
 
 def rebase(root: Path) -> None:
-    write_base(root, Distribution("pip", "25.2"), Distribution("setuptools", "80.0"))
+    write_base(
+        root, "t", base_record(Distribution("pip", "25.2"), Distribution("setuptools", "80.0"))
+    )
 
 
 @pytest.mark.parametrize(

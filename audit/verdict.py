@@ -92,7 +92,7 @@ def cuda_major(tag: str) -> str | None:
 
 
 def _cuda_marks(dist: Distribution) -> Iterator[tuple[str, str]]:
-    """(kind, digits) for a ``-cuNN`` name suffix and each ``+cuNNN`` local label segment."""
+    """(kind, digits) for a ``-cuNN`` name suffix and each ``+cuNNN`` or ``+cpu`` label segment."""
     named = _PACKAGE_CUDA.search(dist.name)
     if named:
         yield "package", named.group(1)
@@ -103,6 +103,8 @@ def _cuda_marks(dist: Distribution) -> Iterator[tuple[str, str]]:
         local = _LOCAL_CUDA.match(segment)
         if local:
             yield "build", local.group(1)
+        elif segment == "cpu":  # the CPU wheel of a CUDA project (torch 2.9.0+cpu)
+            yield "build", "cpu"
 
 
 def _cuda_ok(kind: str, digits: str, tag: str) -> bool:
@@ -119,9 +121,12 @@ def _cuda_suffix(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for name in sorted(env):
         dist = env[name]
         for kind, digits in _cuda_marks(dist):
+            if digits == "cpu" and cuda_major(tag) is None:
+                continue  # a CPU build in a CPU image
             if cuda_major(tag) is not None and _cuda_ok(kind, digits, tag):
                 continue
-            message = f"{name} {dist.version}: {kind} for cu{digits} in an image built for {tag}"
+            what = "a CPU build" if digits == "cpu" else f"{kind} for cu{digits}"
+            message = f"{name} {dist.version}: {what} in an image built for {tag}"
             finding = _state("cuda-suffix", name, dist.version, message, where)
             yield finding if cuda_major(tag) else _with_severity(finding, WARNING)
             break

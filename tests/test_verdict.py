@@ -94,6 +94,7 @@ def test_lockstep_with_globs_fails_once_at_the_layer_that_broke_it() -> None:
         ("torch", "2.9.0+cu128", True),
         ("torch", "2.9.0+cu130", False),
         ("torch", "2.9.0", False),
+        ("torch", "2.9.0+cpu", True),
     ],
 )
 def test_cuda_suffix_in_a_cu130_image(name: str, version: str, bad: bool) -> None:
@@ -107,6 +108,8 @@ def test_cuda_marks_in_a_cpu_image_warn() -> None:
         (finding,) = check_state(after, Policy(cuda=cuda), where="")
         assert finding.severity == WARNING and finding.rule == "cuda-suffix"
     assert check_state(after, Policy(cuda="cu128", cuda_suffix=False), where="") == []
+    cpu_build = {"torch": Distribution("torch", "2.9.0+cpu")}
+    assert check_state(cpu_build, Policy(cuda="cpu"), where="") == []
 
 
 def test_cuda_major() -> None:

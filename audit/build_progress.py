@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from audit.recipe import EnvLayer, Recipe
 
@@ -29,6 +30,7 @@ _TITLE = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\] ]+) (?P<n>\d+)/(?P<total>\d
 _STATUS = re.compile(r"^#(?P<id>\d+) (?P<status>DONE [\d.]+s|CACHED|ERROR: .*|CANCELED)$")
 _OUTPUT = re.compile(r"^#\d+ [\d.]+ (?P<text>.*)$")
 _RUNNING = "running"
+_STYLES = {"done": "green", "cached": "dim", "error": "bold red", _RUNNING: "yellow"}
 
 
 @dataclass
@@ -116,10 +118,10 @@ def step_table(
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for column in ("stage", "step", "layer", "status"):
         table.add_column(column, overflow="ellipsis", no_wrap=True)
-    styles = {"done": "green", "cached": "dim", "error": "bold red", _RUNNING: "yellow"}
     for vertex in progress.vertices.values():
-        status = f"[{styles.get(vertex.status, '')}]{vertex.status}[/]"
-        table.add_row(vertex.stage, vertex.position, _label(vertex, labels or {}), status)
+        style = _STYLES.get(vertex.status.split(" ")[0], "")  # "done 0.8s" -> "done"
+        status = Text(vertex.status, style=style)
+        table.add_row(vertex.stage, vertex.position, Text(_label(vertex, labels or {})), status)
     return table
 
 

@@ -64,6 +64,15 @@ class Streamed:
     lines: tuple[str, ...]
 
 
+def shown_command(args: Sequence[str]) -> str:
+    """The command as printed: its ``--label`` pairs (all in build.log) counted, not listed."""
+    kept = [a for i, a in enumerate(args) if "--label" not in (a, args[i - 1] if i else "")]
+    labels = args.count("--label")
+    if not labels:
+        return shlex.join(kept)
+    return f"{shlex.join(kept[:-1])} --label … ({labels} labels, in build.log) {kept[-1]}"
+
+
 def stream(argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> Streamed:
     """Run a program like :func:`audit.commands.run`, handing each output line to ``on_line``.
 
@@ -72,7 +81,7 @@ def stream(argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str],
     """
     args = [commands.find_program(argv[0]), *argv[1:]]
     if not os.environ.get(commands.QUIET_ENV):
-        console.stderr.print(f"[dim]$ {escape(shlex.join(args))}[/dim]")
+        console.stderr.print(f"[dim]$ {escape(shown_command(args))}[/dim]")
     lines: list[str] = []
     try:
         with subprocess.Popen(

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from io import StringIO
 
-from audit.build_progress import parse, step_labels
+from rich.console import Console
+
+from audit.build_progress import parse, step_labels, step_table
+from audit.build_run import shown_command
 from audit.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer, Stage
 from tests.test_build_plan import make_recipe
 
@@ -35,3 +39,26 @@ def test_plain_progress_yields_steps_statuses_and_guard_violations() -> None:
     [vertex] = progress.vertices.values()
     assert (vertex.stage, vertex.position, vertex.status) == ("v2", "1/2", "error")
     assert progress.violations == [{"package": "nccl", "before": "2.30", "after": "2.29.7"}]
+
+
+def test_the_live_table_renders_every_status_and_bracketed_text() -> None:
+    lines = [
+        "#1 [v1 1/3] FROM docker.io/layer-audit/base:bookworm-amd64",
+        "#1 CACHED",
+        "#2 [v1 2/3] RUN echo [not markup]",
+        "#2 DONE 0.8s",
+        "#3 [v1 3/3] RUN false",
+        "#3 ERROR: process did not complete successfully",
+        "#4 [v2 1/1] RUN sleep 9",
+    ]
+    buffer = StringIO()
+    Console(file=buffer, width=100).print(step_table(parse(lines), "demo v2"))
+    text = buffer.getvalue()
+    for shown in ("cached", "done 0.8s", "error", "running", "RUN echo [not markup]"):
+        assert shown in text
+
+
+def test_the_printed_build_command_counts_its_labels_instead_of_listing_them() -> None:
+    argv = ["docker", "build", "--label", "a=1", "-t", "x:v1", "--label", "b=2", "ctx"]
+    assert shown_command(argv) == "docker build -t x:v1 --label … (2 labels, in build.log) ctx"
+    assert shown_command(["docker", "build", "ctx"]) == "docker build ctx"

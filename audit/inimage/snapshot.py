@@ -258,7 +258,10 @@ def canonical_json(value: object) -> str:
 def seal(document: dict[str, object]) -> bytes:
     """The file's bytes: canonical JSON with a digest over everything else, newline-terminated."""
     body = {key: value for key, value in document.items() if key != "digest"}
-    digest = sha256_digest(canonical_json(body).encode("ascii"))
+    text = canonical_json(body)
+    digest = sha256_digest(text.encode("ascii"))
+    if body and min(body) > "digest":  # "digest" sorts first: splice it in, serialise once
+        return ('{"digest":' + _quote(digest) + "," + text[1:] + "\n").encode("ascii")
     return (canonical_json(dict(body, digest=digest)) + "\n").encode("ascii")
 
 

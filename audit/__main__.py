@@ -1,7 +1,7 @@
 """``python -m audit``: the command line under the nox sessions.
 
 ``lock`` on unchanged inputs is answered from its verified-fresh stamp before the command line
-is even parsed (:mod:`audit.lock_stamp` imports only json, hashlib and os); every other run, and
+is even parsed (:mod:`audit.lock_stamp` imports only os, sys and sha256); every other run, and
 every miss, goes through :mod:`audit.cli`.
 """
 

@@ -3,8 +3,9 @@
 ``debootstrap --variant=minbase`` writes a Debian root file system with python3, venv and pip
 (a foreign architecture runs under qemu-user-static through binfmt_misc); a virtual
 environment is made at ``/opt/venv`` inside it (chroot); the tree is tarred (sorted, numeric
-owners) into a per-user cache, and a two-instruction ``FROM scratch`` / ``ADD rootfs.tar /``
-build through the BuildKit client turns it into ``layer-audit/base:<suite>-<arch>``.
+owners) into a per-user cache, and a ``FROM scratch`` / ``ADD rootfs.tar /`` build (plus
+``PATH``, labels and ``CMD``) through the BuildKit client turns it into
+``layer-audit/base:<suite>-<arch>``.
 ``docker import`` is not used: on Docker 20.10 it ignores ``--platform``.
 
 The tarball is cached under ``$XDG_CACHE_HOME/layer-audit/rootfs/<suite>-<arch>.tar``, so

@@ -124,7 +124,10 @@ def effective_platform(recipe: Recipe, platform: str | None) -> tuple[str, str]:
     chosen = platform or recipe.platform
     parts = chosen.split("/")
     if len(parts) not in (2, 3) or not all(parts):
-        raise UsageError(f"--platform {chosen}: expected os/arch, e.g. linux/arm64")
+        raise UsageError(
+            f"--platform {chosen}: expected os/arch, e.g. linux/arm64",
+            "pass --platform linux/amd64 or linux/arm64, or leave it out for the recipe's",
+        )
     return chosen, parts[1]
 
 

@@ -92,7 +92,10 @@ def stream(argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str],
                 lines.append(raw.rstrip("\n"))
                 on_line(lines[-1])
     except OSError as exc:
-        raise CommandFailed(f"cannot run {args[0]}: {exc.strerror}") from exc
+        raise CommandFailed(
+            f"cannot run {args[0]}: {exc.strerror}",
+            "name a working docker client with --docker PATH or $LAYER_AUDIT_DOCKER",
+        ) from exc
     return Streamed(proc.returncode, tuple(lines))
 
 

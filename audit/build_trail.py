@@ -33,7 +33,10 @@ def _read_archive(image: str) -> dict[str, bytes]:
     try:
         container = daemon.containers.create(image, command=["true"], entrypoint=[])
     except docker.errors.APIError as exc:
-        raise EnvironmentProblem(f"cannot read the trail of {image}: {exc}") from exc
+        raise EnvironmentProblem(
+            f"cannot read the trail of {image}: {exc}",
+            "check that the Docker daemon is up (docker info) and the image exists (docker images)",
+        ) from exc
     try:
         chunks, _ = container.get_archive(TRAIL_DIR)
         data = b"".join(chunks)

@@ -30,6 +30,16 @@ COMMAND_MODULES = {
 }
 
 
+DESCRIPTION = (
+    "layer-audit: render, lock, audit and build container images whose pip layers cannot "
+    "silently downgrade what an earlier layer installed. Each command is also a nox session."
+)
+EXIT_CODES = (
+    "exit codes: 0 clean, 1 policy violation (or a stale lock), 2 bad input (recipe, lock, "
+    "snapshot, arguments), 3 environment (Docker, git, network, disk)"
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits with the contract's bad-input code instead of printing usage twice."""
 
@@ -50,11 +60,13 @@ def _wanted_modules(argv: Sequence[str]) -> list[str]:
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m audit", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m audit", description=DESCRIPTION, epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in _wanted_modules(argv):
         importlib.import_module(name).register(subparsers)
+    for command in subparsers.choices.values():
+        command.epilog = command.epilog or EXIT_CODES  # one wording for every command's --help
     return parser
 
 

@@ -22,7 +22,7 @@ from audit.paths import find_root, list_images
 from audit.policy import Policy
 from audit.recipe import Recipe
 from audit.recipe_parse import load_recipe
-from audit.report import Report, report_exit_code, write_report
+from audit.report import Report, check_output, report_exit_code, write_report
 from audit.sources import DirectorySource
 
 FORMATS = ("table", "json", "markdown")
@@ -63,29 +63,60 @@ class AuditDepsOptions:
                 "use --recipe NAME to take the policy and interpreters from a recipe",
             )
         if not self.image and (self.recipe or self.interpreters):
-            raise UsageError("--recipe and --interpreter apply to --image only")
+            raise UsageError(
+                "--recipe and --interpreter apply to --image only",
+                "add --image REF to audit an existing image, or drop them to audit recipes",
+            )
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "audit-deps",
         help="audit recipes (predicted from locks, no Docker) or existing images",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description="Audit recipes before a build: the environment after every layer is "
+        "predicted from locks/IMAGE/ (base snapshot and locks) and checked by the policy; no "
+        "Docker. With --image, audit an existing image instead (needs Docker).",
     )
-    parser.add_argument("images", nargs="*", metavar="IMAGE", help="recipes (default: all)")
-    parser.add_argument("--image", metavar="REF", help="audit this existing image instead")
-    parser.add_argument("--against", metavar="REF", help="with --image: diff against this image")
-    parser.add_argument("--recipe", metavar="NAME", help="with --image: policy from this recipe")
     parser.add_argument(
-        "--interpreter", metavar="PATH", action="append", default=[], help="also audit this Python"
+        "images",
+        nargs="*",
+        metavar="IMAGE",
+        help="recipes: folder names under images/ (default: every recipe)",
     )
-    parser.add_argument("--format", choices=FORMATS, default="table")
-    parser.add_argument("--output", type=Path, metavar="FILE", help="write the report here")
+    parser.add_argument(
+        "--image", metavar="REF", help="audit this existing image instead of recipes"
+    )
+    parser.add_argument(
+        "--against", metavar="REF", help="with --image: compare it with this (older) image"
+    )
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="with --image: take the policy and interpreters from images/NAME/image.toml "
+        "(default: the default policy)",
+    )
+    parser.add_argument(
+        "--interpreter",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="with --image: also audit this Python inside the image (repeatable)",
+    )
+    parser.add_argument(
+        "--format", choices=FORMATS, default="table", help="report format (default: table)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the report to FILE (atomically) instead of stdout",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     options = AuditDepsOptions.from_args(args)
+    check_output(options.output)  # before any work: an image audit runs containers
     report = image_report(options) if options.image else recipes_report(options.images)
     write_report(report, options.fmt, options.output, console.stdout)
     return report_exit_code(report)

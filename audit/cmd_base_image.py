@@ -15,16 +15,38 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "base-image",
         help="make an offline Debian base image with python3 and a venv at /opt/venv",
-        description=baseimage.__doc__.splitlines()[0] if baseimage.__doc__ else None,
+        description="Make an offline Python base image from Debian packages with debootstrap "
+        "(as root; no registry needed): python3 plus a virtual environment at /opt/venv.",
     )
-    parser.add_argument("--suite", default=baseimage.DEFAULT_SUITE, help="Debian suite")
     parser.add_argument(
-        "--arch", default=baseimage.DEFAULT_ARCH, choices=sorted(baseimage.ARCHES), help="arch"
+        "--suite",
+        default=baseimage.DEFAULT_SUITE,
+        help=f"Debian suite (default: {baseimage.DEFAULT_SUITE})",
     )
-    parser.add_argument("--tag", default="", help="image tag (default layer-audit/base:SUITE-ARCH)")
-    parser.add_argument("--rebuild", action="store_true", help="ignore the cached root fs")
-    parser.add_argument("--mirror", default="", help="Debian mirror (default: the one apt uses)")
-    parser.add_argument("--docker", default=None, help="docker client to build with")
+    parser.add_argument(
+        "--arch",
+        default=baseimage.DEFAULT_ARCH,
+        choices=sorted(baseimage.ARCHES),
+        help=f"architecture; a foreign one runs under qemu (default: {baseimage.DEFAULT_ARCH})",
+    )
+    parser.add_argument(
+        "--tag", default="", help="image tag (default: layer-audit/base:SUITE-ARCH)"
+    )
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="run debootstrap again instead of using the cached root file system",
+    )
+    parser.add_argument(
+        "--mirror", default="", help="Debian mirror URL (default: the one this machine's apt uses)"
+    )
+    parser.add_argument(
+        "--docker",
+        metavar="PATH",
+        default=None,
+        help="the docker client program, a path or a name (default: $LAYER_AUDIT_DOCKER, "
+        "else detected)",
+    )
     parser.set_defaults(handler=handle)
 
 

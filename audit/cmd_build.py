@@ -28,22 +28,59 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "build",
         help="render and build an image's stages with the guard, then tag them",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description="Render the recipe, build its stages with BuildKit and the guard after "
+        "every pip and run layer, then tag them. Needs the locks (nox -s lock) and Docker; a "
+        "failed build moves no tag.",
     )
-    parser.add_argument("image", nargs="?", default=DEFAULT_IMAGE, help="default: demo")
-    parser.add_argument("--stage", help="build this stage only (default: every stage)")
-    parser.add_argument("--platform", help="override the recipe's platform, e.g. linux/arm64")
+    parser.add_argument(
+        "image",
+        nargs="?",
+        default=DEFAULT_IMAGE,
+        help=f"a recipe: the folder name under images/ (default: {DEFAULT_IMAGE})",
+    )
+    parser.add_argument(
+        "--stage",
+        metavar="vK",
+        help="build stages v1 up to vK and tag vK only (default: every stage, each tagged)",
+    )
+    parser.add_argument(
+        "--platform",
+        metavar="OS/ARCH",
+        help="build for this platform, e.g. linux/arm64 (default: the recipe's platform)",
+    )
     parser.add_argument("--push", action="store_true", help="push every tag after the build")
-    parser.add_argument("--builder", help="an existing buildx builder (remote BuildKit)")
-    parser.add_argument("--docker", help="the docker client to build with (path or name)")
+    parser.add_argument(
+        "--builder",
+        metavar="NAME",
+        help="hand the build to this existing buildx builder, e.g. a remote BuildKit",
+    )
+    parser.add_argument(
+        "--docker",
+        metavar="PATH",
+        help="the docker client program, a path or a name (default: $LAYER_AUDIT_DOCKER, "
+        "else detected)",
+    )
     parser.add_argument(
         "--network",
         default=NETWORK_AUTO,
-        help="build network: auto (host when layers fetch packages), default, host, none",
+        help="the build's network: auto (host when layers fetch packages), default, host, none "
+        f"(default: {NETWORK_AUTO})",
     )
-    parser.add_argument("--ca-bundle", type=Path, help="CA bundle for pip (a BuildKit secret)")
-    parser.add_argument("--no-guard", action="store_true", help="for measuring: no guard, no tags")
-    parser.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    parser.add_argument(
+        "--ca-bundle",
+        type=Path,
+        metavar="FILE",
+        help="CA bundle for pip, passed as a BuildKit secret (default: $SSL_CERT_FILE, "
+        "else $PIP_CERT)",
+    )
+    parser.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="for measuring the guard's cost: build without it and move no tag",
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="rebuild every layer (no BuildKit cache)"
+    )
     parser.set_defaults(handler=handle)
 
 

@@ -41,14 +41,34 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "diff",
         help="compare two snapshots and apply the policy (exit 1 on a violation)",
-        description=__doc__.splitlines()[0],
+        description="Judge the change between two snapshot files (python -m audit snapshot) "
+        "with a recipe's policy, or the default one; exit 1 on a violation.",
     )
-    parser.add_argument("before", type=Path, help="snapshot before the change")
-    parser.add_argument("after", type=Path, help="snapshot after the change")
-    parser.add_argument("--recipe", help="images/NAME or NAME: use its [policy] (default policy)")
-    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="table")
-    parser.add_argument("--output", type=Path, help="write the report here instead of stdout")
-    parser.add_argument("--interpreter", help="compare only this interpreter's environment")
+    parser.add_argument("before", type=Path, help="snapshot file before the change")
+    parser.add_argument("after", type=Path, help="snapshot file after the change")
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="take the policy from images/NAME/image.toml (default: the default policy)",
+    )
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="table",
+        help="report format (default: table)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the report to FILE (atomically) instead of stdout",
+    )
+    parser.add_argument(
+        "--interpreter",
+        metavar="PATH",
+        help="compare only this interpreter's environment (default: every one in the files)",
+    )
     parser.set_defaults(handler=run)
 
 

@@ -56,14 +56,35 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "gate",
         help="pull-request gate: compare every image's dependencies between two git refs",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description="What a pull request does to every image's dependencies: reads both refs "
+        "straight from git (no checkout), compares every image stage by stage and applies the "
+        "head's policy. Markdown is also appended to $GITHUB_STEP_SUMMARY when it is set.",
     )
-    parser.add_argument("--base", required=True, metavar="REF", help="e.g. origin/main")
-    parser.add_argument("--head", default="HEAD", metavar="REF", help="default: HEAD")
-    parser.add_argument("--repo", type=Path, default=Path(), metavar="PATH", help="default: .")
-    parser.add_argument("--markdown", type=Path, metavar="FILE", help="write Markdown here")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write JSON here")
-    parser.add_argument("--format", choices=FORMATS, default="table", help="what to print")
+    parser.add_argument(
+        "--base", required=True, metavar="REF", help="the ref to compare with, e.g. origin/main"
+    )
+    parser.add_argument(
+        "--head", default="HEAD", metavar="REF", help="the pull request's ref (default: HEAD)"
+    )
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        default=Path(),
+        metavar="PATH",
+        help="the git repository (default: the current folder)",
+    )
+    parser.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="also write the report as Markdown to FILE"
+    )
+    parser.add_argument(
+        "--json", type=Path, metavar="FILE", help="also write the report as JSON to FILE"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="report format on stdout (default: table)",
+    )
     parser.set_defaults(handler=run)
 
 

@@ -74,18 +74,40 @@ class LockOptions:
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "lock", help="compile one hermetic lock per pip layer (only the stale ones)"
+        "lock",
+        help="compile one hermetic lock per pip layer (only the stale ones)",
+        description="Record the base image's snapshot (locks/IMAGE/base.json) when missing, then "
+        "compile a hash-pinned pip-tools lock for every stale pip layer, inside the base image, "
+        "against everything installed before it. Needs Docker, except for --check.",
     )
-    parser.add_argument("image", help="recipe name: images/IMAGE/image.toml")
-    parser.add_argument("--stage", help="stop after this stage (vK)")
-    parser.add_argument("--check", action="store_true", help="compile nothing; exit 1 if stale")
+    parser.add_argument("image", help="a recipe: the folder name under images/")
     parser.add_argument(
-        "--record-base", action="store_true", help="re-record the base image's snapshot"
+        "--stage",
+        metavar="vK",
+        help="lock the pip layers of stages v1 up to vK only (default: every stage)",
     )
     parser.add_argument(
-        "--host", action="store_true", help="compile on this machine (only if it matches)"
+        "--check",
+        action="store_true",
+        help="compile nothing; exit 1 when a lock is stale or missing",
     )
-    parser.add_argument("--docker", help="docker client program (default: detected)")
+    parser.add_argument(
+        "--record-base",
+        action="store_true",
+        help="snapshot the base image again and rewrite locks/IMAGE/base.json",
+    )
+    parser.add_argument(
+        "--host",
+        action="store_true",
+        help="compile with this machine's Python instead of inside the base image "
+        "(only when its platform and Python version match the base)",
+    )
+    parser.add_argument(
+        "--docker",
+        metavar="PATH",
+        help="the docker client program, a path or a name (default: $LAYER_AUDIT_DOCKER, "
+        "else detected)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -100,7 +122,10 @@ def handle(args: argparse.Namespace) -> int:
     recipe = load_recipe(source, options.image)
     if options.stage and options.stage not in [s.name for s in recipe.stages]:
         names = ", ".join(s.name for s in recipe.stages)
-        raise UsageError(f"--stage {options.stage}: no such stage in {recipe.source}", names)
+        raise UsageError(
+            f"--stage {options.stage}: no such stage in {recipe.source}",
+            f"choose one of: {names}",
+        )
     # Look first without the file lock: on unchanged inputs that look is the whole run. Only
     # when something must be written is the lock taken, and lock_image looks again under it.
     survey = survey_locks(source, recipe)

@@ -24,8 +24,10 @@ def register(subparsers: Any) -> None:
         description="Validate images/IMAGE/image.toml and render build/IMAGE/: the Dockerfile "
         "(stages v1 ... vN), the requirements, locks, copied files, policy.json and recipe.json.",
     )
-    parser.add_argument("image", help="a folder name under images/")
-    parser.add_argument("--stage", metavar="vK", help="render stages v1 up to vK only")
+    parser.add_argument("image", help="a recipe: the folder name under images/")
+    parser.add_argument(
+        "--stage", metavar="vK", help="render stages v1 up to vK only (default: every stage)"
+    )
     parser.set_defaults(handler=run)
 
 

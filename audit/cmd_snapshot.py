@@ -23,12 +23,21 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "snapshot",
         help="record the distributions an interpreter sees (JSON)",
-        description=__doc__.splitlines()[0],
+        description="Record every distribution an interpreter on this machine sees, as sealed "
+        "JSON (schema layer-audit.snapshot/1).",
     )
     parser.add_argument(
-        "--python", default=sys.executable, help="interpreter to snapshot (default: this one)"
+        "--python",
+        metavar="PATH",
+        default=sys.executable,
+        help="the interpreter to snapshot (default: the one running this command)",
     )
-    parser.add_argument("--output", type=Path, help="write here (atomically) instead of stdout")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the snapshot to FILE (atomically) instead of stdout",
+    )
     parser.set_defaults(handler=run)
 
 

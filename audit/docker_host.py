@@ -303,24 +303,44 @@ def run_in_image_result(
     For callers that interpret a failure themselves (a resolver's conflict message);
     :func:`run_in_image` is the usual entry point.
     """
-    import docker
-
     options = _run_options(argv, mounts, network, platform)
     options |= {"environment": dict(environment or {}), "user": user or "", "working_dir": workdir}
-    client = daemon()
+    container = _create(ref, options)
     try:
-        container = client.containers.run(ref, **options)
-    except docker.errors.ImageNotFound as exc:
-        raise _missing_image(ref) from exc
-    except docker.errors.APIError as exc:
-        raise EnvironmentProblem(f"cannot start a container from {ref}: {exc}") from exc
-    try:
+        _start(container, ref)
         code = _wait(container, timeout, ref)
         out = container.logs(stdout=True, stderr=False).decode(errors="replace")
         err = container.logs(stdout=False, stderr=True).decode(errors="replace")
     finally:
         container.remove(force=True)
     return ContainerResult(code, out, err)
+
+
+def _create(ref: str, options: Mapping[str, Any]) -> Any:
+    """Create, never pull: the SDK's ``containers.run`` would try a registry for a missing
+    image, which on an offline machine fails with a bare HTTP 500 instead of naming the image."""
+    import docker
+
+    try:
+        return daemon().containers.create(ref, **options)
+    except docker.errors.ImageNotFound as exc:
+        raise _missing_image(ref) from exc
+    except docker.errors.APIError as exc:
+        raise EnvironmentProblem(
+            f"cannot create a container from {ref}: {exc}", "check the Docker daemon: docker info"
+        ) from exc
+
+
+def _start(container: Any, ref: str) -> None:
+    import docker
+
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        raise EnvironmentProblem(
+            f"cannot start a container from {ref}: {exc}",
+            "a foreign platform needs qemu registered with binfmt_misc (.ci/setup-machine)",
+        ) from exc
 
 
 class ContainerOptions(TypedDict, total=False):

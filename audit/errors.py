@@ -3,7 +3,8 @@
 Exit codes: 0 clean, 1 policy violation (the job ran and found a problem), 2 bad input
 (recipe, lock, snapshot, arguments), 3 environment (Docker, BuildKit, network, disk).
 Errors are raised deep inside and caught only at the command-line boundary (``audit.cli``),
-which prints ``message`` and ``hint`` and exits with ``exit_code``: never a traceback.
+which prints ``message`` and ``hint`` and exits with ``exit_code``: never a traceback. Inside
+images this module is vendored for the build guard, whose ``main`` is its boundary there.
 """
 
 from __future__ import annotations

@@ -82,7 +82,10 @@ class GitSource:
 
     def _check_readable(self, path: str, entry: TreeEntry) -> None:
         if entry.kind == "tree":
-            raise GitError(f"{self.describe(path)}: is a folder, not a file")
+            raise GitError(
+                f"{self.describe(path)}: is a folder, not a file",
+                "replace the folder with the file at that path, or fix the path that names it",
+            )
         if entry.kind != "blob":
             raise GitError(f"{self.describe(path)}: is a git submodule, not a file")
         if entry.mode == SYMLINK_MODE:

@@ -6,7 +6,9 @@ Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing
     _guard/snapshot.py     audit/inimage/snapshot.py, run with every recipe interpreter
     _guard/guard.json      image name, interpreters and policy the guard applies
     _guard/base.json       locks/<image>/base.json: what the first layer is compared with
-    _guard/lib/audit/      the pure core modules (snapshot, diff, policy, verdict, findings)
+                           (absent until ``lock`` recorded it; the guard then refuses)
+    _guard/lib/audit/      the pure core modules (errors, findings, policy, snapshot, diff,
+                           verdict: PURE_CORE)
     _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
 
 The folder is mounted with ``RUN --mount=type=bind,source=_guard,target=GUARD_MOUNT``, so none

@@ -260,7 +260,10 @@ def env_quote(value: str) -> str:
 def describe_recipe(
     recipe: Recipe, stages: tuple[Stage, ...], steps: list[Step], layers: LayerFiles
 ) -> dict[str, Any]:
-    """``recipe.json``: the rendered recipe as plain data (the build guard reads it)."""
+    """``recipe.json``: the rendered recipe as plain data, for people and tools.
+
+    The build guard does not read it: its settings are ``_guard/guard.json``.
+    """
     return {
         "schema": RECIPE_SCHEMA,
         "name": recipe.name,

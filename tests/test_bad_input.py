@@ -343,7 +343,14 @@ def test_damaged_snapshot_exits_2(
     assert f"{bad}: " in err and expected in err and "python -m audit snapshot" in err
 
 
-@pytest.mark.parametrize("command", ["diff", "snapshot"])
+OUTPUT_INPUTS = {
+    "snapshot": ["--python", "/nonexistent"],
+    # the work would be a container run: Docker must not even be asked (it would exit 3)
+    "audit-deps": ["--image", "layer-audit/never-built:none"],
+}
+
+
+@pytest.mark.parametrize("command", ["diff", "snapshot", "audit-deps"])
 @pytest.mark.parametrize("output", ["folder", "file/below-a-file.json"])
 def test_output_that_cannot_be_a_file_exits_2_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, output: str
@@ -351,7 +358,7 @@ def test_output_that_cannot_be_a_file_exits_2_before_any_work(
     (tmp_path / "folder").mkdir()
     (tmp_path / "file").write_text("keep me\n")
     snap = snapshot_file(tmp_path / "s.json", "1.0")
-    inputs = [str(snap), str(snap)] if command == "diff" else ["--python", "/nonexistent"]
+    inputs = OUTPUT_INPUTS.get(command, [str(snap), str(snap)])
     err = fails(capsys, EXIT_BAD_INPUT, command, *inputs, "--output", str(tmp_path / output))
     assert f"--output {tmp_path / output}" in err
     assert (tmp_path / "file").read_text() == "keep me\n"

@@ -140,6 +140,14 @@ def test_image_info_and_exists(base_image: Any) -> None:
         docker_host.image_info("layer-audit/no-such-image:never")
 
 
+@pytest.mark.docker
+def test_run_in_a_missing_image_names_it_instead_of_pulling() -> None:
+    with pytest.raises(EnvironmentProblem) as caught:
+        docker_host.run_in_image("layer-audit/base:never-amd64", ["/bin/true"])
+    assert "not found in the local Docker image store" in caught.value.message
+    assert "base-image --suite never --arch amd64" in caught.value.hint
+
+
 def _containers_of(client: Any, tag: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"ancestor": tag}))
 

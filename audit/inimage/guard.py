@@ -11,7 +11,9 @@ layer's snapshot in the trail (the first layer compares with the recorded base s
 applies the policy and exits 1 on an error finding, which fails the RUN and so the build.
 Each failing finding is also printed as one ``LAYER-AUDIT-VIOLATION {json}`` line for the host.
 
-Usage: ``python -B guard.py --step v2-01 --trail DIR [--lock FILE] [--today YYYY-MM-DD]``
+Usage: ``python -B guard.py --step v2-01 --trail DIR [--lock FILE] [--config FILE] [--base FILE]
+[--today YYYY-MM-DD]`` (``--config`` and ``--base`` default to ``guard.json`` and ``base.json``
+next to this script)
 (``-B``: the guard writes no bytecode, neither into the image nor into its read-only mount).
 """
 
@@ -37,9 +39,10 @@ EXIT_BAD_INPUT = 2
 _SLUG = re.compile(r"^v(\d+)-(\d+)$")
 
 sys.path.insert(0, LIB)
-# Every import is paid on every guarded layer: argparse, subprocess, packaging.utils (it loads
-# packaging.tags, platform and logging) and packaging.requirements load only when a check needs
-# them: plain ``name==version`` lock lines, the usual case, need only packaging.version.
+# Every import is paid on every guarded layer: subprocess and packaging.requirements load only
+# when a check needs them (plain ``name==version`` lock lines, the usual case, need only
+# packaging.version); argparse and packaging.utils (it loads packaging.tags, platform and
+# logging) are not imported at all.
 try:
     from audit.errors import AuditError
     from audit.findings import Finding

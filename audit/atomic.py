@@ -43,10 +43,19 @@ def write_bytes(path: Path, data: bytes) -> bool:
     if path.is_file() and path.read_bytes() == data:
         return False
     try:
-        _replace(path, data)
+        if path.exists() and not path.is_file() and not path.is_dir():
+            _write_through(path, data)
+        else:
+            _replace(path, data)
     except OSError as exc:
-        raise write_error(path, exc) from exc
+        raise _write_error(path, exc) from exc
     return True
+
+
+def _write_through(path: Path, data: bytes) -> None:
+    """A device or pipe (``/dev/null``, ``/dev/stdout``) is written, never renamed over."""
+    with path.open("wb") as handle:
+        handle.write(data)
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -66,7 +75,7 @@ def _replace(path: Path, data: bytes) -> None:
         raise
 
 
-def write_error(path: Path, exc: OSError) -> AuditError:
+def _write_error(path: Path, exc: OSError) -> AuditError:
     """One located error for a failed write; ``path`` itself is untouched."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return EnvironmentProblem(

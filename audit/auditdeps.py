@@ -1,6 +1,6 @@
 """audit-deps: check every recipe's predicted environments and locks before anything is built.
 
-For one recipe: lock freshness (``audit.lock.check_locks``: a stale or missing lock is an
+For one recipe: lock freshness (``audit.lock.survey_locks``: a stale or missing lock is an
 error finding), then the policy (``audit.verdict.evaluate``) on each pip layer's predicted
 before/after environments, reported per stage ("v7 -> v8") so a reviewer sees what each stage
 changes and which layer broke a rule. Violations the base image already has and that no layer
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import date
 
 from audit.findings import ERROR, Finding
-from audit.lock import check_locks
-from audit.lockfile import base_relpath, read_base
+from audit.lock import Survey, survey_locks
+from audit.lockfile import base_relpath
 from audit.predict import Installed, PredictedStep, base_environment, predict_from
 from audit.recipe import Recipe
 from audit.report import Report, Section
@@ -42,14 +42,15 @@ class RecipeAudit:
 
 def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     """Audit ``recipe`` as committed at ``source`` (the work tree or a git ref)."""
-    if not source.exists(base_relpath(recipe)):
+    survey = survey_locks(source, recipe)  # every lock read once, for freshness and prediction
+    locks = Section(f"{recipe.name} locks", tuple(_lock_findings(recipe, survey)))
+    if survey.base is None:
         # Nothing can be predicted without the base: say so once instead of "no changes".
-        locks = Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, False)))
         return RecipeAudit(recipe, (), locks.findings, (locks,))
-    base = base_environment(read_base(source, base_relpath(recipe)), recipe, source)
-    steps = tuple(predict_from(base, source, recipe))
+    base = base_environment(survey.base[0], recipe, source)
+    steps = tuple(predict_from(base, source, recipe, survey.locks))
     sections = (
-        Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, True))),
+        locks,
         Section(f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps))),
         *_stage_sections(recipe, steps, today),
     )
@@ -104,10 +105,10 @@ def _base_findings(
     ]
 
 
-def _lock_findings(source: Source, recipe: Recipe, has_base: bool) -> list[Finding]:
+def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
     hint = f"record the base and compile the locks: nox -s lock -- {recipe.name}"
     findings: list[Finding] = []
-    if not has_base:
+    if survey.base is None:
         relpath = base_relpath(recipe)
         reason = f"the base image {recipe.base_ref} was never recorded: nothing can be predicted"
         record = (
@@ -115,7 +116,7 @@ def _lock_findings(source: Source, recipe: Recipe, has_base: bool) -> list[Findi
             f"nox -s lock -- {recipe.name} --record-base, then commit locks/{recipe.name}/"
         )
         findings.append(_lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record))
-    for state in check_locks(source, recipe):
+    for state in survey.states:
         if state.status != "fresh":
             rule = MISSING_LOCK if state.status == "missing" else STALE_LOCK
             where = f"{recipe.name} {state.step.label}"

@@ -82,8 +82,20 @@ TAG_REFERENCE = re.compile(
 )
 
 
+SUITE_NAME = r"[a-z][a-z0-9-]*"
+DEFAULT_TAG = re.compile(rf"layer-audit/base:(?P<suite>{SUITE_NAME})-(?P<arch>{'|'.join(ARCHES)})")
+
+
 def default_tag(suite: str, arch: str) -> str:
     return f"layer-audit/base:{suite}-{arch}"
+
+
+def make_command(ref: str) -> str | None:
+    """The ``base-image`` command that makes ``ref`` when it is a default tag, else None."""
+    match = DEFAULT_TAG.fullmatch(ref)
+    if match is None:
+        return None
+    return f"python -m audit base-image --suite {match['suite']} --arch {match['arch']}"
 
 
 def validate(options: BaseImageOptions) -> BaseImageOptions:
@@ -91,7 +103,7 @@ def validate(options: BaseImageOptions) -> BaseImageOptions:
     if options.arch not in ARCHES:
         known = ", ".join(sorted(ARCHES))
         raise UsageError(f"--arch {options.arch}: unknown architecture", f"use one of: {known}")
-    if not re.fullmatch(r"[a-z][a-z0-9-]*", options.suite):
+    if not re.fullmatch(SUITE_NAME, options.suite):
         raise UsageError(f"--suite {options.suite!r}: not a Debian suite name", "e.g. bookworm")
     if options.tag and not TAG_REFERENCE.fullmatch(options.tag):
         raise UsageError(

@@ -96,11 +96,12 @@ def step_labels(recipe: Recipe) -> dict[tuple[str, str], str]:
     layers are skipped when counting.
     """
     labels: dict[tuple[str, str], str] = {}
+    number = 0
     for step in recipe.steps():
-        if step.position == 1:
+        if step.position == 1:  # a new stage: count its steps afresh
             number = 1 if step.stage_number == 1 else 0
-        if step.position == 1 and step.stage_number == 1:
-            labels[(step.stage.name, "1")] = f"{step.stage.name} FROM {recipe.base_ref}"
+            if number:
+                labels[(step.stage.name, "1")] = f"{step.stage.name} FROM {recipe.base_ref}"
         if not isinstance(step.layer, EnvLayer):
             number += 1
             labels[(step.stage.name, str(number))] = step.label

@@ -22,10 +22,8 @@ from audit.paths import find_root, list_images
 from audit.policy import Policy
 from audit.recipe import Recipe
 from audit.recipe_parse import load_recipe
-from audit.report import Report, check_output, report_exit_code, write_report
+from audit.report import Report, add_report_arguments, check_output, report_exit_code, write_report
 from audit.sources import DirectorySource
-
-FORMATS = ("table", "json", "markdown")
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class AuditDepsOptions:
             against=args.against,
             recipe=args.recipe,
             interpreters=tuple(args.interpreter),
-            fmt=args.format,
+            fmt=args.fmt,
             output=args.output,
         )
         options.validate()
@@ -102,15 +100,7 @@ def register(subparsers: Any) -> None:
         default=[],
         help="with --image: also audit this Python inside the image (repeatable)",
     )
-    parser.add_argument(
-        "--format", choices=FORMATS, default="table", help="report format (default: table)"
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        metavar="FILE",
-        help="write the report to FILE (atomically) instead of stdout",
-    )
+    add_report_arguments(parser)
     parser.set_defaults(handler=run)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from audit import baseimage, console
+from audit import baseimage, console, docker_host
 from audit.errors import EXIT_OK
 
 
@@ -40,13 +40,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--mirror", default="", help="Debian mirror URL (default: the one this machine's apt uses)"
     )
-    parser.add_argument(
-        "--docker",
-        metavar="PATH",
-        default=None,
-        help="the docker client program, a path or a name (default: $LAYER_AUDIT_DOCKER, "
-        "else detected)",
-    )
+    docker_host.add_client_option(parser)
     parser.set_defaults(handler=handle)
 
 

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from audit import paths
+from audit import docker_host, paths
 from audit.build import NETWORK_AUTO, BuildOptions, target_stages
 from audit.build_run import run_build
 from audit.errors import LockError
@@ -54,12 +54,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="hand the build to this existing buildx builder, e.g. a remote BuildKit",
     )
-    parser.add_argument(
-        "--docker",
-        metavar="PATH",
-        help="the docker client program, a path or a name (default: $LAYER_AUDIT_DOCKER, "
-        "else detected)",
-    )
+    docker_host.add_client_option(parser)
     parser.add_argument(
         "--network",
         default=NETWORK_AUTO,
@@ -102,14 +97,14 @@ def options_from(args: argparse.Namespace) -> BuildOptions:
 def check_locks(source: DirectorySource, recipe: Recipe, options: BuildOptions) -> None:
     """Every pip layer up to the target needs its lock; the guard needs the base snapshot."""
     last = target_stages(recipe, options.stage)[0]
-    for step in recipe.steps(until=last):
-        if isinstance(step.layer, PipLayer) and not source.exists(lock_relpath(recipe, step)):
+    for step in (s for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)):
+        relpath = lock_relpath(recipe, step)
+        if not source.exists(relpath):
             raise LockError(
-                f"{lock_relpath(recipe, step)}: missing (the lock of {step.label})",
+                f"{relpath}: missing (the lock of {step.label})",
                 f"compile the locks: nox -s lock -- {recipe.name}",
             )
-        if isinstance(step.layer, PipLayer):
-            read_lock(source, lock_relpath(recipe, step))  # truncated or edited: exit 2 now
+        read_lock(source, relpath)  # truncated or edited: exit 2 now, not inside the build
     if options.guard:
         read_base(source, base_relpath(recipe))
 

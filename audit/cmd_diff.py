@@ -14,9 +14,9 @@ from audit.errors import UsageError
 from audit.findings import Finding
 from audit.policy import Policy
 from audit.report import (
-    FORMATS,
     Report,
     Section,
+    add_report_arguments,
     check_output,
     report_exit_code,
     summary_line,
@@ -51,19 +51,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="take the policy from images/NAME/image.toml (default: the default policy)",
     )
-    parser.add_argument(
-        "--format",
-        dest="fmt",
-        choices=FORMATS,
-        default="table",
-        help="report format (default: table)",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        metavar="FILE",
-        help="write the report to FILE (atomically) instead of stdout",
-    )
+    add_report_arguments(parser)
     parser.add_argument(
         "--interpreter",
         metavar="PATH",

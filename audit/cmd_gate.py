@@ -21,7 +21,7 @@ from audit.errors import EnvironmentProblem
 from audit.gate import gate
 from audit.gate_markdown import gate_markdown
 from audit.gitsource import GitSource
-from audit.report import FORMATS, Report, render_text, report_exit_code, write_report
+from audit.report import FORMATS, Report, check_output, render_text, report_exit_code, write_report
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -90,9 +90,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
+    check_output(options.markdown, "--markdown")  # before reading two commits
+    check_output(options.json, "--json")
     report = gate_report(options, today=date.today())
-    _print(report, options.fmt)
-    _write_files(report, options)
+    markdown = gate_markdown(report)
+    _print(report, options.fmt, markdown)
+    _write_files(report, options, markdown)
     return report_exit_code(report)
 
 
@@ -107,15 +110,14 @@ def _label(source: GitSource) -> str:
     return f"{source.ref} ({source.commit[:12]})"
 
 
-def _print(report: Report, fmt: str) -> None:
+def _print(report: Report, fmt: str, markdown: str) -> None:
     if fmt == "markdown":
-        console.stdout.print(gate_markdown(report), markup=False, highlight=False, end="")
+        console.stdout.print(markdown, markup=False, highlight=False, end="")
     else:
         write_report(report, fmt, None, console.stdout)
 
 
-def _write_files(report: Report, options: GateOptions) -> None:
-    markdown = gate_markdown(report)
+def _write_files(report: Report, options: GateOptions, markdown: str) -> None:
     if options.markdown:
         atomic.write_text(options.markdown, markdown)
     if options.json:

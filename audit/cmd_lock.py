@@ -102,12 +102,9 @@ def register(subparsers: Any) -> None:
         help="compile with this machine's Python instead of inside the base image "
         "(only when its platform and Python version match the base)",
     )
-    parser.add_argument(
-        "--docker",
-        metavar="PATH",
-        help="the docker client program, a path or a name (default: $LAYER_AUDIT_DOCKER, "
-        "else detected)",
-    )
+    from audit import docker_host  # light, but off the import path of a fresh re-run
+
+    docker_host.add_client_option(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -148,7 +145,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _stamped_answer(root: Path, options: LockOptions) -> str | None:
     """The verified-fresh stamp's answer; --record-base always does the work it asks for."""
-    if options.record_base or options.stage == "":
+    if options.record_base:
         return None
     return fresh_answer(str(root), options.image, options.stage, check=options.check)
 

@@ -68,7 +68,9 @@ def run(
     argv = [str(a) for a in args]
     argv[0] = find_program(argv[0], hint)
     if not os.environ.get(QUIET_ENV):
-        console.stderr.print(f"[dim]$ {_display(argv, redact)}[/dim]", markup=True)
+        from rich.markup import escape  # printing loads rich anyway; quiet runs never do
+
+        console.stderr.print(f"[dim]$ {escape(_display(argv, redact))}[/dim]", markup=True)
     try:
         proc = subprocess.run(
             argv,

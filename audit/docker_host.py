@@ -12,8 +12,8 @@ client without buildx refuses BuildKit builds).
 
 from __future__ import annotations
 
+import argparse
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,9 +105,8 @@ def _major(version: str) -> int | None:
         return None
 
 
-def _choose(probe: _Probe) -> DockerClient | None:
-    if probe.has_buildx:
-        return DockerClient(probe.path, "buildx", probe.version)
+def _legacy_client(probe: _Probe) -> DockerClient | None:
+    """A client without buildx that still builds with BuildKit (``DOCKER_BUILDKIT=1``)."""
     major = _major(probe.version)
     if major is not None and major <= LAST_CLIENT_WITHOUT_BUILDX:
         return DockerClient(probe.path, "buildkit-env", probe.version)
@@ -131,12 +130,25 @@ def _refusal(probes: Sequence[_Probe], tried: Sequence[str]) -> EnvironmentProbl
 def detect_client(preferred: str | None = None) -> DockerClient:
     """The docker client to build with; :class:`EnvironmentProblem` (exit 3) when none fits."""
     tried = _candidates(preferred)
-    probes = [_probe(path) for path in _locate(tried)]
-    with_buildx = [p for p in probes if p.has_buildx]
-    for probe in with_buildx or probes:
-        if client := _choose(probe):
+    probes: list[_Probe] = []
+    for path in _locate(tried):  # the first with buildx wins: probe no further
+        probe = _probe(path)
+        if probe.has_buildx:
+            return DockerClient(probe.path, "buildx", probe.version)
+        probes.append(probe)
+    for probe in probes:
+        if client := _legacy_client(probe):
             return client
     raise _refusal(probes, tried)
+
+
+def add_client_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--docker PATH`` option of every command that runs a docker client."""
+    parser.add_argument(
+        "--docker",
+        metavar="PATH",
+        help=f"the docker client program, a path or a name (default: ${DOCKER_ENV}, else detected)",
+    )
 
 
 def client_env(client: DockerClient, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -192,13 +204,11 @@ def image_exists(ref: str) -> bool:
     return True
 
 
-OFFLINE_BASE = re.compile(r"layer-audit/base:(?P<suite>[a-z][a-z0-9-]*)-(?P<arch>amd64|arm64)")
-
-
 def _missing_image(ref: str) -> EnvironmentProblem:
-    offline = OFFLINE_BASE.fullmatch(ref)
-    if offline:
-        command = f"python -m audit base-image --suite {offline['suite']} --arch {offline['arch']}"
+    from audit.baseimage import make_command  # not at the top: baseimage imports this module
+
+    command = make_command(ref)
+    if command:
         hint = f"make it offline from Debian packages: {command}"
     else:
         hint = (

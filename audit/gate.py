@@ -20,8 +20,8 @@ from datetime import date
 from types import MappingProxyType
 
 from audit.findings import ERROR, INFO, WARNING, Finding
-from audit.lock import LockState, check_locks
-from audit.lockfile import BaseRecord, base_relpath, read_base
+from audit.lock import LockState, survey_locks
+from audit.lockfile import BaseRecord
 from audit.policy import Policy, Waiver
 from audit.predict import Installed, PredictedStep, base_environment, predict_from
 from audit.recipe import PipLayer, Recipe, Stage
@@ -37,13 +37,15 @@ BASE_IMAGE_RULE = "base-image"
 EMPTY: Installed = MappingProxyType({})
 
 FindingKey = tuple[str, str, str | None, str | None]
+LockKey = tuple[str, str, str]  # relpath, status, reason
 
 
 @dataclass(frozen=True)
 class Side:
     """One image at one ref: its recipe and predicted environments (empty when absent).
 
-    ``stages`` maps each stage name to the environment that stage ships (after its last layer).
+    ``stages`` maps each stage name to the environment that stage ships (after its last layer);
+    ``lock_states`` is the freshness of each pip layer's lock, from the same single read.
     """
 
     recipe: Recipe | None
@@ -51,6 +53,7 @@ class Side:
     base_env: Installed
     steps: tuple[PredictedStep, ...]
     stages: Mapping[str, Installed]
+    lock_states: tuple[LockState, ...] = ()
 
     @property
     def final_env(self) -> Installed:
@@ -90,7 +93,7 @@ def image_sections(
     added = added_waivers(old.policy if old else None, new.policy)
     base_section, base_keys = _base_section(name, old_side, new_side, today)
     sections = [
-        Section(section_title(name, "locks"), tuple(lock_findings(head, new, base, old))),
+        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side))),
         base_section,
         *_stage_sections(name, old_side, new_side, base_keys, today),
         Section(section_title(name, WAIVERS_PART), tuple(_waiver_findings(name, added))),
@@ -99,12 +102,15 @@ def image_sections(
 
 
 def read_side(source: Source, recipe: Recipe) -> Side:
-    """Predict ``recipe`` at ``source``; no base snapshot predicts from an empty base."""
-    relpath = base_relpath(recipe)
-    record = read_base(source, relpath) if source.exists(relpath) else None
+    """Predict ``recipe`` at ``source``, reading its base record and locks once (the survey that
+    also says which locks are fresh); no base snapshot predicts from an empty base."""
+    survey = survey_locks(source, recipe)
+    record = survey.base[0] if survey.base else None
     base_env = base_environment(record, recipe, source) if record else EMPTY
-    steps = tuple(predict_from(base_env, source, recipe))
-    return Side(recipe, record, base_env, steps, _stage_envs(recipe, base_env, steps))
+    locks = survey.locks if record else None  # without a base the survey reads no lock
+    steps = tuple(predict_from(base_env, source, recipe, locks))
+    stages = _stage_envs(recipe, base_env, steps)
+    return Side(recipe, record, base_env, steps, stages, survey.states)
 
 
 def _stage_envs(
@@ -124,29 +130,24 @@ def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
     return tuple(waiver for waiver in new.waivers if waiver not in known)
 
 
-def lock_findings(
-    head: Source, recipe: Recipe, base: Source | None = None, old: Recipe | None = None
-) -> list[Finding]:
+def lock_findings(new: Side, old: Side) -> list[Finding]:
     """A finding per stale or missing lock at the head, naming its requirements file.
 
     It fails the gate unless the base already had exactly that problem: a pull request is
     judged by what it changes, so a lock that was missing before it only warns.
     """
-    hint = f"recompile the locks and commit them: nox -s lock -- {recipe.name}"
-    before = _unfresh(base, old) if base is not None and old is not None else set()
+    assert new.recipe is not None  # the head side of an image the head has
+    hint = f"recompile the locks and commit them: nox -s lock -- {new.recipe.name}"
+    before = _unfresh(old.lock_states)
     return [
-        _lock_finding(recipe, state, hint, (state.relpath, state.status, state.reason) in before)
-        for state in check_locks(head, recipe)
-        if state.status != "fresh"
+        _lock_finding(new.recipe, state, hint, key in before)
+        for key, state in _unfresh(new.lock_states).items()
     ]
 
 
-def _unfresh(source: Source, recipe: Recipe) -> set[tuple[str, str, str]]:
-    return {
-        (state.relpath, state.status, state.reason)
-        for state in check_locks(source, recipe)
-        if state.status != "fresh"
-    }
+def _unfresh(states: Iterable[LockState]) -> dict[LockKey, LockState]:
+    """Each lock that is not fresh, by what makes two lock problems the same."""
+    return {(s.relpath, s.status, s.reason): s for s in states if s.status != "fresh"}
 
 
 def _lock_finding(recipe: Recipe, state: LockState, hint: str, preexisting: bool) -> Finding:

@@ -12,9 +12,8 @@ from itertools import groupby
 
 from audit.findings import ERROR, INFO, WARNING, Finding
 from audit.gate import BASE_IMAGE_RULE, image_of
-from audit.report import DETAILS_AFTER, Report, ordered
+from audit.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
 
-_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
 CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
 
@@ -65,7 +64,7 @@ def _row(image: str, finding: Finding) -> str:
     version = _version(finding)
     where = finding.where.removeprefix(image).strip() or "-"
     package = f"`{finding.package}`" if finding.package else ""
-    cells = (_ICON[finding.severity], finding.rule, package, version, where, _note(finding))
+    cells = (SEVERITY_ICON[finding.severity], finding.rule, package, version, where, _note(finding))
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 
 

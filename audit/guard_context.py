@@ -28,7 +28,7 @@ from packaging.specifiers import SpecifierSet
 
 from audit import atomic
 from audit.errors import RecipeError
-from audit.lockfile import parse_base
+from audit.lockfile import base_relpath, parse_base
 from audit.recipe import Recipe
 
 GUARD_DIR = "_guard"
@@ -88,11 +88,11 @@ def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
         "guard.json": guard_config(recipe),
         "lib/audit/__init__.py": _CORE_INIT.encode(),
     }
-    base = root / "locks" / recipe.name / "base.json"
+    base = root / base_relpath(recipe)
     if base.is_file():
         files["base.json"] = base.read_bytes()
-        relpath = base.relative_to(root).as_posix()
-        check_vendored_python(recipe, files["base.json"], vendored_requires_python(), relpath)
+        where = base_relpath(recipe)
+        check_vendored_python(recipe, files["base.json"], vendored_requires_python(), where)
     for module in PURE_CORE:
         files[f"lib/audit/{module}.py"] = (_AUDIT_PACKAGE / f"{module}.py").read_bytes()
     files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))

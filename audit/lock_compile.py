@@ -182,7 +182,7 @@ def _read_output(work: Path, returncode: int, log: str) -> Outcome:
     return Outcome(returncode, text, log)
 
 
-def run_on_host(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
+def _compile_on_host(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
     cache = cache_root() / "host"
     cache.mkdir(parents=True, exist_ok=True)
     cert = str(target.ca_bundle) if target.ca_bundle else ""
@@ -195,7 +195,7 @@ def run_on_host(target: CompileTarget, work: Path, args: Sequence[str]) -> Outco
     return _read_output(work, done.returncode, done.stderr + done.stdout)
 
 
-def run_in_image(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
+def _compile_in_image(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
     assert target.image is not None
     cache = cache_root() / target.image_id.removeprefix("sha256:")[:16]
     cache.mkdir(parents=True, exist_ok=True)
@@ -224,7 +224,7 @@ def run_compile(target: CompileTarget, inputs: LayerInputs, constraints: str) ->
     try:
         work.chmod(0o755)
         prepare_work(work, inputs, constraints)
-        runner = run_on_host if target.image is None else run_in_image
+        runner = _compile_on_host if target.image is None else _compile_in_image
         return runner(target, work, compile_args(inputs))
     finally:
         shutil.rmtree(work, ignore_errors=True)

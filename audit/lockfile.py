@@ -48,8 +48,9 @@ _HASH = re.compile(r"^--hash=(?P<algo>sha256|sha384|sha512):(?P<hex>[0-9a-f]+)$"
 # The shape pip-compile writes, ``name==version``: anything else (extras, markers, ===, URLs,
 # spaces) goes to packaging's full PEP 508 parser.
 _SIMPLE_PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>[A-Za-z0-9.+!_-]+)$")
-# Verified locks by the sha256 of their bytes: audit-deps and the gate read each lock twice
-# (freshness, then prediction), and a Lock is immutable, so the second read is free.
+# Verified locks by the sha256 of their bytes: the gate reads each lock twice (freshness, then
+# prediction) and ``lock`` looks again under its file lock, and a Lock is immutable, so a second
+# parse of the same bytes is free.
 _PARSED: dict[bytes, Lock] = {}
 _PARSED_BASES: dict[bytes, BaseRecord] = {}
 
@@ -194,6 +195,7 @@ def _simple_pin(requirement: str) -> tuple[str, str] | None:
 
 def _any_pin(requirement: str, where: str) -> tuple[str, str]:
     """(canonical name, version) of any PEP 508 requirement pinned with ``==`` or ``===``."""
+    # Imported only here: pip-compile's plain pins never need the full parser's import time.
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:

@@ -44,13 +44,20 @@ def predict(source: Source, recipe: Recipe) -> list[PredictedStep]:
     return predict_from(base, source, recipe)
 
 
-def predict_from(base: Installed, source: Source, recipe: Recipe) -> list[PredictedStep]:
-    """Like :func:`predict`, from an already-read base environment."""
+def predict_from(
+    base: Installed, source: Source, recipe: Recipe, locks: Mapping[str, Lock] | None = None
+) -> list[PredictedStep]:
+    """Like :func:`predict`, from an already-read base environment.
+
+    ``locks`` (step slug -> lock) are the recipe's existing locks when the caller has read them
+    already (``audit.lock.survey_locks``): then no lock is read again.
+    """
     current: Installed = MappingProxyType(dict(base))
     predicted: list[PredictedStep] = []
     for step in recipe.steps():
-        relpath = _existing_lock(source, recipe, step)
-        after = apply_lock(current, read_lock(source, relpath)) if relpath else current
+        lock = _lock_of(source, recipe, step, locks)
+        after = current if lock is None else apply_lock(current, lock)
+        relpath = None if lock is None else lock_relpath(recipe, step)
         predicted.append(PredictedStep(step, current, after, relpath))
         current = after
     return predicted
@@ -88,11 +95,16 @@ def _pick_environment(
     return environments[0] if len(environments) == 1 else None
 
 
-def _existing_lock(source: Source, recipe: Recipe, step: Step) -> str | None:
+def _lock_of(
+    source: Source, recipe: Recipe, step: Step, locks: Mapping[str, Lock] | None
+) -> Lock | None:
+    """A pip layer's lock: from ``locks`` when given, else read when it exists."""
     if not isinstance(step.layer, PipLayer):
         return None
+    if locks is not None:
+        return locks.get(step.slug)
     relpath = lock_relpath(recipe, step)
-    return relpath if source.exists(relpath) else None
+    return read_lock(source, relpath) if source.exists(relpath) else None
 
 
 def _bare(dist: Distribution) -> Distribution:

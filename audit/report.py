@@ -11,6 +11,7 @@ Each finding has the keys rule, severity, package, before, after, message, where
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from io import StringIO
@@ -34,7 +35,7 @@ RULE_ORDER = (
 )  # fmt: skip
 DETAILS_AFTER = 10  # Markdown tables longer than this fold into <details>
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
-_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
+SEVERITY_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,7 @@ def summary_line(report: Report) -> str:
 
 
 # Rules whose message only restates "package before -> after: rule": their note stays empty.
-_PLAIN_CHANGES = frozenset(
-    {"added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "unparsable"}
-)
+_PLAIN_CHANGES = frozenset({"added", "removed", "upgraded", "downgraded", "variant", "rebuilt"})
 
 
 def _note(finding: Finding) -> str:
@@ -192,7 +191,9 @@ def _markdown_table(findings: list[Finding]) -> list[str]:
     rows = ["| | rule | package | change | note |", "|---|---|---|---|---|"]
     for f in findings:
         change, note = _cell(_change(f)), _cell(_note(f))
-        rows.append(f"| {_ICON[f.severity]} | {f.rule} | `{f.package}` | {change} | {note} |")
+        rows.append(
+            f"| {SEVERITY_ICON[f.severity]} | {f.rule} | `{f.package}` | {change} | {note} |"
+        )
     return rows
 
 
@@ -238,6 +239,23 @@ def render_text(report: Report, fmt: str, width: int = 100) -> str:
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
 
 
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--format`` (into ``fmt``) and ``--output FILE``, worded alike for every command."""
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="table",
+        help="report format (default: table)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the report to FILE (atomically) instead of stdout",
+    )
+
+
 def check_output(output: Path | None, option: str = "--output") -> None:
     """Refuse an output path that cannot become a file, before any work is done."""
     if output is None:
@@ -251,8 +269,7 @@ def check_output(output: Path | None, option: str = "--output") -> None:
 
 def write_report(report: Report, fmt: str, output: Path | None, console: Console) -> None:
     """Print the report to ``console`` or write it atomically to ``output``."""
-    if output is not None:
-        check_output(output)
+    if output is not None:  # callers check_output() before their work, atomic the rest
         atomic.write_text(output, render_text(report, fmt))
     elif fmt == "table":
         print_report(report, console)

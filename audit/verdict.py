@@ -20,8 +20,7 @@ from audit import diff as _diff
 from audit.errors import BadInput
 from audit.findings import ERROR, INFO, WARNING, Finding
 from audit.policy import ALLOW, FAIL, WARN, Policy, Waiver
-from audit.snapshot import Distribution, Environment
-from audit.snapshot import canonical_name as canonicalize_name
+from audit.snapshot import Distribution, Environment, canonical_name
 
 if TYPE_CHECKING:
     import datetime as _dt
@@ -75,7 +74,7 @@ def _state(rule: str, package: str, after: str | None, message: str, where: str)
 
 def _lockstep(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for group in policy.lockstep:
-        patterns = [canonicalize_name(member) for member in group.members]
+        patterns = [canonical_name(member) for member in group.members]
         members = sorted(n for n in env if any(fnmatchcase(n, p) for p in patterns))
         versions = {n: _diff.parse_version(env[n].version) for n in members}
         public = {v.public for v in versions.values() if v is not None}
@@ -118,22 +117,19 @@ def _cuda_suffix(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     if not policy.cuda_suffix:
         return
     tag = policy.cuda or "cpu"
+    major = cuda_major(tag)
     for name in sorted(env):
         dist = env[name]
         for kind, digits in _cuda_marks(dist):
-            if digits == "cpu" and cuda_major(tag) is None:
+            if major is None and digits == "cpu":
                 continue  # a CPU build in a CPU image
-            if cuda_major(tag) is not None and _cuda_ok(kind, digits, tag):
+            if major is not None and _cuda_ok(kind, digits, tag):
                 continue
             what = "a CPU build" if digits == "cpu" else f"{kind} for cu{digits}"
             message = f"{name} {dist.version}: {what} in an image built for {tag}"
             finding = _state("cuda-suffix", name, dist.version, message, where)
-            yield finding if cuda_major(tag) else _with_severity(finding, WARNING)
+            yield finding if major else replace(finding, severity=WARNING)
             break
-
-
-def _with_severity(finding: Finding, severity: str) -> Finding:
-    return Finding(**dict(finding.to_json(), severity=severity))
 
 
 def parse_requirement(text: str, key: str) -> Requirement:
@@ -159,7 +155,7 @@ def _outside(requirement: Requirement, dist: Distribution) -> bool:
 def _requirements(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for index, text in enumerate(policy.requirements):
         requirement = parse_requirement(text, f"require[{index}]")
-        dist = env.get(canonicalize_name(requirement.name))
+        dist = env.get(canonical_name(requirement.name))
         if dist is not None and _outside(requirement, dist):
             message = f"{dist.name} {dist.version} breaks the policy requirement {text}"
             yield _state("requirement", dist.name, dist.version, message, where)
@@ -168,7 +164,7 @@ def _requirements(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
 def _forbidden(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for index, text in enumerate(policy.forbidden):
         requirement = parse_requirement(text, f"forbid[{index}]")
-        dist = env.get(canonicalize_name(requirement.name))
+        dist = env.get(canonical_name(requirement.name))
         if dist is None:
             continue
         if not requirement.specifier or not _outside(requirement, dist):
@@ -196,7 +192,7 @@ def _version_matches(pattern: str, actual: str | None) -> bool:
 
 def waiver_matches(waiver: Waiver, finding: Finding) -> bool:
     """Same package; ``from`` matches the old version (state findings have none), ``to`` the new."""
-    if canonicalize_name(waiver.package) != canonicalize_name(finding.package):
+    if canonical_name(waiver.package) != canonical_name(finding.package):
         return False
     from_ok = finding.before is None or _version_matches(waiver.from_version, finding.before)
     return from_ok and _version_matches(waiver.to_version, finding.after)
@@ -210,7 +206,7 @@ def _waive(finding: Finding, waivers: Sequence[Waiver], today: _dt.date) -> list
     matching = [w for w in waivers if waiver_matches(w, finding)]
     valid = [w for w in matching if not _expired(w, today)]
     if valid:
-        return [Finding(**dict(finding.to_json(), severity=INFO, waiver=valid[0].reason))]
+        return [replace(finding, severity=INFO, waiver=valid[0].reason)]
     return [finding, *(_expired_finding(finding, w) for w in matching)]
 
 
@@ -266,7 +262,7 @@ def _fix(finding: Finding) -> str:
 
 def _with_hint(finding: Finding) -> Finding:
     hint = f"{_fix(finding)}; or waive it in image.toml:\n{waiver_snippet(finding)}"
-    return Finding(**dict(finding.to_json(), hint=hint))
+    return replace(finding, hint=hint)
 
 
 # --- entry points ------------------------------------------------------------------------
@@ -282,7 +278,7 @@ def _names_any_of(text: str, names: Sequence[str]) -> bool:
     A PEP 508 name comes first and ends with a letter, digit or ``_``, so PEP 503 applied to the
     whole text starts with the canonical name; the full parse happens only for a "yes".
     """
-    text = canonicalize_name(text.lstrip())
+    text = canonical_name(text.lstrip())
     return any(text.startswith(name) for name in names)
 
 

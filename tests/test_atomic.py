@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,3 +60,36 @@ def test_unchanged_content_is_not_rewritten(tmp_path: Path) -> None:
     before = path.stat().st_mtime_ns
     assert not atomic.write_text(path, "same\n")
     assert path.stat().st_mtime_ns == before
+
+
+def _read_fifo(path: Path, received: list[bytes]) -> threading.Thread:
+    def read() -> None:
+        with path.open("rb") as handle:
+            received.append(handle.read())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return reader
+
+
+def test_a_pipe_is_written_into_not_renamed_over(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = _read_fifo(fifo, received)
+    assert atomic.write_bytes(fifo, b"report\n")
+    reader.join(timeout=10)
+    assert received == [b"report\n"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # still the pipe, not a file renamed over it
+
+
+def test_the_snapshot_script_writes_into_a_pipe_too(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = _read_fifo(fifo, received)
+    script = Path(atomic.__file__).parent / "inimage" / "snapshot.py"
+    subprocess.run([sys.executable, str(script), "--output", str(fifo)], check=True, timeout=60)
+    reader.join(timeout=10)
+    assert received and received[0].startswith(b'{"digest":')
+    assert stat.S_ISFIFO(fifo.stat().st_mode)

@@ -14,14 +14,11 @@ Docker socket, a 1 MiB tmpfs as a full disk (root only).
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import platform
 import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,11 +28,13 @@ import pytest
 
 from audit import docker_host
 from audit.cli import main
+from audit.commands import QUIET_ENV
 from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EnvironmentProblem
 from audit.lockfile import parse_lock
 from audit.snapshot import Distribution, Environment, dump_snapshot
+from tests.support.cli import edit, fails, spawn_audit
 from tests.support.fixtures import Wheelhouse
-from tests.support.pkgindex import project_page, root_page, serve_index, yank
+from tests.support.pkgindex import serve_index, yank
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +43,7 @@ V1_IN = "images/demo/requirements/v1-http.in"
 V1_LOCK = "locks/demo/v1-01.txt"
 BASE = "locks/demo/base.json"
 NO_DAEMON = "unix:///nonexistent/layer-audit-test.sock"
+QUIET = {QUIET_ENV: "1"}  # a spawned run's stderr holds its messages, not the commands it ran
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -66,43 +66,6 @@ def files_of(root: Path, folder: str) -> dict[str, bytes]:
         for p in sorted((root / folder).rglob("*"))
         if p.is_file() and p.name != ".lock"
     }
-
-
-def fails(capsys: pytest.CaptureFixture[str], code: int, *argv: str) -> str:
-    """Run the CLI in-process, expect ``code``, return stderr (never a traceback)."""
-    assert main(list(argv)) == code
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return err
-
-
-def edit(root: Path, relpath: str, old: str, new: str) -> None:
-    path = root / relpath
-    text = path.read_text()
-    assert old in text, f"fixture lacks {old!r}"
-    path.write_text(text.replace(old, new, 1))
-
-
-# ``python -m audit`` with Ctrl-C raising KeyboardInterrupt, as at a terminal: a shell's
-# background jobs (CI runners, this test's parents) may start with SIGINT ignored.
-AS_AT_A_TERMINAL = (
-    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "sys.argv[0] = 'audit'; runpy.run_module('audit', run_name='__main__', alter_sys=True)"
-)
-
-
-def spawn(root: Path, *argv: str, **env: str) -> subprocess.Popen[str]:
-    """``python -m audit ARGV`` in its own process group (so a test can Ctrl-C all of it)."""
-    environment = dict(os.environ, PYTHONPATH=str(REPO), AUDIT_QUIET_COMMANDS="1", **env)
-    return subprocess.Popen(
-        [sys.executable, "-c", AS_AT_A_TERMINAL, *argv],
-        cwd=root,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
 
 
 # ----------------------------------------------------------------------------- recipes
@@ -469,57 +432,6 @@ def test_locking_a_yanked_pin_warns_with_the_reason(
 # ----------------------------------------------------------------------------- network, Ctrl-C
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    wheels: Path
-    mode: str  # "drop": half a wheel, then close; "slow": wait before every wheel
-
-
-class _FlakyIndex(http.server.BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        parts = [p for p in self.path.split("/") if p]
-        if parts[:1] == ["files"]:
-            self._wheel(self.server.wheels / parts[-1])
-            return
-        page = root_page(self.server.wheels) if len(parts) == 1 else None
-        page = page or project_page(self.server.wheels, parts[-1])
-        if page is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")  # pip skips pages of another type
-        self.send_header("Content-Length", str(len(page)))
-        self.end_headers()
-        self.wfile.write(page)
-
-    def _wheel(self, path: Path) -> None:
-        data = path.read_bytes()
-        if self.server.mode == "slow":
-            time.sleep(30)
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data[: len(data) // 2] if self.server.mode == "drop" else data)
-        self.close_connection = True
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def flaky_index(wheels: Path, mode: str) -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _FlakyIndex)
-    server.wheels, server.mode, server.daemon_threads = wheels, mode, True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def locked(tmp_path: Path, wheelhouse: Wheelhouse, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Project ``t`` locked against a good index; then v1.in asks for a wheel not yet fetched."""
@@ -545,7 +457,7 @@ def test_network_dropping_mid_download_leaves_the_old_lock(
     locked: Path, wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = files_of(locked, "locks")
-    with flaky_index(wheelhouse.path, "drop") as url:
+    with serve_index(wheelhouse.path, "drop") as url:
         relock_through(locked, url)
         assert main(["lock", "t", "--host"]) != 0
     err = capsys.readouterr().err
@@ -557,7 +469,7 @@ def test_network_dropping_mid_download_leaves_the_old_lock(
 def test_network_dropping_mid_download_exits_3_with_a_hint(
     locked: Path, wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with flaky_index(wheelhouse.path, "drop") as url:
+    with serve_index(wheelhouse.path, "drop") as url:
         relock_through(locked, url)
         err = fails(capsys, EXIT_ENVIRONMENT, "lock", "t", "--host")
     assert "check the network" in err
@@ -569,9 +481,9 @@ def test_ctrl_c_mid_compile_exits_130_and_keeps_the_old_lock(
     before = files_of(locked, "locks")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    with flaky_index(wheelhouse.path, "slow") as url:
+    with serve_index(wheelhouse.path, "slow") as url:
         relock_through(locked, url)
-        process = spawn(locked, "lock", "t", "--host", TMPDIR=str(scratch))
+        process = spawn_audit(locked, "lock", "t", "--host", TMPDIR=str(scratch), **QUIET)
         deadline = time.monotonic() + 60
         while not any(scratch.glob("layer-audit-lock-*/driver.py")):
             assert time.monotonic() < deadline and process.poll() is None
@@ -654,7 +566,7 @@ def render_on_a_full_disk(demo: Path) -> tuple[subprocess.Popen[str], dict[str, 
     before = files_of(demo, "build/demo")
     fill(demo / "build")
     edit(demo, TOML, "an HTTP client", "an HTTP client, described at length " + "x" * 9000)
-    return spawn(demo, "render", "demo"), before
+    return spawn_audit(demo, "render", "demo", **QUIET), before
 
 
 def test_full_disk_leaves_the_earlier_render_intact(demo: Path) -> None:

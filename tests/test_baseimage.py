@@ -68,6 +68,13 @@ def test_cache_location_and_default_tag(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert BaseImageOptions(tag="me/base:1").image_tag == "me/base:1"
 
 
+def test_a_missing_default_tag_names_the_command_that_makes_it() -> None:
+    command = "python -m audit base-image --suite bullseye --arch arm64"
+    assert baseimage.make_command("layer-audit/base:bullseye-arm64") == command
+    assert baseimage.make_command("layer-audit/base:bullseye-i386") is None
+    assert baseimage.make_command("python:3.11-slim") is None
+
+
 def test_validate_refuses_bad_arch_and_suite() -> None:
     with pytest.raises(UsageError, match="unknown architecture"):
         baseimage.validate(BaseImageOptions(arch="s390x"))

@@ -16,6 +16,7 @@ from audit.build import (
     find_ca_bundle,
     netrc_text,
     plan_build,
+    secret_sources,
     target_stages,
 )
 from audit.docker_host import DockerClient
@@ -238,3 +239,14 @@ def test_malformed_credentials_are_refused_without_echoing_them() -> None:
     with pytest.raises(UsageError) as error:
         netrc_text(make_recipe(), "only-a-token-XYZ")
     assert "XYZ" not in str(error.value)
+
+
+def test_credentials_and_netrc_come_from_the_environment_then_home(tmp_path: Path) -> None:
+    named, home_netrc = tmp_path / "named-netrc", tmp_path / ".netrc"
+    named.write_text("machine example.org login u password p\n")
+    home_netrc.write_text("machine example.org login u password p\n")
+    env = {"LAYER_AUDIT_INDEX_CREDENTIALS": "bot:t0ken", "NETRC": str(named)}
+    sources = secret_sources(BuildOptions(), env, tmp_path)
+    assert (sources.credentials, sources.netrc) == ("bot:t0ken", named.resolve())
+    fallback = secret_sources(BuildOptions(), {}, tmp_path)
+    assert (fallback.credentials, fallback.netrc) == (None, home_netrc.resolve())

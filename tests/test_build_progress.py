@@ -1,16 +1,22 @@
-"""BuildKit plain-progress parsing and the mapping from BuildKit steps to recipe layers."""
+"""BuildKit plain-progress parsing, the mapping from BuildKit steps to recipe layers, and what
+the executor prints and pushes once a build has passed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from io import StringIO
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
+from audit import commands, docker_host
+from audit.build import BuildOptions
 from audit.build_progress import parse, step_labels, step_table
-from audit.build_run import shown_command
+from audit.build_run import move_tags, shown_command
 from audit.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer, Stage
-from tests.test_build_plan import make_recipe
+from tests.test_build_plan import LEGACY, make_recipe, plan
 
 
 def test_steps_are_named_by_the_recipe_layer_they_build() -> None:
@@ -62,3 +68,40 @@ def test_the_printed_build_command_counts_its_labels_instead_of_listing_them() -
     argv = ["docker", "build", "--label", "a=1", "-t", "x:v1", "--label", "b=2", "ctx"]
     assert shown_command(argv) == "docker build -t x:v1 --label … (2 labels, in build.log) ctx"
     assert shown_command(["docker", "build", "ctx"]) == "docker build ctx"
+
+
+class _Image:
+    def __init__(self, moved: list[str]) -> None:
+        self.moved = moved
+
+    def tag(self, repository: str, tag: str) -> None:
+        self.moved.append(f"{repository}:{tag}")
+
+
+class _Daemon:
+    """The two calls ``move_tags`` makes of the docker SDK: ``images.get(ref).tag(repo, tag)``."""
+
+    def __init__(self) -> None:
+        self.moved: list[str] = []
+        self.images = self
+
+    def get(self, ref: str) -> _Image:
+        return _Image(self.moved)
+
+
+@pytest.mark.parametrize("push", [False, True], ids=["tag-only", "push"])
+def test_push_pushes_every_moved_tag_after_tagging(
+    monkeypatch: pytest.MonkeyPatch, push: bool
+) -> None:
+    daemon, pushed = _Daemon(), []
+
+    def run(args: Sequence[str | Path], **kwargs: object) -> None:
+        assert daemon.moved, "a tag is pushed only after every tag moved"
+        pushed.append([str(a) for a in args])
+
+    monkeypatch.setattr(docker_host, "daemon", lambda: daemon)
+    monkeypatch.setattr(commands, "run", run)
+    built = plan(BuildOptions(image="spark", push=push))
+    move_tags(LEGACY, built)
+    assert daemon.moved == list(built.tags) and "spark:latest-arm64-cu130" in str(built.tags)
+    assert pushed == ([[LEGACY.path, "push", ref] for ref in built.tags] if push else [])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main
+from tests.support.cli import edit, fails
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "tests" / "data" / "recipes" / "mini"
@@ -25,19 +26,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def edit(project: Path, relpath: str, old: str, new: str) -> None:
-    path = project / relpath
-    text = path.read_text()
-    assert old in text, f"fixture lacks {old!r}"
-    path.write_text(text.replace(old, new, 1))
-
-
 def render_fails(project: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
     """Run render, expect exit 2 and an empty build/, return stderr."""
-    assert main(["render", "mini", *args]) == 2
+    err = fails(capsys, 2, "render", "mini", *args)
     assert not (project / "build").exists()
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
     return err
 
 
@@ -78,6 +70,7 @@ def test_bad_recipe_exits_2_and_writes_nothing(
     err = render_fails(project, capsys)
     for words in expected:
         assert words in err
+    assert "hint:" in err
 
 
 def test_template_typo_exits_2_naming_the_template(
@@ -105,3 +98,12 @@ def test_render_prints_what_it_wrote(project: Path, capsys: pytest.CaptureFixtur
     assert (project / "build/mini/Dockerfile").is_file()
     assert main(["render", "mini"]) == 0
     assert "0 written" in capsys.readouterr().out
+
+
+def test_every_pip_layer_mounts_the_pip_cache(project: Path) -> None:
+    """The mount README's "a pip cache mount speeds rebuilds" rests on: one per pip RUN."""
+    assert main(["render", "mini"]) == 0
+    runs = (project / "build/mini/Dockerfile").read_text().split("\nRUN ")
+    pip_runs = [run for run in runs if " -m pip install " in run.split("\n\n")[0]]
+    assert len(pip_runs) == 2  # v1's and v2's pip layer
+    assert all("--mount=type=cache,target=/root/.cache/pip" in run for run in pip_runs)

@@ -17,9 +17,6 @@ from audit.docker_host import BindMount, DockerClient
 from audit.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
 from tests.support.fixtures import Wheelhouse
 
-# path -> (client version, has buildx)
-MACHINE = {"/usr/local/bin/docker": ("28.2.2", False), "/usr/bin/docker": ("20.10.24+dfsg1", True)}
-
 
 def fake_clients(
     monkeypatch: pytest.MonkeyPatch, clients: Mapping[str, tuple[str, bool]], on_path: str
@@ -61,6 +58,13 @@ def test_prefers_a_client_with_buildx(monkeypatch: pytest.MonkeyPatch) -> None:
     clients = {"/usr/local/bin/docker": ("20.10.5", False), "/usr/bin/docker": ("28.2.2", True)}
     fake_clients(monkeypatch, clients, on_path="/usr/local/bin/docker")
     assert docker_host.detect_client() == DockerClient("/usr/bin/docker", "buildx", "28.2.2")
+
+
+def test_stops_probing_at_the_first_client_with_buildx(monkeypatch: pytest.MonkeyPatch) -> None:
+    clients = {"/usr/local/bin/docker": ("28.2.2", True), "/usr/bin/docker": ("20.10.24", True)}
+    calls = fake_clients(monkeypatch, clients, on_path="/usr/local/bin/docker")
+    assert docker_host.detect_client().path == "/usr/local/bin/docker"
+    assert {c[0] for c in calls} == {"/usr/local/bin/docker"}
 
 
 def test_refuses_new_client_without_buildx(monkeypatch: pytest.MonkeyPatch) -> None:

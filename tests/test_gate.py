@@ -7,6 +7,7 @@ lock helpers, so locks are fresh unless a test changes an input behind their bac
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from audit import cli, commands
-from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.findings import ERROR, INFO, Finding
 from audit.gate import gate
 from audit.gate_markdown import gate_markdown
@@ -175,6 +176,24 @@ def test_a_pull_request_that_removes_a_lock_fails(repo: Path, tmp_path: Path) ->
     assert missing["severity"] == "error" and missing["package"] == "locks/demo/v2-02.txt"
 
 
+def test_each_side_reads_every_lock_and_its_base_record_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "an unrelated change")
+    reads: Counter[tuple[str, str]] = Counter()
+    read_bytes = GitSource.read_bytes
+
+    def counting(source: GitSource, relpath: str) -> bytes:
+        reads[(source.ref, relpath)] += 1
+        return read_bytes(source, relpath)
+
+    monkeypatch.setattr(GitSource, "read_bytes", counting)
+    report = gate(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    locks = {key: n for key, n in reads.items() if key[1].startswith("locks/")}
+    assert not report.failed
+    assert {ref for ref, _ in locks} == {"main", "HEAD"} and set(locks.values()) == {1}
+
+
 def test_an_upgrade_only_change_passes(repo: Path, tmp_path: Path) -> None:
     pins = {"v1": {"alpha": "2.1", "beta": "1.0"}, "v2": {"gamma": "3.0", "delta": "0.1"}}
     propose(repo, Project(pins=pins))
@@ -221,6 +240,13 @@ def test_an_unreadable_file_at_the_base_is_bad_input(
 def test_a_base_ref_that_does_not_resolve_is_bad_input(repo: Path, tmp_path: Path) -> None:
     code = cli.main(["gate", "--base", "origin/nope", "--repo", str(repo)])
     assert code == EXIT_BAD_INPUT
+
+
+def test_an_output_that_cannot_be_a_file_fails_before_git_is_read(tmp_path: Path) -> None:
+    argv = ["gate", "--base", "main", "--repo", str(tmp_path), "--json", str(tmp_path)]
+    args = cli.build_parser(argv).parse_args(argv)
+    with pytest.raises(UsageError, match=r"--json .*: is a directory"):  # not "not a git repo"
+        args.handler(args)
 
 
 def test_a_branch_name_full_of_shell_characters_changes_nothing(

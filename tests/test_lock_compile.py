@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import signal
@@ -14,30 +13,14 @@ from typing import Any
 
 import pytest
 
-from audit import cli, cmd_lock, commands, lock_stamp
-from audit.errors import AuditError
+from audit import cli, commands, lock_stamp
 from audit.lockfile import parse_lock
 from audit.snapshot import Distribution
+from tests.support.cli import REPO, spawn_audit
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml
 from tests.support.project import write_project as write_project_files
-
-REPO = Path(__file__).resolve().parents[1]
-# A command line without the other commands of audit.cli (so these tests need only cmd_lock).
-RUNNER = """\
-import argparse, sys
-from audit import cli, cmd_lock
-from audit.errors import AuditError
-parser = argparse.ArgumentParser()
-cmd_lock.register(parser.add_subparsers())
-args = parser.parse_args(["lock", *sys.argv[1:]])
-try:
-    sys.exit(args.handler(args))
-except AuditError as error:
-    cli.report_error(error)
-    sys.exit(error.exit_code)
-"""
 
 
 def write_project(
@@ -55,27 +38,8 @@ def write_project(
 
 
 def run_lock(*argv: str) -> int:
-    """The lock command in-process, with the same error boundary as ``audit.cli``."""
-    parser = argparse.ArgumentParser()
-    cmd_lock.register(parser.add_subparsers())
-    args = parser.parse_args(["lock", *argv])
-    try:
-        return int(args.handler(args))
-    except AuditError as error:
-        cli.report_error(error)
-        return error.exit_code
-
-
-def spawn_lock(root: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    environment = dict(os.environ if env is None else env, PYTHONPATH=str(REPO))
-    return subprocess.Popen(
-        [sys.executable, "-c", RUNNER, *argv],
-        cwd=root,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """The lock command in-process, through the command line's error boundary."""
+    return cli.main(["lock", *argv])
 
 
 @pytest.fixture
@@ -247,9 +211,9 @@ def test_ambient_pip_configuration_changes_nothing(
             f"[global]\nindex-url = {other_index}\nconstraint = {constraints}\n"
             f"find-links = {links.path}\n"
         )
-        ambient = dict(os.environ, PIP_FIND_LINKS=str(links.path), PIP_CONFIG_FILE=str(config))
+        ambient = {"PIP_FIND_LINKS": str(links.path), "PIP_CONFIG_FILE": str(config)}
         ambient |= {"PIP_INDEX_URL": other_index, "PIP_CONSTRAINT": str(constraints)}
-        process = spawn_lock(project, "t", "--host", env=ambient)
+        process = spawn_audit(project, "lock", "t", "--host", **ambient)
         _, err = process.communicate(timeout=300)
     assert process.returncode == 0, err
     assert lock_bytes(project) == clean
@@ -261,7 +225,7 @@ def test_a_run_killed_mid_write_leaves_the_old_lock_intact(project: Path, tmp_pa
     (project / "images/t/requirements/v1.in").write_text("beta\ndelta\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    process = spawn_lock(project, "t", "--host", env=dict(os.environ, TMPDIR=str(scratch)))
+    process = spawn_audit(project, "lock", "t", "--host", TMPDIR=str(scratch))
     deadline = time.monotonic() + 120
     while not any(scratch.glob("layer-audit-lock-*/driver.py")) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -277,7 +241,7 @@ def test_a_run_killed_mid_write_leaves_the_old_lock_intact(project: Path, tmp_pa
 
 
 def test_two_concurrent_runs_produce_one_valid_lock(project: Path) -> None:
-    runs = [spawn_lock(project, "t", "--host") for _ in range(2)]
+    runs = [spawn_audit(project, "lock", "t", "--host") for _ in range(2)]
     results = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], results
     locks = lock_bytes(project)

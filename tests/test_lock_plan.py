@@ -18,6 +18,7 @@ from audit.lock import (
     render_constraints,
     waiver_violations,
 )
+from audit.lock_compile import ambient_ca_bundle
 from audit.lockfile import BaseRecord, Lock, Pin, lock_relpath
 from audit.policy import Policy, Waiver
 from audit.recipe import PipLayer, Recipe, RunLayer, Stage
@@ -153,3 +154,13 @@ def test_an_expired_waiver_relaxes_nothing() -> None:
     old = Waiver("alpha", "*", "*", "r", expires=dt.date(2020, 1, 1))
     new = Waiver("beta", "*", "*", "r", expires=dt.date(2999, 1, 1))
     assert active_waivers((old, new), dt.date(2025, 1, 1)) == (new,)
+
+
+def test_the_ambient_ca_bundle_is_the_first_named_file_that_exists(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.pem", tmp_path / "second.pem"
+    first.write_text("pem")
+    second.write_text("pem")
+    gone = str(tmp_path / "gone.pem")
+    assert ambient_ca_bundle({"PIP_CERT": str(second), "SSL_CERT_FILE": str(first)}) == first
+    assert ambient_ca_bundle({"SSL_CERT_FILE": gone, "REQUESTS_CA_BUNDLE": str(second)}) == second
+    assert ambient_ca_bundle({"SSL_CERT_FILE": gone}) is None

@@ -6,6 +6,7 @@ test compiles: a run that had to compile would fail for want of an index, and sa
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -292,6 +293,22 @@ def test_only_plain_lock_command_lines_are_answered_before_argparse(
 ) -> None:
     assert lock("t") == 0
     assert lock_stamp.quick_exit(argv) == answer
+
+
+def test_the_quick_paths_grammar_is_the_lock_parsers(project: Path) -> None:
+    """Every option of ``lock`` is one the quick path reads the same way, or one it refuses."""
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    cmd_lock.register(subparsers)
+    actions = subparsers.choices["lock"]._actions
+    arities = {option: action.nargs for action in actions for option in action.option_strings}
+    refused = {"-h", "--help", "--record-base"}
+    assert set(arities) == {*lock_stamp._UNKEYED_FLAGS, *lock_stamp._VALUED_OPTIONS, *refused}
+    assert all(arities[flag] == 0 for flag in lock_stamp._UNKEYED_FLAGS)
+    assert all(arities[option] is None for option in lock_stamp._VALUED_OPTIONS)
+    assert lock("t") == 0
+    assert lock_stamp.quick_exit(["lock", "t"]) == 0
+    for flag in refused:
+        assert lock_stamp.quick_exit(["lock", "t", flag]) is None
 
 
 def test_outside_a_project_the_quick_path_steps_aside(

@@ -9,8 +9,9 @@ from types import MappingProxyType
 import pytest
 
 from audit.errors import LockError
+from audit.lock import survey_locks
 from audit.lockfile import BaseRecord, Lock, Pin
-from audit.predict import apply_lock, base_environment, predict
+from audit.predict import apply_lock, base_environment, predict, predict_from
 from audit.recipe import Recipe
 from audit.recipe_parse import load_recipe
 from audit.snapshot import Distribution, Environment
@@ -74,6 +75,26 @@ def test_predict_applies_locks_in_order(tmp_path: Path) -> None:
     assert steps[1].before["torch"].version == BASE["torch"]
     assert steps[1].after["torch"].version == "2.9.1+cu130"
     assert steps[3].before["torch"].version == "2.9.1+cu130"
+    assert set(steps[3].after) == {*BASE, "x"}
+
+
+def test_predict_from_surveyed_locks_reads_no_lock_again(tmp_path: Path) -> None:
+    write_project(tmp_path, Project(pins={"v2": {"torch": "2.9.1+cu130"}, "v3": {"x": "1"}}))
+    source = DirectorySource(tmp_path)
+    recipe = load_recipe(source, "vllm")
+    survey = survey_locks(source, recipe)
+    assert survey.base is not None
+    base = base_environment(survey.base[0], recipe, source)
+    for lock in tmp_path.glob("locks/vllm/v*.txt"):
+        lock.unlink()  # whatever is predicted now came from the survey
+    steps = predict_from(base, source, recipe, survey.locks)
+    assert [(p.step.slug, p.lock) for p in steps] == [
+        ("v1-01", None),
+        ("v2-01", "locks/vllm/v2-01.txt"),
+        ("v3-01", None),
+        ("v3-02", "locks/vllm/v3-02.txt"),
+    ]
+    assert steps[1].after["torch"].version == "2.9.1+cu130"
     assert set(steps[3].after) == {*BASE, "x"}
 
 

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass  # audit.snapshot imports it anyway
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -183,13 +184,13 @@ def logical_lines(text: str) -> List[str]:
     return lines
 
 
+@dataclass(frozen=True)
 class Pin:
     """One pin of a lock: canonical name, the version it pins (or None), and its marker."""
 
-    def __init__(self, name: str, version: Optional[str], marker: Optional[Marker]) -> None:
-        self.name = name
-        self.version = version
-        self.marker = marker
+    name: str
+    version: Optional[str]
+    marker: Optional[Marker]
 
 
 def simple_pin(text: str) -> Optional[Pin]:

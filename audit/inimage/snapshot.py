@@ -256,17 +256,26 @@ def canonical_json(value: object) -> str:
 
 
 def seal(document: dict[str, object]) -> bytes:
-    """The file's bytes: canonical JSON with a digest over everything else, newline-terminated."""
-    body = {key: value for key, value in document.items() if key != "digest"}
-    text = canonical_json(body)
+    """The file's bytes: canonical JSON with a digest over everything else, newline-terminated.
+
+    ``document`` is :func:`snapshot`'s (keys ``environments`` and ``schema``): ``digest`` sorts
+    before both, so it is spliced in front of the text already hashed instead of serialising twice.
+    """
+    text = canonical_json(document)
     digest = sha256_digest(text.encode("ascii"))
-    if body and min(body) > "digest":  # "digest" sorts first: splice it in, serialise once
-        return ('{"digest":' + _quote(digest) + "," + text[1:] + "\n").encode("ascii")
-    return (canonical_json(dict(body, digest=digest)) + "\n").encode("ascii")
+    return ('{"digest":' + _quote(digest) + "," + text[1:] + "\n").encode("ascii")
 
 
 def write_atomically(target: str, data: bytes) -> None:
-    """Write beside the target, then rename: a killed run never leaves half a snapshot."""
+    """Write beside the target, then rename: a killed run never leaves half a snapshot.
+
+    A device or pipe (``/dev/null``, ``/dev/stdout``) is written into: renaming over it would
+    replace the device with a file.
+    """
+    if os.path.exists(target) and not os.path.isfile(target) and not os.path.isdir(target):
+        with open(target, "wb") as handle:
+            handle.write(data)
+        return
     tmp = "%s.%d.tmp" % (target, os.getpid())
     try:
         with open(tmp, "wb") as handle:

@@ -7,6 +7,10 @@ served show up at once. Every link carries a ``#sha256=`` fragment, as pip's
 
 Yanking (PEP 592): :func:`yank` writes ``<wheel>.yanked`` beside a wheel holding the reason;
 its link then carries ``data-yanked``.
+
+A bad network, for tests of what a broken download leaves: ``serve_index(dir, "drop")`` sends
+half of every wheel then closes the connection; ``"slow"`` waits ``SLOW_SECONDS`` before every
+wheel, long enough for a test to interrupt the download.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import contextlib
 import hashlib
 import html
 import threading
+import time
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote, unquote, urlsplit
 
 from packaging.utils import (
@@ -30,6 +36,8 @@ from packaging.utils import (
 )
 
 YANKED_SUFFIX = ".yanked"
+SLOW_SECONDS = 30
+Delivery = Literal["whole", "drop", "slow"]
 
 
 def yank(distribution: Path, reason: str = "yanked by the test") -> None:
@@ -91,7 +99,7 @@ def project_page(root: Path, project: str) -> bytes | None:
     return _page(f"Links for {project}", [_file_link(path) for path in files])
 
 
-def _handler_for(root: Path) -> type[BaseHTTPRequestHandler]:
+def _handler_for(root: Path, delivery: Delivery) -> type[BaseHTTPRequestHandler]:
     class IndexHandler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
@@ -100,12 +108,17 @@ def _handler_for(root: Path) -> type[BaseHTTPRequestHandler]:
             elif len(parts) == 2 and parts[0] == "simple":
                 self._send(project_page(root, parts[1]), "text/html")
             elif len(parts) == 2 and parts[0] == "files" and project_of(parts[1]):
-                path = root / parts[1]
-                self._send(path.read_bytes() if path.is_file() else None, "binary/octet-stream")
+                self._send_file(root / parts[1])
             else:
                 self._send(None, "text/plain")
 
-        def _send(self, body: bytes | None, content_type: str) -> None:
+        def _send_file(self, path: Path) -> None:
+            if delivery == "slow" and path.is_file():
+                time.sleep(SLOW_SECONDS)
+            body = path.read_bytes() if path.is_file() else None
+            self._send(body, "binary/octet-stream", drop=delivery == "drop")
+
+        def _send(self, body: bytes | None, content_type: str, drop: bool = False) -> None:
             if body is None:
                 self.send_error(HTTPStatus.NOT_FOUND)
                 return
@@ -113,7 +126,9 @@ def _handler_for(root: Path) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(body[: len(body) // 2] if drop else body)
+            if drop:
+                self.close_connection = True  # the rest of the body never comes
 
         def log_message(self, format: str, *args: object) -> None:
             pass  # request logs would drown pytest's output
@@ -122,9 +137,12 @@ def _handler_for(root: Path) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def serve_index(wheel_dir: Path) -> Iterator[str]:
-    """Serve ``wheel_dir`` as a simple index; yield ``http://127.0.0.1:PORT/simple/``."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(wheel_dir))
+def serve_index(wheel_dir: Path, delivery: Delivery = "whole") -> Iterator[str]:
+    """Serve ``wheel_dir`` as a simple index; yield ``http://127.0.0.1:PORT/simple/``.
+
+    ``delivery`` says how wheels are sent: ``"whole"``, or a bad network (``"drop"``, ``"slow"``).
+    """
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(wheel_dir, delivery))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="test-index", daemon=True)
     thread.start()

@@ -1,0 +1,37 @@
+"""The one wrapper around external programs: what it prints, hides, and raises."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit import commands
+from audit.errors import CommandFailed
+
+
+@pytest.fixture
+def loud(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(commands.QUIET_ENV, raising=False)
+
+
+def test_the_printed_command_keeps_brackets(loud: None, capsys: pytest.CaptureFixture[str]) -> None:
+    done = commands.run(["echo", "alpha[extra]", "[bold]x[/bold]"])
+    assert done.stdout == "alpha[extra] [bold]x[/bold]\n"
+    assert "'alpha[extra]' '[bold]x[/bold]'" in capsys.readouterr().err
+
+
+def test_redacted_strings_are_never_printed(loud: None, capsys: pytest.CaptureFixture[str]) -> None:
+    commands.run(["echo", "https://bot:t0ken@example.org/simple"], redact=["t0ken"])
+    err = capsys.readouterr().err
+    assert "t0ken" not in err and "***" in err
+
+
+def test_a_failure_is_one_typed_error_with_the_output_tail() -> None:
+    with pytest.raises(CommandFailed) as failure:
+        commands.run(["sh", "-c", "echo broken >&2; exit 7"], hint="fix it")
+    assert failure.value.returncode == 7 and "broken" in failure.value.output
+    assert failure.value.hint == "fix it"
+
+
+def test_a_missing_program_is_named() -> None:
+    with pytest.raises(CommandFailed, match="program not found: no-such-program-here"):
+        commands.run(["no-such-program-here"])

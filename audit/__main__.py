@@ -1,17 +1,17 @@
 """``python -m audit``: the command line under the nox sessions.
 
 ``lock`` on unchanged inputs is answered from its verified-fresh stamp before the command line
-is even parsed (:mod:`audit.lock_stamp` imports only os, sys and sha256); every other run, and
-every miss, goes through :mod:`audit.cli`.
+is even parsed (:mod:`audit.cli.lock_fast` imports only os, sys and sha256); every other run, and
+every miss, goes through :mod:`audit.cli.main`.
 """
 
 import sys
 
-from audit.lock_stamp import quick_exit
+from audit.cli.lock_fast import quick_exit
 
 code = quick_exit(sys.argv[1:])
 if code is None:
-    from audit.cli import main
+    from audit.cli.main import main
 
     code = main()
 raise SystemExit(code)

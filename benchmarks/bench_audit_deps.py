@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from audit import cli, commands
-from audit.lockfile import forget_parsed
+from audit.cli import main as cli
+from audit.engines import process as commands
+from audit.plan.lockfile import forget_parsed
 from tests.support.project import (
     ProjectSpec,
     lock_body,

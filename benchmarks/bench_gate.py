@@ -24,11 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit import commands  # noqa: E402
-from audit.gate import gate  # noqa: E402
-from audit.gate_markdown import gate_markdown  # noqa: E402
-from audit.gitsource import GitSource  # noqa: E402
-from audit.lockfile import forget_parsed  # noqa: E402
+from audit.engines import process as commands  # noqa: E402
+from audit.engines.gitsource import GitSource  # noqa: E402
+from audit.plan.gate import gate  # noqa: E402
+from audit.plan.gate_markdown import gate_markdown  # noqa: E402
+from audit.plan.lockfile import forget_parsed  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,
     pip_recipe_toml,

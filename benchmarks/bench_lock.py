@@ -31,18 +31,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit import cmd_lock, commands, console, lock_stamp  # noqa: E402
-from audit.lock import (  # noqa: E402
+from audit.cli import lock as cmd_lock  # noqa: E402
+from audit.cli import lock_fast as lock_stamp  # noqa: E402
+from audit.engines import console  # noqa: E402
+from audit.engines import process as commands  # noqa: E402
+from audit.engines.lock_compile import run_compile  # noqa: E402
+from audit.plan.lock import (  # noqa: E402
     base_constraints,
     layer_inputs,
     pip_steps,
     read_base_digest,
     render_constraints,
 )
-from audit.lock_compile import run_compile  # noqa: E402
-from audit.lockfile import forget_parsed  # noqa: E402
-from audit.recipe_parse import load_recipe  # noqa: E402
-from audit.sources import DirectorySource  # noqa: E402
+from audit.plan.lockfile import forget_parsed  # noqa: E402
+from audit.plan.recipe_parse import load_recipe  # noqa: E402
+from audit.plan.sources import DirectorySource  # noqa: E402
 from tests.support.pkgindex import serve_index  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,

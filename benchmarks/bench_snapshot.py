@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit import commands  # noqa: E402
-from audit.snapshot import SCRIPT_PATH, parse_snapshot  # noqa: E402
+from audit.core.snapshot import SCRIPT_PATH, parse_snapshot  # noqa: E402
+from audit.engines import process as commands  # noqa: E402
 
 TARGET_RATIO = 15.0
 BENCH_DIR = ROOT / "build" / "bench"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from audit import atomic
+from audit.engines import atomic
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_the_snapshot_script_writes_into_a_pipe_too(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     received: list[bytes] = []
     reader = _read_fifo(fifo, received)
-    script = Path(atomic.__file__).parent / "inimage" / "snapshot.py"
+    script = Path(atomic.__file__).parent.parent / "inimage" / "snapshot.py"
     subprocess.run([sys.executable, str(script), "--output", str(fifo)], check=True, timeout=60)
     reader.join(timeout=10)
     assert received and received[0].startswith(b'{"digest":')

@@ -2,7 +2,7 @@
 
 Each test writes a whole project (recipe, requirements, base.json, locks) into a temporary
 folder through the lock module's own writers, then runs ``python -m audit audit-deps`` through
-:func:`audit.cli.main` and reads the JSON report it wrote.
+:func:`audit.cli.main.main` and reads the JSON report it wrote.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from audit import cli, commands
-from audit.auditdeps import audit_recipe
-from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.recipe_parse import load_recipe
-from audit.sources import DirectorySource
+from audit.cli import main as cli
+from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.engines import process as commands
+from audit.plan.auditdeps import audit_recipe
+from audit.plan.recipe_parse import load_recipe
+from audit.plan.sources import DirectorySource
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files
 

@@ -1,6 +1,6 @@
 """Bad input gets a clear error, and nothing is lost: DESIGN.md's list against the real CLI.
 
-Every case runs ``audit.cli.main`` (or ``python -m audit`` in a subprocess, when the process
+Every case runs ``audit.cli.main.main`` (or ``python -m audit`` in a subprocess, when the process
 itself must be killed, interrupted or allowed to crash) in a temporary copy of the project:
 the committed demo recipe, its locks and the templates. Each asserts the exit code of the
 contract (2 bad input, 3 environment), the words of the error (what, where, what next), that
@@ -26,12 +26,12 @@ from typing import Protocol
 
 import pytest
 
-from audit import docker_host
-from audit.cli import main
-from audit.commands import QUIET_ENV
-from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EnvironmentProblem
-from audit.lockfile import parse_lock
-from audit.snapshot import Distribution, Environment, dump_snapshot
+from audit.cli.main import main
+from audit.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EnvironmentProblem
+from audit.core.snapshot import Distribution, Environment, dump_snapshot
+from audit.engines import docker_host
+from audit.engines.process import QUIET_ENV
+from audit.plan.lockfile import parse_lock
 from tests.support.cli import edit, fails, spawn_audit
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index, yank
@@ -204,8 +204,8 @@ def test_a_huge_value_is_no_crash(demo: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_waiver_versions_are_stored_in_normal_form(demo: Path) -> None:
-    from audit.recipe_parse import load_recipe
-    from audit.sources import DirectorySource
+    from audit.plan.recipe_parse import load_recipe
+    from audit.plan.sources import DirectorySource
 
     waiver = '\n[[policy.waiver]]\npackage = "Torch"\nfrom = "2.9.0+CU130"\nto = "2.10-RC1"\n'
     (demo / TOML).write_text((demo / TOML).read_text() + waiver + 'reason = "test"\n')

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from audit import baseimage, commands, docker_host
-from audit.baseimage import BaseImageOptions
-from audit.cli import main
-from audit.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
+from audit.cli.main import main
+from audit.core.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
+from audit.engines import baseimage, docker_host
+from audit.engines import process as commands
+from audit.engines.baseimage import BaseImageOptions
+from audit.plan import base_image
 
 DEB822 = """\
 Types: deb
@@ -70,16 +72,16 @@ def test_cache_location_and_default_tag(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 def test_a_missing_default_tag_names_the_command_that_makes_it() -> None:
     command = "python -m audit base-image --suite bullseye --arch arm64"
-    assert baseimage.make_command("layer-audit/base:bullseye-arm64") == command
-    assert baseimage.make_command("layer-audit/base:bullseye-i386") is None
-    assert baseimage.make_command("python:3.11-slim") is None
+    assert base_image.make_command("layer-audit/base:bullseye-arm64") == command
+    assert base_image.make_command("layer-audit/base:bullseye-i386") is None
+    assert base_image.make_command("python:3.11-slim") is None
 
 
 def test_validate_refuses_bad_arch_and_suite() -> None:
     with pytest.raises(UsageError, match="unknown architecture"):
-        baseimage.validate(BaseImageOptions(arch="s390x"))
+        base_image.validate(BaseImageOptions(arch="s390x"))
     with pytest.raises(UsageError, match="not a Debian suite"):
-        baseimage.validate(BaseImageOptions(suite="bookworm; rm -rf /"))
+        base_image.validate(BaseImageOptions(suite="bookworm; rm -rf /"))
 
 
 def test_cli_rejects_unknown_arch(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from audit import docker_host
-from audit.docker_host import BindMount
-from audit.lockfile import BaseRecord, render_base, render_lock
-from audit.recipe_parse import load_recipe
-from audit.snapshot import SCRIPT_PATH, parse_snapshot
-from audit.sources import DirectorySource
+from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
+from audit.engines import docker_host
+from audit.engines.docker_host import BindMount
+from audit.plan.lockfile import BaseRecord, render_base, render_lock
+from audit.plan.recipe_parse import load_recipe
+from audit.plan.sources import DirectorySource
 from tests.support.fixtures import BaseImageFactory
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel

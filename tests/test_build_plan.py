@@ -1,4 +1,4 @@
-"""The build plan (audit.build): argv, targets, tags, labels, secrets and network, no Docker."""
+"""The build plan (audit.plan.build): argv, targets, tags, labels, secrets, network; no Docker."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from audit.build import (
+from audit.core.errors import UsageError
+from audit.core.policy import Policy
+from audit.plan.build import (
     NO_GUARD_ARG,
     BuildOptions,
     BuildPlan,
+    DockerClient,
     Provenance,
     choose_network,
     find_ca_bundle,
@@ -19,10 +22,7 @@ from audit.build import (
     secret_sources,
     target_stages,
 )
-from audit.docker_host import DockerClient
-from audit.errors import UsageError
-from audit.policy import Policy
-from audit.recipe import (
+from audit.plan.recipe import (
     DEFAULT_LATEST_PATTERN,
     DEFAULT_TAG_PATTERN,
     CopyLayer,

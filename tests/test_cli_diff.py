@@ -1,4 +1,4 @@
-"""``python -m audit diff`` and ``snapshot`` end to end through ``audit.cli.main``."""
+"""``python -m audit diff`` and ``snapshot`` end to end through ``audit.cli.main.main``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
-from audit.snapshot import SCHEMA, Distribution, Environment, dump_snapshot, read_snapshot
+from audit.cli.main import main
+from audit.core.snapshot import SCHEMA, Distribution, Environment, dump_snapshot, read_snapshot
 
 SITE = "/usr/local/lib/python3.11/site-packages"
 

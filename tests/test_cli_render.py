@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
+from audit.cli.main import main
 from tests.support.cli import edit, fails
 
 REPO = Path(__file__).resolve().parents[1]

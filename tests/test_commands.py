@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit import commands
-from audit.errors import CommandFailed
+from audit.core.errors import CommandFailed
+from audit.engines import process as commands
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from audit.diff import Change, diff, parse_version, shadowed
-from audit.snapshot import Distribution, Environment
+from audit.core.diff import Change, diff, parse_version, shadowed
+from audit.core.snapshot import Distribution, Environment
 
 
 def dist(name: str, version: str, digest: str = "", location: str = "/site") -> Distribution:

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from audit import commands, docker_host
-from audit.commands import Completed
-from audit.docker_host import BindMount, DockerClient
-from audit.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
+from audit.core.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
+from audit.engines import docker_host
+from audit.engines import process as commands
+from audit.engines.docker_host import BindMount
+from audit.engines.process import Completed
+from audit.plan.build import DockerClient, build_command
 from tests.support.fixtures import Wheelhouse
 
 
@@ -98,8 +100,8 @@ def test_same_program_twice_is_probed_once(monkeypatch: pytest.MonkeyPatch) -> N
 def test_build_command_and_env() -> None:
     buildx = DockerClient("/x/docker", "buildx", "28.0.0")
     legacy = DockerClient("/usr/bin/docker", "buildkit-env", "20.10.24")
-    assert docker_host.build_command(buildx) == ["/x/docker", "buildx", "build", "--load"]
-    assert docker_host.build_command(legacy) == ["/usr/bin/docker", "build"]
+    assert build_command(buildx) == ["/x/docker", "buildx", "build", "--load"]
+    assert build_command(legacy) == ["/usr/bin/docker", "build"]
     env = docker_host.client_env(legacy, {"PATH": "/bin"})
     assert env == {"PATH": "/bin", "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
 

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from audit import cli, commands
-from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.findings import ERROR, INFO, Finding
-from audit.gate import gate
-from audit.gate_markdown import gate_markdown
-from audit.gitsource import GitSource
-from audit.report import Report, Section
+from audit.cli import main as cli
+from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
+from audit.core.findings import ERROR, INFO, Finding
+from audit.engines import process as commands
+from audit.engines.gitsource import GitSource
+from audit.plan.gate import gate
+from audit.plan.gate_markdown import gate_markdown
+from audit.plan.report import Report, Section
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files
 from tests.test_gitsource import SHELL_BRANCH, commit_files, git

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from audit import commands
-from audit.errors import EXIT_BAD_INPUT, GitError
-from audit.gitsource import GitSource
+from audit.core.errors import EXIT_BAD_INPUT, GitError
+from audit.engines import process as commands
+from audit.engines.gitsource import GitSource
 
 SHELL_BRANCH = "feat/$(touch${IFS}pwned);rm${IFS}-rf${IFS}x`touch${IFS}pwned2`|&>q\"'"
 

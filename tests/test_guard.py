@@ -1,4 +1,4 @@
-"""The build guard, run for real: a ``_guard/`` folder written by audit.guard_context, a real
+"""The build guard, run for real: a ``_guard/`` folder written by audit.plan.guard_context, a real
 virtual environment changed by real pip between "layers", the guard run with that venv's Python.
 
 No Docker: the venv stands in for the image. Each test walks layers the way a build does and
@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from audit.errors import RecipeError
-from audit.guard_context import GUARD_DIR, check_vendored_python, write_guard_context
-from audit.lockfile import BaseRecord, render_base
-from audit.policy import LockstepGroup, Policy, Waiver
-from audit.recipe import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
-from audit.snapshot import Environment, canonical_name, parse_snapshot
+from audit.core.errors import RecipeError
+from audit.core.policy import LockstepGroup, Policy, Waiver
+from audit.core.snapshot import Environment, canonical_name, parse_snapshot
+from audit.engines.context import write_guard_context
+from audit.plan.guard_context import GUARD_DIR, check_vendored_python
+from audit.plan.lockfile import BaseRecord, render_base
+from audit.plan.recipe import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
 from tests.support.fixtures import Wheelhouse
 
 VIOLATION = "LAYER-AUDIT-VIOLATION "
@@ -247,7 +248,7 @@ def test_the_guard_context_is_deterministic_and_drops_stale_files(image: Image) 
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
     assert after == before
     assert (folder / "lib" / "packaging" / "version.py").is_file()
-    assert {p.name for p in (folder / "lib" / "audit").iterdir()} >= {"verdict.py", "diff.py"}
+    assert {p.name for p in (folder / "lib" / "audit" / "core").iterdir()} >= {"verdict.py", "diff.py"}
 
 
 def test_guard_config_holds_image_interpreters_and_policy(image: Image) -> None:

@@ -10,16 +10,19 @@ from typing import Any
 
 import pytest
 
-from audit import cli, commands, docker_host
-from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.image_audit import (
+from audit.cli import main as cli
+from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.core.snapshot import Distribution, Environment, dump_snapshot
+from audit.engines import docker_host
+from audit.engines import process as commands
+from audit.engines.image_audit import (
     MARKER,
     ImageTarget,
     parse_snapshots,
     select_interpreters,
     unique_environments,
 )
-from audit.snapshot import Distribution, Environment, dump_snapshot
+from audit.plan.build import build_command
 from tests.support.fixtures import Wheelhouse
 
 
@@ -49,7 +52,7 @@ def test_parse_snapshots_splits_per_interpreter_and_skips_failures() -> None:
 
 
 def test_unique_environments_drops_aliases_of_one_environment() -> None:
-    from audit.image_audit import ImageEnvironment
+    from audit.engines.image_audit import ImageEnvironment
 
     system = _env("/usr/bin/python3", ("/usr/lib/site",), six="1")
     alias = _env("/usr/bin/python3.11", ("/usr/lib/site",), six="1")
@@ -79,7 +82,7 @@ def build_image(base: str, wheels: list[Path], context: Path) -> str:
     (context / "Dockerfile").write_text(DOCKERFILE.format(base=base))
     tag = f"layer-audit/test-image-audit:{uuid.uuid4().hex[:12]}"
     client = docker_host.detect_client()
-    argv = [*docker_host.build_command(client), "--network", "none", "-t", tag, str(context)]
+    argv = [*build_command(client), "--network", "none", "-t", tag, str(context)]
     commands.run(argv, env=docker_host.client_env(client))
     return tag
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from audit import cli, commands, lock_stamp
-from audit.lockfile import parse_lock
-from audit.snapshot import Distribution
+from audit.cli import lock_fast as lock_stamp
+from audit.cli import main as cli
+from audit.core.snapshot import Distribution
+from audit.engines import process as commands
+from audit.plan.lockfile import parse_lock
 from tests.support.cli import REPO, spawn_audit
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index
@@ -92,7 +94,7 @@ def test_a_clean_layered_lock_then_nothing_recompiled(
 QUICK_RUN = """\
 import sys
 before = set(sys.modules)
-from audit import cli
+from audit.cli import main as cli
 code = cli.main(["lock", *sys.argv[1:]])
 loaded = {name.split(".")[0] for name in set(sys.modules) - before}
 print("heavy:", sorted(loaded & {"rich", "docker", "jinja2", "filelock", "certifi"}))

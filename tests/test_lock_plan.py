@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import LockError
-from audit.lock import (
+from audit.core.errors import LockError
+from audit.core.policy import Policy, Waiver
+from audit.core.snapshot import Distribution, Environment
+from audit.engines.lock_compile import ambient_ca_bundle
+from audit.plan.lock import (
     BASE_ORIGIN,
     Constraint,
     active_waivers,
@@ -18,12 +21,9 @@ from audit.lock import (
     render_constraints,
     waiver_violations,
 )
-from audit.lock_compile import ambient_ca_bundle
-from audit.lockfile import BaseRecord, Lock, Pin, lock_relpath
-from audit.policy import Policy, Waiver
-from audit.recipe import PipLayer, Recipe, RunLayer, Stage
-from audit.snapshot import Distribution, Environment
-from audit.sources import DirectorySource
+from audit.plan.lockfile import BaseRecord, Lock, Pin, lock_relpath
+from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
+from audit.plan.sources import DirectorySource
 from tests.support.project import write_base, write_fresh_locks, write_text
 
 BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from audit import cli, cmd_lock, lock_stamp
-from audit.snapshot import Distribution
-from audit.sources import DirectorySource
+from audit.cli import lock as cmd_lock
+from audit.cli import lock_fast as lock_stamp
+from audit.cli import main as cli
+from audit.core.snapshot import Distribution
+from audit.plan.sources import DirectorySource
 from tests.support.project import (
     ProjectSpec,
     base_record,
@@ -31,8 +33,8 @@ RECIPE = pip_recipe_toml(["v1", "v2"], index_url="https://pypi.example.org/simpl
 BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"
 STAMP = "build/.layer-audit/lock-state/t.stamp"
 # Modules a stamp hit must not import: the parsers, the plan, argparse and everything heavier.
-HEAVY = {"packaging", "tomllib", "argparse", "rich", "audit.cli", "audit.recipe_parse"}
-HEAVY |= {"audit.lock", "audit.lockfile", "audit.requirements_in"}
+HEAVY = {"packaging", "tomllib", "argparse", "rich", "audit.cli.main", "audit.plan.recipe_parse"}
+HEAVY |= {"audit.plan.lock", "audit.plan.lockfile", "audit.plan.requirements_in"}
 
 
 @pytest.fixture
@@ -92,7 +94,7 @@ def test_a_fresh_run_writes_the_stamp_and_the_next_process_imports_no_parser(
         assert again.returncode == 0, again.stderr
         assert again.stdout == answer + "\n"
         loaded = imported(again.stderr)
-        assert "audit.lock_stamp" in loaded
+        assert "audit.cli.lock_fast" in loaded
         assert not [name for name in loaded if name.split(".")[0] in HEAVY or name in HEAVY]
 
 
@@ -180,7 +182,7 @@ def doctor(kind: str, table: dict[str, str]) -> Callable[[str], str]:
 
 def other_code(text: str) -> str:
     stamp = lock_stamp.parse_stamp(text)
-    assert stamp is not None and any("audit/lock.py" in path for path in stamp["code"])
+    assert stamp is not None and any("audit/plan/lock.py" in path for path in stamp["code"])
     changed = dict.fromkeys(stamp["code"], "0" * 64)
     return doctor("code", changed)(text)
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import EXIT_BAD_INPUT, LockError
-from audit.lockfile import (
+from audit.core.errors import EXIT_BAD_INPUT, LockError
+from audit.core.policy import Policy
+from audit.core.snapshot import Distribution, Environment
+from audit.plan.lockfile import (
     END_MARKER,
     BaseRecord,
     base_changes,
@@ -16,9 +18,7 @@ from audit.lockfile import (
     render_base,
     render_lock,
 )
-from audit.policy import Policy
-from audit.recipe import PipLayer, Recipe, Stage
-from audit.snapshot import Distribution, Environment
+from audit.plan.recipe import PipLayer, Recipe, Stage
 
 BODY = """\
 alpha==2.0 \\

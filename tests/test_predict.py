@@ -8,14 +8,14 @@ from types import MappingProxyType
 
 import pytest
 
-from audit.errors import LockError
-from audit.lock import survey_locks
-from audit.lockfile import BaseRecord, Lock, Pin
-from audit.predict import apply_lock, base_environment, predict, predict_from
-from audit.recipe import Recipe
-from audit.recipe_parse import load_recipe
-from audit.snapshot import Distribution, Environment
-from audit.sources import DirectorySource
+from audit.core.errors import LockError
+from audit.core.snapshot import Distribution, Environment
+from audit.plan.lock import survey_locks
+from audit.plan.lockfile import BaseRecord, Lock, Pin
+from audit.plan.predict import apply_lock, base_environment, predict, predict_from
+from audit.plan.recipe import Recipe
+from audit.plan.recipe_parse import load_recipe
+from audit.plan.sources import DirectorySource
 from tests.test_audit_deps import BASE, Project, write_project
 
 

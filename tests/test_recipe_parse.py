@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import RecipeError, UsageError
-from audit.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer
-from audit.recipe_parse import load_all, load_recipe
-from audit.sources import DirectorySource
+from audit.core.errors import RecipeError, UsageError
+from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer
+from audit.plan.recipe_parse import load_all, load_recipe
+from audit.plan.sources import DirectorySource
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "tests" / "data" / "recipes" / "mini"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from audit.findings import ERROR, INFO, WARNING, Finding
-from audit.report import (
+from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.engines.reports import write_report
+from audit.plan.report import (
     REPORT_SCHEMA,
     Report,
     Section,
@@ -18,7 +19,6 @@ from audit.report import (
     report_json,
     report_markdown,
     summary_line,
-    write_report,
 )
 
 DOWNGRADE = Finding(

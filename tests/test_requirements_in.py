@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit.errors import RecipeError
-from audit.requirements_in import (
+from audit.core.errors import RecipeError
+from audit.plan.requirements_in import (
     RequirementsFile,
     logical_lines,
     normalise_index_url,
@@ -68,7 +68,7 @@ def test_comments_blank_lines_and_markers() -> None:
 
 
 def test_continuation_lines_join_and_keep_the_first_line_number() -> None:
-    assert list(logical_lines("a\\\n>=1\nb\n")) == [(1, "a >=1"), (3, "b")]
+    assert list(logical_lines("a\\\n>=1\nb\n")) == [(1, "a>=1"), (3, "b")]
     error = failure({"a.in": "ok\nbad \\\n>>1\n"})
     assert error.where == f"{FOLDER}/a.in:2"
 

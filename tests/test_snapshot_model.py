@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import EXIT_BAD_INPUT, SnapshotError
-from audit.snapshot import (
+from audit.core.errors import EXIT_BAD_INPUT, SnapshotError
+from audit.core.snapshot import (
     SCHEMA,
     Distribution,
     Environment,
@@ -82,7 +82,7 @@ def _resealed(edit) -> bytes:  # type: ignore[no-untyped-def]
     edit(document["environments"][0])
     envs = document["environments"]
     body = {"schema": SCHEMA, "environments": envs}
-    from audit.snapshot import _digest_of, canonical_json
+    from audit.core.snapshot import _digest_of, canonical_json
 
     return (canonical_json(dict(body, digest=_digest_of(body))) + "\n").encode()
 

@@ -6,11 +6,11 @@ import datetime
 
 import pytest
 
-from audit.errors import BadInput
-from audit.findings import ERROR, INFO, WARNING, Finding
-from audit.policy import ALLOW, WARN, LockstepGroup, Policy, Waiver
-from audit.snapshot import Distribution, Environment
-from audit.verdict import check_state, cuda_major, evaluate, evaluate_shadowed
+from audit.core.errors import BadInput
+from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.core.policy import ALLOW, WARN, LockstepGroup, Policy, Waiver
+from audit.core.snapshot import Distribution, Environment
+from audit.core.verdict import check_state, cuda_major, evaluate, evaluate_shadowed
 
 TODAY = datetime.date(2026, 6, 1)
 CU130 = Policy(cuda="cu130")

@@ -25,8 +25,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass  # audit.snapshot imports it anyway
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIB = os.path.join(HERE, "lib")
@@ -45,11 +44,12 @@ sys.path.insert(0, LIB)
 # packaging.version); argparse and packaging.utils (it loads packaging.tags, platform and
 # logging) are not imported at all.
 try:
-    from audit.errors import AuditError
-    from audit.findings import Finding
-    from audit.policy import Policy
-    from audit.snapshot import Environment, canonical_name, dump_snapshot, parse_snapshot
-    from audit.verdict import evaluate, evaluate_shadowed
+    from audit.core.errors import AuditError
+    from audit.core.findings import Finding
+    from audit.core.lockformat import LockFormatError, Pin, parse_pins
+    from audit.core.policy import Policy
+    from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
+    from audit.core.verdict import evaluate, evaluate_shadowed
 except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
     print(
         f"{GUARD_ERROR} cannot load the guard's modules under Python {sys.version.split()[0]}: "
@@ -58,12 +58,6 @@ except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the i
         file=sys.stderr,
     )
     sys.exit(EXIT_BAD_INPUT)
-
-if TYPE_CHECKING:
-    from packaging.markers import Marker
-    from packaging.requirements import Requirement
-
-_SIMPLE_PIN = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9.+!_-]+)$")
 
 
 class GuardError(Exception):
@@ -170,71 +164,17 @@ def matching(before: Sequence[Environment], interpreter: str, index: int) -> Opt
 # ----------------------------------------------------------------------------- the lock
 
 
-def logical_lines(text: str) -> List[str]:
-    """Requirement lines with backslash continuations joined and comments dropped."""
-    lines, pending = [], ""
-    for raw in text.splitlines():
-        line = "" if raw.lstrip().startswith("#") else raw.split(" #", 1)[0].strip()
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        if (pending + line).strip():
-            lines.append((pending + line).strip())
-        pending = ""
-    return lines
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One pin of a lock: canonical name, the version it pins (or None), and its marker."""
-
-    name: str
-    version: Optional[str]
-    marker: Optional[Marker]
-
-
-def simple_pin(text: str) -> Optional[Pin]:
-    """A plain ``name==version`` (what pip-compile writes) without the PEP 508 parser."""
-    from packaging.version import InvalidVersion, Version
-
-    match = _SIMPLE_PIN.match(text)
-    if match is None:
-        return None
-    try:
-        Version(match.group(2))
-    except InvalidVersion:
-        return None  # the full parser says precisely what is wrong
-    return Pin(canonical_name(match.group(1)), match.group(2), None)
-
-
-def full_pin(text: str, path: str) -> Pin:
-    """Any PEP 508 line (markers, extras, ``===``): the slow path."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        requirement = Requirement(text)
-    except InvalidRequirement as exc:
-        raise GuardError(f"{path}: not a requirement line: {text!r} ({exc})") from exc
-    return Pin(canonical_name(requirement.name), _pinned_version(requirement), requirement.marker)
-
-
 def lock_pins(path: str) -> List[Pin]:
-    """Every pin of a pip-compile lock, options (``--hash``) stripped."""
+    """Every pin of the layer's lock, read by the same core reader the host uses."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
         raise GuardError(f"{path}: cannot read the layer's lock ({exc.strerror})") from exc
-    pins = []
-    for line in logical_lines(text):
-        requirement = line.split(" --", 1)[0].strip()
-        pins.append(simple_pin(requirement) or full_pin(requirement, path))
-    return pins
-
-
-def _pinned_version(pin: Requirement) -> Optional[str]:
-    specs = list(pin.specifier)
-    return specs[0].version if len(specs) == 1 and specs[0].operator in ("==", "===") else None
+    try:
+        return list(parse_pins(text).values())
+    except LockFormatError as exc:
+        raise GuardError(f"{path}: {exc}") from exc
 
 
 def _same_version(wanted: str, found: str) -> bool:
@@ -267,7 +207,7 @@ def check_lock(pins: Sequence[Pin], env: Environment, where: str) -> List[Findin
     winners = env.winners()
     findings = []
     for pin in pins:
-        if pin.version is None or (pin.marker and not pin.marker.evaluate(dict(env.markers))):
+        if not pin.applies(env.markers):
             continue
         dist = winners.get(pin.name)
         if dist is None or not _same_version(pin.version, dist.version):

@@ -1,7 +1,7 @@
 """The command line as tests drive it: in-process for exit codes and messages, or as a process.
 
 - :func:`edit`: replace the first ``old`` in a project file (failing when the fixture lacks it).
-- :func:`fails`: ``audit.cli.main(argv)`` must return ``code``; its stderr, never a traceback.
+- :func:`fails`: ``audit.cli.main.main(argv)`` must return ``code``; its stderr, never a traceback.
 - :func:`spawn_audit`: ``python -m audit ARGV`` as a process of its own group, for tests that
   kill it, interrupt it (Ctrl-C raises KeyboardInterrupt there, as at a terminal) or run two.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
+from audit.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 

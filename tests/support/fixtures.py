@@ -4,7 +4,7 @@
 - ``local_index``: that directory served as a PEP 503 index; yields its URL.
 - ``docker_client``: a docker SDK client for the running daemon.
 - ``base_image``: ``base_image(suite="bookworm", arch="amd64") -> tag``, an offline Debian
-  base image built once per machine by :mod:`audit.baseimage` and then reused.
+  base image built once per machine by :mod:`audit.engines.baseimage` and then reused.
 
 Docker fixtures skip with the reason when tests run without ``--docker``; under ``--docker``
 a daemon that does not answer (or missing emulation) is a failure, never a skip.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from audit.errors import AuditError
+from audit.core.errors import AuditError
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
 
@@ -69,7 +69,7 @@ def _environment_failure(error: AuditError) -> None:
 @pytest.fixture(scope="session")
 def docker_client(pytestconfig: pytest.Config) -> Any:
     _require_docker(pytestconfig)
-    from audit import docker_host
+    from audit.engines import docker_host
 
     try:
         return docker_host.daemon()
@@ -83,7 +83,7 @@ BaseImageFactory = Callable[..., str]
 
 @pytest.fixture(scope="session")
 def base_image(pytestconfig: pytest.Config, docker_client: Any) -> BaseImageFactory:
-    from audit import baseimage
+    from audit.engines import baseimage
 
     built: dict[tuple[str, str], str] = {}
 

@@ -1,0 +1,371 @@
+"""``python -m audit lock IMAGE``: record the base snapshot, compile stale pip-layer locks.
+
+Order of work: hold ``locks/<image>/.lock``; record ``base.json`` when asked or missing (the
+snapshot script inside the base image: no network, read-only); then walk the pip layers in
+build order and compile only the stale or missing ones, each against a constraints file that
+holds everything installed before it. ``--check`` compiles nothing and exits 1 when any lock
+is stale or missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from audit.cli.lock_fast import RecordingSource, fresh_answer, fresh_message, write_stamp
+from audit.core.errors import EXIT_OK, EXIT_VIOLATION, ResolutionConflict, UsageError
+from audit.core.policy import Waiver
+from audit.engines import console
+from audit.plan import paths
+from audit.plan.lock import (
+    RESOLVER,
+    Constraint,
+    LockState,
+    Survey,
+    active_waivers,
+    base_constraints,
+    installed_before,
+    layer_inputs,
+    pip_steps,
+    read_base_digest,
+    render_constraints,
+    survey_locks,
+    waiver_violations,
+)
+from audit.plan.lockfile import (
+    BaseRecord,
+    Lock,
+    base_changes,
+    base_relpath,
+    lock_relpath,
+    parse_lock,
+    render_base,
+    render_lock,
+)
+from audit.plan.recipe import Recipe, Step
+from audit.plan.recipe_parse import load_recipe
+from audit.plan.sources import DirectorySource, Source
+
+# Docker, pip-tools driving, the file lock and rich tables are imported inside the functions
+# that compile: a re-run on unchanged inputs needs none of them and must not pay for them.
+if TYPE_CHECKING:
+    from audit.engines.lock_compile import CompileTarget
+
+SNAPSHOT_TARGET = "/opt/layer-audit/snapshot.py"
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    image: str
+    stage: str | None
+    check: bool
+    record_base: bool
+    host: bool
+    docker: str | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LockOptions:
+        return cls(args.image, args.stage, args.check, args.record_base, args.host, args.docker)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "lock",
+        help="compile one hermetic lock per pip layer (only the stale ones)",
+        description="Record the base image's snapshot (locks/IMAGE/base.json) when missing, then "
+        "compile a hash-pinned pip-tools lock for every stale pip layer, inside the base image, "
+        "against everything installed before it. Needs Docker, except for --check.",
+    )
+    parser.add_argument("image", help="a recipe: the folder name under images/")
+    parser.add_argument(
+        "--stage",
+        metavar="vK",
+        help="lock the pip layers of stages v1 up to vK only (default: every stage)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compile nothing; exit 1 when a lock is stale or missing",
+    )
+    parser.add_argument(
+        "--record-base",
+        action="store_true",
+        help="snapshot the base image again and rewrite locks/IMAGE/base.json",
+    )
+    parser.add_argument(
+        "--host",
+        action="store_true",
+        help="compile with this machine's Python instead of inside the base image "
+        "(only when its platform and Python version match the base)",
+    )
+    from audit.engines import docker_host  # light, but off the import path of a fresh re-run
+
+    docker_host.add_client_option(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    options = LockOptions.from_args(args)
+    root = paths.find_root()
+    answer = _stamped_answer(root, options)
+    if answer is not None:
+        console.plain(answer)
+        return EXIT_OK
+    source = RecordingSource(DirectorySource(root))
+    recipe = load_recipe(source, options.image)
+    if options.stage and options.stage not in [s.name for s in recipe.stages]:
+        names = ", ".join(s.name for s in recipe.stages)
+        raise UsageError(
+            f"--stage {options.stage}: no such stage in {recipe.source}",
+            f"choose one of: {names}",
+        )
+    # Look first without the file lock: on unchanged inputs that look is the whole run. Only
+    # when something must be written is the lock taken, and lock_image looks again under it.
+    survey = survey_locks(source, recipe)
+    states = _upto(list(survey.states), recipe, options.stage)
+    if options.check:
+        code = report_check(recipe.name, states)
+        if code == EXIT_OK:
+            stamp_fresh(root, recipe, survey, source)
+        return code
+    if survey.base is not None and not options.record_base and _all_fresh(states):
+        stamp_fresh(root, recipe, survey, source)
+        return _nothing_to_compile(states)
+    from audit.engines import atomic
+
+    with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
+        code = lock_image(root, source, recipe, options)
+        _look_again_and_stamp(root, options.image)
+    return code
+
+
+def _stamped_answer(root: Path, options: LockOptions) -> str | None:
+    """The verified-fresh stamp's answer; --record-base always does the work it asks for."""
+    if options.record_base:
+        return None
+    return fresh_answer(str(root), options.image, options.stage, check=options.check)
+
+
+def stamp_fresh(root: Path, recipe: Recipe, survey: Survey, source: RecordingSource) -> None:
+    """Record what ``source`` saw, with the lock count of every ``--stage`` found all fresh."""
+    if survey.base is None:
+        return  # lock would record the base first: not an answer the stamp can give
+    states = list(survey.states)
+    wanted: list[str | None] = [None, *(stage.name for stage in recipe.stages)]
+    fresh = [(stage, _upto(states, recipe, stage)) for stage in wanted]
+    answers = [(stage, len(upto)) for stage, upto in fresh if _all_fresh(upto)]
+    write_stamp(str(root), recipe.name, source, answers)
+
+
+def _look_again_and_stamp(root: Path, image: str) -> None:
+    """After compiling, one more (recorded) look: the stamp holds only what a check saw."""
+    source = RecordingSource(DirectorySource(root))
+    recipe = load_recipe(source, image)
+    stamp_fresh(root, recipe, survey_locks(source, recipe), source)
+
+
+def _upto(states: list[LockState], recipe: Recipe, stage: str | None) -> list[LockState]:
+    wanted = {step.slug for step in pip_steps(recipe, stage)}
+    return [state for state in states if state.step.slug in wanted]
+
+
+def _all_fresh(states: list[LockState]) -> bool:
+    return all(state.status == "fresh" for state in states)
+
+
+def _nothing_to_compile(states: list[LockState]) -> int:
+    console.plain(fresh_message(len(states), check=False))
+    return EXIT_OK
+
+
+def report_check(image: str, states: list[LockState]) -> int:
+    bad = [state for state in states if state.status != "fresh"]
+    if not bad:
+        console.plain(fresh_message(len(states), check=True))
+        return EXIT_OK
+    from rich.markup import escape
+
+    for state in bad:
+        console.stdout.print(
+            f"{state.status}: {state.relpath} ({escape(state.step.label)}): {escape(state.reason)}"
+        )
+    console.stderr.print(f"{len(bad)} of {len(states)} locks need: nox -s lock -- {image}")
+    return EXIT_VIOLATION
+
+
+# -- the base record ------------------------------------------------------------------------
+
+
+def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Any:
+    from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
+    from audit.engines import docker_host
+
+    mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
+    out = docker_host.run_in_image(
+        recipe.base_ref,
+        [interpreter, SNAPSHOT_TARGET],
+        mounts=[mount],
+        network="none",
+        platform=recipe.platform,
+        timeout=600,
+    )
+    found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.base_ref}")
+    return dataclasses.replace(found[0], interpreter=interpreter)
+
+
+def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
+    """Snapshot every interpreter inside the base image; write base.json; print what changed."""
+    from rich.markup import escape
+
+    from audit.engines import atomic, docker_host
+
+    console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
+    info = docker_host.image_info(recipe.base_ref)
+    environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
+    digest = recipe.base_digest or next(iter(info.repo_digests), None)
+    record = BaseRecord(recipe.base, info.id, digest, environments)
+    old = read_base_digest(source, recipe)
+    atomic.write_text(root / base_relpath(recipe), render_base(record))
+    for line in base_changes(old[0] if old else None, record) or ["no change"]:
+        console.stdout.print(f"base: {escape(line)}")
+    return record
+
+
+# -- compiling ------------------------------------------------------------------------------
+
+
+def image_target(recipe: Recipe, record: BaseRecord) -> CompileTarget:
+    from audit.engines import docker_host
+    from audit.engines.lock_compile import CompileTarget, ambient_ca_bundle
+
+    info = docker_host.image_info(recipe.base_ref)
+    if info.id != record.image_id:
+        console.stderr.print(
+            f"[yellow]warning:[/] {recipe.base_ref} is now {info.id}, the base record has "
+            f"{record.image_id}: re-record it with --record-base"
+        )
+    interpreter = recipe.interpreters[0]
+    return CompileTarget(
+        recipe.base_ref, info.id, interpreter, recipe.platform, ambient_ca_bundle()
+    )
+
+
+def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions) -> int:
+    """Record the base if asked or missing, then compile every stale lock (hold the file lock)."""
+    if options.docker:
+        from audit.engines import docker_host
+
+        docker_host.detect_client(options.docker)
+    survey = survey_locks(source, recipe)
+    if options.record_base or survey.base is None:
+        record_base(root, source, recipe)
+        survey = survey_locks(source, recipe)
+    assert survey.base is not None
+    states = _upto(list(survey.states), recipe, options.stage)
+    if _all_fresh(states):
+        return _nothing_to_compile(states)
+    compiler = _compiler(root, source, recipe, options, survey)
+    for state in states:
+        compiler.visit(state)
+    _print_summary(compiler.done)
+    return EXIT_OK
+
+
+def _compiler(
+    root: Path, source: Source, recipe: Recipe, options: LockOptions, survey: Survey
+) -> _Compiler:
+    assert survey.base is not None
+    record, base_digest = survey.base
+    target = _target(recipe, record, options)
+    where = source.describe(base_relpath(recipe))
+    base_pins = base_constraints(record, recipe.interpreters[0], where)
+    return _Compiler(root, source, recipe, target, base_pins, base_digest, survey.locks)
+
+
+def _target(recipe: Recipe, record: BaseRecord, options: LockOptions) -> CompileTarget:
+    if options.host:
+        from audit.engines.lock_compile import host_target
+
+        return host_target(recipe.platform, record, recipe.interpreters[0])
+    return image_target(recipe, record)
+
+
+@dataclass
+class _Compiler:
+    """Walks the layers in order, keeping what each earlier layer pinned."""
+
+    root: Path
+    source: Source
+    recipe: Recipe
+    target: CompileTarget
+    base_pins: list[Constraint]
+    base_digest: str
+    fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
+    earlier: list[tuple[Step, Lock]] = dataclasses.field(default_factory=list)
+    done: list[tuple[LockState, str]] = dataclasses.field(default_factory=list)
+
+    def visit(self, state: LockState) -> None:
+        if state.status == "fresh":
+            lock = self.fresh_locks[state.step.slug]
+            self.done.append((state, "kept"))
+        else:
+            lock = self.compile(state.step)
+            self.done.append((state, "compiled"))
+        self.earlier.append((state.step, lock))
+
+    def compile(self, step: Step) -> Lock:
+        from rich.markup import escape
+
+        from audit.engines import atomic
+        from audit.engines.lock_compile import clean_body, explain_failure, run_compile, yanked_pins
+
+        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier)
+        installed = installed_before(self.base_pins, self.earlier)
+        waivers = active_waivers(self.recipe.policy.waivers, date.today())
+        console.stderr.print(f"compiling {escape(step.label)} for {self.target.platform}")
+        outcome = run_compile(self.target, inputs, render_constraints(installed, waivers))
+        if outcome.returncode != 0:
+            raise explain_failure(outcome.log, inputs, installed)
+        for pin in yanked_pins(outcome.log):
+            console.stderr.print(
+                f"[yellow]warning:[/] {escape(step.label)}: pins {escape(pin)}, a yanked release "
+                "(pinned exactly in the requirements, so pip allows it): move off it if you can"
+            )
+        text = render_lock(
+            self.recipe.name, step, RESOLVER, inputs.digests, clean_body(outcome.output)
+        )
+        relpath = lock_relpath(self.recipe, step)
+        lock = parse_lock(text.encode(), relpath)
+        _refuse_waiver_violations(step, installed, lock, waivers)
+        atomic.write_text(self.root / relpath, text)
+        return lock
+
+
+def _refuse_waiver_violations(
+    step: Step, installed: dict[str, Constraint], lock: Lock, waivers: Sequence[Waiver]
+) -> None:
+    """A waiver widens a constraint to a range: refuse a version strictly inside it."""
+    pins = {name: pin.version for name, pin in lock.pins.items()}
+    for constraint, version in waiver_violations(installed, pins, waivers):
+        raise ResolutionConflict(
+            f"{step.label}: {constraint.name} moved from {constraint.version} "
+            f"(installed by {constraint.origin}) to {version}, which no waiver names",
+            "pin it in the requirements file to the waived version",
+        )
+
+
+def _print_summary(done: list[tuple[LockState, str]]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table("lock", "layer", "action", "why")
+    for state, action in done:
+        reason = state.reason if action == "compiled" else ""
+        table.add_row(state.relpath, escape(state.step.label), action, escape(reason))
+    console.stdout.print(table)

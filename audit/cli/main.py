@@ -1,0 +1,96 @@
+"""``python -m audit``: the command line under the nox sessions, and the only error boundary.
+
+Each subcommand lives in its own ``audit/cmd_*.py`` module exposing
+``register(subparsers) -> None``, which adds a parser whose default ``handler`` takes the
+parsed arguments and returns an exit code. Errors from :mod:`audit.core.errors` are caught here and
+only here: printed as "error: what and where" plus "hint: what to do", never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from audit import __version__
+from audit.core.errors import EXIT_BAD_INPUT, AuditError
+from audit.engines import console
+
+# Command name -> module. Only the module of the command being run is imported, so a quick
+# command (``lock --check`` on unchanged inputs) does not pay for docker, jinja2 and the rest.
+COMMAND_MODULES = {
+    "render": "audit.cli.render",
+    "base-image": "audit.cli.base_image",
+    "snapshot": "audit.cli.snapshot",
+    "diff": "audit.cli.diff",
+    "lock": "audit.cli.lock",
+    "audit-deps": "audit.cli.audit_deps",
+    "gate": "audit.cli.gate",
+    "build": "audit.cli.build",
+}
+
+
+DESCRIPTION = (
+    "layer-audit: render, lock, audit and build container images whose pip layers cannot "
+    "silently downgrade what an earlier layer installed. Each command is also a nox session."
+)
+EXIT_CODES = (
+    "exit codes: 0 clean, 1 policy violation (or a stale lock), 2 bad input (recipe, lock, "
+    "snapshot, arguments), 3 environment (Docker, git, network, disk)"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with the contract's bad-input code instead of printing usage twice."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        from rich.markup import escape
+
+        self.print_usage(sys.stderr)
+        console.stderr.print(f"[bold red]error:[/] {escape(message)}")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _wanted_modules(argv: Sequence[str]) -> list[str]:
+    """The one module the command line names, or all of them (for help and for errors)."""
+    words = [word for word in argv if not word.startswith("-")]
+    if words and words[0] in COMMAND_MODULES:
+        return [COMMAND_MODULES[words[0]]]
+    return list(COMMAND_MODULES.values())
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m audit", description=DESCRIPTION, epilog=EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in _wanted_modules(argv):
+        importlib.import_module(name).register(subparsers)
+    for command in subparsers.choices.values():
+        command.epilog = command.epilog or EXIT_CODES  # one wording for every command's --help
+    return parser
+
+
+def report_error(error: AuditError) -> None:
+    from rich.markup import escape  # here, not at the top: a clean quick run never loads rich
+
+    console.stderr.print(f"[bold red]error:[/] {escape(error.message)}", markup=True)
+    if error.hint:
+        console.stderr.print(f"  [yellow]hint:[/] {escape(error.hint)}", markup=True)
+    output = getattr(error, "output", "")
+    if output:
+        console.stderr.print(output.rstrip(), markup=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except AuditError as error:
+        report_error(error)
+        return error.exit_code
+    except KeyboardInterrupt:
+        console.stderr.print("interrupted")
+        return 130
+    return code

@@ -1,0 +1,58 @@
+"""``python -m audit render IMAGE [--stage vK]``: write the build context ``build/<image>/``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from audit.core.errors import EXIT_OK
+from audit.engines import console
+from audit.engines.context import render
+from audit.plan.paths import find_root
+from audit.plan.recipe_parse import load_recipe
+from audit.plan.render import RenderResult
+from audit.plan.sources import DirectorySource
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "render",
+        help="render an image's Dockerfile and build context into build/<image>/",
+        description="Validate images/IMAGE/image.toml and render build/IMAGE/: the Dockerfile "
+        "(stages v1 ... vN), the requirements, locks, copied files, policy.json and recipe.json.",
+    )
+    parser.add_argument("image", help="a recipe: the folder name under images/")
+    parser.add_argument(
+        "--stage", metavar="vK", help="render stages v1 up to vK only (default: every stage)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = find_root()
+    recipe = load_recipe(DirectorySource(root), args.image)
+    result = render(root, recipe, stage=args.stage)
+    show(result, root)
+    return EXIT_OK
+
+
+def show(result: RenderResult, root: Path) -> None:
+    """A table of the context's files: written, unchanged or removed."""
+    changed = set(result.changed)
+    table = Table(title=f"{result.context.relative_to(root)}/", title_justify="left")
+    table.add_column("file")
+    table.add_column("status")
+    for path in result.files:
+        status = "[green]written[/]" if path in changed else "[dim]unchanged[/]"
+        table.add_row(escape(path.relative_to(result.context).as_posix()), status)
+    for path in result.removed:
+        table.add_row(escape(path.relative_to(result.context).as_posix()), "[yellow]removed[/]")
+    console.stdout.print(table)
+    console.stdout.print(
+        f"{len(result.changed)} written, {len(result.files) - len(result.changed)} unchanged, "
+        f"{len(result.removed)} removed: {escape(str(result.dockerfile.relative_to(root)))}"
+    )

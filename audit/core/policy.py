@@ -1,0 +1,118 @@
+"""The policy of one recipe: which changes fail, lockstep groups, CUDA suffix, floors, waivers.
+
+PURE CORE: stdlib + ``packaging`` only, Python 3.9 syntax (the guard runs it inside images).
+The recipe parser (``audit.plan.recipe_parse``) builds :class:`Policy` from ``[policy]`` in
+``image.toml``; the guard reads it back from JSON with :meth:`Policy.from_json`.
+Evaluation (findings from changes) lives in ``audit.core.verdict``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+FAIL = "fail"
+WARN = "warn"
+ALLOW = "allow"
+ACTIONS = (FAIL, WARN, ALLOW)
+
+POLICY_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Waiver:
+    """Allows one change of one package: ``from_version``/``to_version`` of ``"*"`` match any.
+
+    An expired waiver (``expires`` before today) does not allow anything: it fails with its date.
+    """
+
+    package: str  # canonical (PEP 503) name
+    from_version: str
+    to_version: str
+    reason: str
+    expires: _dt.date | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "from": self.from_version,
+            "to": self.to_version,
+            "reason": self.reason,
+            "expires": self.expires.isoformat() if self.expires else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Waiver:
+        expires = data.get("expires")
+        return cls(
+            package=data["package"],
+            from_version=data["from"],
+            to_version=data["to"],
+            reason=data["reason"],
+            expires=_dt.date.fromisoformat(expires) if expires else None,
+        )
+
+
+@dataclass(frozen=True)
+class LockstepGroup:
+    """Packages that must share one public version; members are canonical names or globs."""
+
+    name: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What an image's environment may and may not do between layers.
+
+    ``requirements`` holds PEP 508 strings for floors and pins (``nvidia-nccl-cu13>=2.30``);
+    ``forbidden`` holds PEP 508 strings (a bare name forbids every version).
+    ``cuda`` is the recipe's CUDA tag (``cu130``) used by the suffix rule; None disables it.
+    """
+
+    downgrade: str = FAIL
+    removal: str = FAIL
+    variant: str = FAIL
+    rebuilt: str = WARN
+    shadowed: str = WARN
+    cuda: str | None = None
+    cuda_suffix: bool = True
+    lockstep: tuple[LockstepGroup, ...] = ()
+    requirements: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+    waivers: tuple[Waiver, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": POLICY_SCHEMA,
+            "downgrade": self.downgrade,
+            "removal": self.removal,
+            "variant": self.variant,
+            "rebuilt": self.rebuilt,
+            "shadowed": self.shadowed,
+            "cuda": self.cuda,
+            "cuda_suffix": self.cuda_suffix,
+            "lockstep": [{"name": g.name, "members": list(g.members)} for g in self.lockstep],
+            "requirements": list(self.requirements),
+            "forbidden": list(self.forbidden),
+            "waivers": [w.to_json() for w in self.waivers],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Policy:
+        if data.get("schema") != POLICY_SCHEMA:
+            raise ValueError(f"policy schema {data.get('schema')!r}, expected {POLICY_SCHEMA}")
+        return cls(
+            downgrade=data["downgrade"],
+            removal=data["removal"],
+            variant=data["variant"],
+            rebuilt=data["rebuilt"],
+            shadowed=data["shadowed"],
+            cuda=data["cuda"],
+            cuda_suffix=data["cuda_suffix"],
+            lockstep=tuple(LockstepGroup(g["name"], tuple(g["members"])) for g in data["lockstep"]),
+            requirements=tuple(data["requirements"]),
+            forbidden=tuple(data["forbidden"]),
+            waivers=tuple(Waiver.from_json(w) for w in data["waivers"]),
+        )

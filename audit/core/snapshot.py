@@ -1,0 +1,225 @@
+"""Snapshots as plain data: the distributions one interpreter sees, and loading them safely.
+
+PURE CORE: stdlib + ``packaging`` only, Python 3.9 syntax (the guard runs it inside images).
+The in-image writer is ``audit/inimage/snapshot.py`` (stdlib only); this module reads its JSON.
+
+File format (``SCHEMA``)::
+
+    {"schema": "layer-audit.snapshot/1",
+     "environments": [{"interpreter": "/usr/bin/python3", "python": "3.11.2",
+                        "markers": {...PEP 508 environment markers...},
+                        "paths": [site directories in sys.path order],
+                        "distributions": [{"name": canonical, "raw_name": as written,
+                                           "version": str, "location": site dir,
+                                           "installer": str, "digest": str,
+                                           "metadata": "dist-info"|"egg-info"}, ...]}],
+     "digest": "sha256:<hex of the canonical JSON of everything but this key>"}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from audit.core.errors import SnapshotError
+
+# The guard imports this module on every layer: pathlib, hashlib's OpenSSL binding and
+# packaging.utils (which loads packaging.tags, platform, subprocess and logging) cost more than
+# the guard's own work, so this module uses the C hash module directly and its own PEP 503 rule.
+try:
+    from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python <= 3.11
+except ImportError:  # pragma: no cover - depends on the Python version
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+    except ImportError:
+        from hashlib import sha256
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    SCRIPT_PATH: Path  # the in-image snapshot script (audit/inimage/snapshot.py)
+
+SCHEMA = "layer-audit.snapshot/1"
+METADATA_KINDS = ("dist-info", "egg-info")
+_DIST_FIELDS = ("name", "version", "location", "installer", "digest", "raw_name", "metadata")
+_ENV_FIELDS = ("interpreter", "python", "markers", "paths", "distributions")
+_RECREATE = "take the snapshot again with `python -m audit snapshot` (never edit one by hand)"
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One installed distribution. ``location``/``installer``/``digest`` are "" when predicted."""
+
+    name: str  # canonical (PEP 503)
+    version: str  # as installed; may be unparsable (reported, never crashed on)
+    location: str = ""
+    installer: str = ""
+    digest: str = ""
+    raw_name: str = ""
+    metadata: str = "dist-info"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What one interpreter sees. ``distributions`` keeps every copy, in ``sys.path`` order,
+
+    so a name installed twice (shadowed) appears twice and the first copy is the one imported.
+    """
+
+    interpreter: str
+    python: str
+    markers: dict[str, str]
+    paths: tuple[str, ...]
+    distributions: tuple[Distribution, ...]
+
+    def winners(self) -> dict[str, Distribution]:
+        """Canonical name -> the copy that wins the import (first on the path)."""
+        seen: dict[str, Distribution] = {}
+        for dist in self.distributions:
+            seen.setdefault(dist.name, dist)
+        return seen
+
+
+_PEP503_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503's rule, exactly as ``packaging.utils.canonicalize_name`` applies it.
+
+    Here rather than from ``packaging.utils``, whose import costs the guard more than a layer's
+    whole verdict (tests/test_guard.py checks both agree).
+    """
+    return _PEP503_SEPARATORS.sub("-", name).lower()
+
+
+if not TYPE_CHECKING:  # mypy sees the declaration above, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        """``SCRIPT_PATH`` on first use: the guard never needs it, nor pathlib."""
+        if name == "SCRIPT_PATH":
+            from pathlib import Path
+
+            return Path(__file__).resolve().parent.parent / "inimage" / "snapshot.py"
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def canonical_json(document: dict[str, Any]) -> str:
+    """The one serialisation hashed and written (same as the in-image script's)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _digest_of(body: dict[str, Any]) -> str:
+    hexdigest: str = sha256(canonical_json(body).encode("ascii")).hexdigest()
+    return "sha256:" + hexdigest
+
+
+def _environment_json(env: Environment) -> dict[str, Any]:
+    return {
+        "interpreter": env.interpreter,
+        "python": env.python,
+        "markers": dict(env.markers),
+        "paths": list(env.paths),
+        "distributions": [asdict(dist) for dist in env.distributions],
+    }
+
+
+def dump_snapshot(envs: Sequence[Environment]) -> bytes:
+    """Canonical bytes of a snapshot file, sealed with its digest, newline-terminated."""
+    body: dict[str, Any] = {"schema": SCHEMA, "environments": [_environment_json(e) for e in envs]}
+    return (canonical_json(dict(body, digest=_digest_of(body))) + "\n").encode("ascii")
+
+
+def _fail(where: str, problem: str) -> SnapshotError:
+    return SnapshotError(f"{where}: {problem}", _RECREATE)
+
+
+def _load_document(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _fail(where, f"not UTF-8 text ({exc.reason})") from exc
+    except json.JSONDecodeError as exc:
+        raise _fail(where, f"truncated or invalid JSON ({exc.msg}, line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, arrays nested 10^5 deep
+        raise _fail(where, f"not a snapshot: {type(exc).__name__}: {str(exc)[:80]}") from exc
+    if not isinstance(document, dict):
+        raise _fail(where, "not a snapshot: the top level is not a JSON object")
+    return document
+
+
+def _check_seal(document: dict[str, Any], where: str) -> None:
+    if document.get("schema") != SCHEMA:
+        raise _fail(where, f"schema: {document.get('schema')!r} is not {SCHEMA!r}")
+    if set(document) != {"schema", "environments", "digest"}:
+        raise _fail(where, f"keys {sorted(document)}: expected digest, environments, schema")
+    body = {key: value for key, value in document.items() if key != "digest"}
+    if document["digest"] != _digest_of(body):
+        raise _fail(where, "digest: does not match the content (the file was edited or damaged)")
+
+
+def _strings(value: Any, key: str, where: str) -> None:
+    if not isinstance(value, str):
+        raise _fail(where, f"{key}: expected a string, got {type(value).__name__}")
+
+
+def _parse_distribution(item: Any, key: str, where: str) -> Distribution:
+    if not isinstance(item, dict) or set(item) != set(_DIST_FIELDS):
+        raise _fail(where, f"{key}: expected an object with keys {sorted(_DIST_FIELDS)}")
+    for field_name in _DIST_FIELDS:
+        _strings(item[field_name], f"{key}.{field_name}", where)
+    if item["name"] != canonical_name(item["name"]) or not item["name"]:
+        raise _fail(where, f"{key}.name: {item['name']!r} is not a canonical (PEP 503) name")
+    if item["metadata"] not in METADATA_KINDS:
+        raise _fail(where, f"{key}.metadata: {item['metadata']!r} is not one of {METADATA_KINDS}")
+    return Distribution(**item)
+
+
+def _parse_environment(item: Any, key: str, where: str) -> Environment:
+    if not isinstance(item, dict) or set(item) != set(_ENV_FIELDS):
+        raise _fail(where, f"{key}: expected an object with keys {sorted(_ENV_FIELDS)}")
+    _strings(item["interpreter"], f"{key}.interpreter", where)
+    _strings(item["python"], f"{key}.python", where)
+    markers, paths, dists = item["markers"], item["paths"], item["distributions"]
+    if not isinstance(markers, dict) or not all(isinstance(v, str) for v in markers.values()):
+        raise _fail(where, f"{key}.markers: expected an object of strings")
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise _fail(where, f"{key}.paths: expected a list of strings")
+    if not isinstance(dists, list):
+        raise _fail(where, f"{key}.distributions: expected a list")
+    parsed = tuple(
+        _parse_distribution(d, f"{key}.distributions[{i}]", where) for i, d in enumerate(dists)
+    )
+    return Environment(item["interpreter"], item["python"], dict(markers), tuple(paths), parsed)
+
+
+def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:
+    """Verify and load a snapshot file's bytes; ``where`` names it in errors.
+
+    Raises :class:`SnapshotError` (exit 2) when the bytes are truncated or not JSON, of another
+    schema, tampered with (digest mismatch), or hold malformed fields.
+    """
+    document = _load_document(data, where)
+    _check_seal(document, where)
+    envs = document["environments"]
+    if not isinstance(envs, list) or not envs:
+        raise _fail(where, "environments: expected a non-empty list")
+    return tuple(_parse_environment(e, f"environments[{i}]", where) for i, e in enumerate(envs))
+
+
+def read_snapshot(path: Path) -> tuple[Environment, ...]:
+    """Read and verify a snapshot file; a missing or unreadable file is bad input too."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(
+            f"{path}: cannot read snapshot ({exc.strerror})", "check the path"
+        ) from exc
+    return parse_snapshot(data, str(path))
+
+
+def environments_by_interpreter(envs: Sequence[Environment]) -> dict[str, Environment]:
+    """Interpreter path -> environment, in file order."""
+    return {env.interpreter: env for env in envs}

@@ -1,0 +1,328 @@
+"""The policy applied: findings from the changes between two environments and from the state.
+
+PURE CORE: stdlib + ``packaging`` only, Python 3.9 syntax (the guard runs it inside images).
+
+Change rules give one finding per change (see :mod:`audit.core.diff`). State rules (lockstep,
+cuda-suffix, requirement, forbidden) look at one environment; :func:`evaluate` reports a state
+violation only at the layer that caused it (broken after, not broken before). Waivers then turn
+matching errors into allowed, reported changes; an expired waiver fails with its date.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
+
+from audit.core import diff as _diff
+from audit.core.errors import BadInput
+from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.core.policy import ALLOW, FAIL, WARN, Policy, Waiver
+from audit.core.snapshot import Distribution, Environment, canonical_name
+
+if TYPE_CHECKING:
+    import datetime as _dt
+
+    from packaging.requirements import Requirement
+
+_ACTION_SEVERITY = {FAIL: ERROR, WARN: WARNING, ALLOW: INFO}
+_RULE_OF_KIND = {_diff.UNPARSABLE: "unparsable-version"}
+_PACKAGE_CUDA = re.compile(r"-cu(\d+)$")
+_LOCAL_CUDA = re.compile(r"^cu(\d+)$")
+_CUDA_TAG = re.compile(r"^cu(\d{2,3})$")
+
+Env = Mapping[str, Distribution]
+
+
+def rule_of(kind: str) -> str:
+    """The finding rule of a change kind (``unparsable`` -> ``unparsable-version``)."""
+    return _RULE_OF_KIND.get(kind, kind)
+
+
+def _change_severity(kind: str, policy: Policy) -> str:
+    actions = {
+        _diff.DOWNGRADED: policy.downgrade,
+        _diff.REMOVED: policy.removal,
+        _diff.VARIANT: policy.variant,
+        _diff.REBUILT: policy.rebuilt,
+        _diff.SHADOWED: policy.shadowed,
+        _diff.UNPARSABLE: WARN,
+    }
+    return _ACTION_SEVERITY[actions.get(kind, ALLOW)]
+
+
+def change_finding(change: _diff.Change, policy: Policy, where: str) -> Finding:
+    return Finding(
+        rule=rule_of(change.kind),
+        severity=_change_severity(change.kind, policy),
+        package=change.name,
+        before=change.before.version if change.before else None,
+        after=change.after.version if change.after else None,
+        message=change.message,
+        where=where,
+    )
+
+
+# --- state rules -------------------------------------------------------------------------
+
+
+def _state(rule: str, package: str, after: str | None, message: str, where: str) -> Finding:
+    return Finding(rule, ERROR, package, None, after, message, where)
+
+
+def _lockstep(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
+    for group in policy.lockstep:
+        patterns = [canonical_name(member) for member in group.members]
+        members = sorted(n for n in env if any(fnmatchcase(n, p) for p in patterns))
+        versions = {n: _diff.parse_version(env[n].version) for n in members}
+        public = {v.public for v in versions.values() if v is not None}
+        if len(public) > 1:
+            listed = ", ".join(f"{n} {env[n].version}" for n in members)
+            message = f"lockstep group {group.name}: members must share one version: {listed}"
+            yield _state("lockstep", group.name, None, message, where)
+
+
+def cuda_major(tag: str) -> str | None:
+    """``cu130`` -> ``13``, ``cu128`` -> ``12``; None for ``cpu``, None or another tag."""
+    match = _CUDA_TAG.match(tag or "")
+    return match.group(1)[:-1] if match else None
+
+
+def _cuda_marks(dist: Distribution) -> Iterator[tuple[str, str]]:
+    """(kind, digits) for a ``-cuNN`` name suffix and each ``+cuNNN`` or ``+cpu`` label segment."""
+    named = _PACKAGE_CUDA.search(dist.name)
+    if named:
+        yield "package", named.group(1)
+    if "+" not in dist.version:  # no local label (PEP 440 has no other separator): skip parsing
+        return
+    version = _diff.parse_version(dist.version)
+    for segment in (version.local or "").split(".") if version else ():
+        local = _LOCAL_CUDA.match(segment)
+        if local:
+            yield "build", local.group(1)
+        elif segment == "cpu":  # the CPU wheel of a CUDA project (torch 2.9.0+cpu)
+            yield "build", "cpu"
+
+
+def _cuda_ok(kind: str, digits: str, tag: str) -> bool:
+    major = cuda_major(tag)
+    if kind == "package":
+        return digits in (major, tag[2:])
+    return digits == tag[2:]
+
+
+def _cuda_suffix(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
+    if not policy.cuda_suffix:
+        return
+    tag = policy.cuda or "cpu"
+    major = cuda_major(tag)
+    for name in sorted(env):
+        dist = env[name]
+        for kind, digits in _cuda_marks(dist):
+            if major is None and digits == "cpu":
+                continue  # a CPU build in a CPU image
+            if major is not None and _cuda_ok(kind, digits, tag):
+                continue
+            what = "a CPU build" if digits == "cpu" else f"{kind} for cu{digits}"
+            message = f"{name} {dist.version}: {what} in an image built for {tag}"
+            finding = _state("cuda-suffix", name, dist.version, message, where)
+            yield finding if major else replace(finding, severity=WARNING)
+            break
+
+
+def parse_requirement(text: str, key: str) -> Requirement:
+    # Imported here: the guard runs this module on every layer, and packaging.requirements
+    # costs more to import than the rest of the guard; only policies with floors or
+    # forbidden packages need it.
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        raise BadInput(
+            f"policy: {key}: {text!r} is not a PEP 508 requirement ({exc})",
+            "fix the [policy] table of the recipe (image.toml)",
+        ) from exc
+
+
+def _outside(requirement: Requirement, dist: Distribution) -> bool:
+    version = _diff.parse_version(dist.version)
+    return version is None or not requirement.specifier.contains(version, prereleases=True)
+
+
+def _requirements(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
+    for index, text in enumerate(policy.requirements):
+        requirement = parse_requirement(text, f"require[{index}]")
+        dist = env.get(canonical_name(requirement.name))
+        if dist is not None and _outside(requirement, dist):
+            message = f"{dist.name} {dist.version} breaks the policy requirement {text}"
+            yield _state("requirement", dist.name, dist.version, message, where)
+
+
+def _forbidden(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
+    for index, text in enumerate(policy.forbidden):
+        requirement = parse_requirement(text, f"forbid[{index}]")
+        dist = env.get(canonical_name(requirement.name))
+        if dist is None:
+            continue
+        if not requirement.specifier or not _outside(requirement, dist):
+            message = f"{dist.name} {dist.version} is forbidden by the policy ({text})"
+            yield _state("forbidden", dist.name, dist.version, message, where)
+
+
+def check_state(env: Env, policy: Policy, *, where: str) -> list[Finding]:
+    """Violations of the state rules in one environment (no waivers applied)."""
+    rules = (_lockstep, _cuda_suffix, _requirements, _forbidden)
+    return [finding for rule in rules for finding in rule(env, policy, where)]
+
+
+# --- waivers and hints -------------------------------------------------------------------
+
+
+def _version_matches(pattern: str, actual: str | None) -> bool:
+    if pattern == "*":
+        return True
+    if actual is None:
+        return False
+    wanted, found = _diff.parse_version(pattern), _diff.parse_version(actual)
+    return wanted == found if wanted is not None and found is not None else pattern == actual
+
+
+def waiver_matches(waiver: Waiver, finding: Finding) -> bool:
+    """Same package; ``from`` matches the old version (state findings have none), ``to`` the new."""
+    if canonical_name(waiver.package) != canonical_name(finding.package):
+        return False
+    from_ok = finding.before is None or _version_matches(waiver.from_version, finding.before)
+    return from_ok and _version_matches(waiver.to_version, finding.after)
+
+
+def _expired(waiver: Waiver, today: _dt.date) -> bool:
+    return waiver.expires is not None and waiver.expires < today
+
+
+def _waive(finding: Finding, waivers: Sequence[Waiver], today: _dt.date) -> list[Finding]:
+    matching = [w for w in waivers if waiver_matches(w, finding)]
+    valid = [w for w in matching if not _expired(w, today)]
+    if valid:
+        return [replace(finding, severity=INFO, waiver=valid[0].reason)]
+    return [finding, *(_expired_finding(finding, w) for w in matching)]
+
+
+def _expired_finding(finding: Finding, waiver: Waiver) -> Finding:
+    message = (
+        f"the waiver for {waiver.package} {waiver.from_version} -> {waiver.to_version} "
+        f"expired on {waiver.expires} ({waiver.reason}); it no longer allows: {finding.message}"
+    )
+    return Finding(
+        "waiver-expired",
+        ERROR,
+        finding.package,
+        finding.before,
+        finding.after,
+        message,
+        finding.where,
+    )
+
+
+def apply_waivers(findings: Sequence[Finding], policy: Policy, today: _dt.date) -> list[Finding]:
+    """Waive matching errors (severity info, ``waiver`` = reason); then give every error a hint."""
+    waived = [
+        out
+        for finding in findings
+        for out in (_waive(finding, policy.waivers, today) if finding.fails else [finding])
+    ]
+    return [_with_hint(f) if f.fails and not f.hint else f for f in waived]
+
+
+def waiver_snippet(finding: Finding) -> str:
+    return (
+        "[[policy.waiver]]\n"
+        f'package = "{finding.package}"\n'
+        f'from = "{finding.before or "*"}"\n'
+        f'to = "{finding.after or "*"}"\n'
+        'reason = "why this is safe"\n'
+        "expires = 2099-12-31  # optional"
+    )
+
+
+def _fix(finding: Finding) -> str:
+    name, old = finding.package, finding.before
+    fixes = {
+        "lockstep": f"pin every member of lockstep group {name} to one version",
+        "cuda-suffix": "install the package or build for the image's CUDA tag instead",
+        "requirement": f"pin {name} to a version the policy requires in this layer",
+        "forbidden": f"remove {name} (or the requirement that pulls it in)",
+        "waiver-expired": "fix the change, or extend `expires` of the waiver in image.toml",
+    }
+    pin = f'add "{name}=={old}" to this layer\'s requirements' if old else f"pin {name}"
+    return fixes.get(finding.rule, pin)
+
+
+def _with_hint(finding: Finding) -> Finding:
+    hint = f"{_fix(finding)}; or waive it in image.toml:\n{waiver_snippet(finding)}"
+    return replace(finding, hint=hint)
+
+
+# --- entry points ------------------------------------------------------------------------
+
+
+def _state_keys(findings: Sequence[Finding]) -> set[tuple[str, str]]:
+    return {(f.rule, f.package) for f in findings}
+
+
+def _names_any_of(text: str, names: Sequence[str]) -> bool:
+    """Could requirement ``text`` be about one of ``names``? Never a false "no".
+
+    A PEP 508 name comes first and ends with a letter, digit or ``_``, so PEP 503 applied to the
+    whole text starts with the canonical name; the full parse happens only for a "yes".
+    """
+    text = canonical_name(text.lstrip())
+    return any(text.startswith(name) for name in names)
+
+
+def _floors_for_moved(policy: Policy, before: Env, after: Env) -> Policy:
+    """``policy`` without the floors and bans about packages whose version did not move.
+
+    Their verdict is the same before and after, so :func:`evaluate` would drop it anyway; this
+    spares the guard importing the PEP 508 parser on layers that leave those packages alone.
+    """
+    moved = [n for n, d in after.items() if n not in before or before[n].version != d.version]
+    return replace(
+        policy,
+        requirements=tuple(t for t in policy.requirements if _names_any_of(t, moved)),
+        forbidden=tuple(t for t in policy.forbidden if _names_any_of(t, moved)),
+    )
+
+
+def evaluate(
+    before: Env, after: Env, policy: Policy, *, where: str, today: _dt.date
+) -> list[Finding]:
+    """Findings for the step from ``before`` to ``after``: changes, then new state violations."""
+    findings = [change_finding(c, policy, where) for c in _diff.diff(before, after)]
+    relevant = _floors_for_moved(policy, before, after)
+    known = _state_keys(check_state(before, relevant, where=where))
+    state = check_state(after, relevant, where=where)
+    findings.extend(f for f in state if (f.rule, f.package) not in known)
+    return apply_waivers(findings, policy, today)
+
+
+def evaluate_shadowed(
+    before: Environment | None,
+    after: Environment,
+    policy: Policy,
+    *,
+    where: str,
+    today: _dt.date,
+) -> list[Finding]:
+    """Shadowed copies in ``after`` that were not already shadowed in ``before``."""
+    seen: dict[str, set[str]] = {}
+    for change in _diff.shadowed(before) if before else []:
+        seen.setdefault(change.name, set()).add(change.before.location if change.before else "")
+    fresh = [
+        c
+        for c in _diff.shadowed(after)
+        if (c.before.location if c.before else "") not in seen.get(c.name, set())
+    ]
+    return apply_waivers([change_finding(c, policy, where) for c in fresh], policy, today)

@@ -1,0 +1,314 @@
+"""Running a build plan: BuildKit builds, the guard's verdict, smoke tests, trail, tags, push.
+
+Order (nothing is lost): every build of the plan runs under a temporary unique tag; then each
+stage's smoke command runs and its trail is extracted into ``build/reports/<image>/<stage>/``;
+only then do the final tags move (and get pushed with ``--push``). A failed build, guard
+verdict or smoke test moves no tag. The temporary tags are always removed, and the full
+output of every build is saved to ``build/reports/<image>/build.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.markup import escape
+
+from audit.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ENVIRONMENT,
+    EXIT_VIOLATION,
+    BuildFailed,
+    CommandFailed,
+    EnvironmentProblem,
+)
+from audit.engines import atomic, console, docker_host
+from audit.engines import process as commands
+from audit.engines.build_progress import LiveView, Progress, step_labels
+from audit.engines.build_trail import read_trail, write_trail_reports
+from audit.plan.build import (
+    SECRET_CA,
+    SECRET_NETRC,
+    BuildOptions,
+    BuildPlan,
+    DockerClient,
+    Provenance,
+    SecretSources,
+    StageBuild,
+    netrc_text,
+    plan_build,
+    secret_sources,
+)
+from audit.plan.recipe import Recipe
+from audit.plan.report import summary_line
+
+LOG_TAIL_LINES = 25
+DISK_FULL = "no space left on device"
+DISK_HINT = "free disk space (docker builder prune; docker image prune), then build again"
+BUILDKIT_MISSING = ("requires BuildKit", "the --mount option requires", "unknown flag: --secret")
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+@dataclass(frozen=True)
+class Streamed:
+    returncode: int
+    lines: tuple[str, ...]
+
+
+def shown_command(args: Sequence[str]) -> str:
+    """The command as printed: its ``--label`` pairs (all in build.log) counted, not listed."""
+    kept = [a for i, a in enumerate(args) if "--label" not in (a, args[i - 1] if i else "")]
+    labels = args.count("--label")
+    if not labels:
+        return shlex.join(kept)
+    return f"{shlex.join(kept[:-1])} --label … ({labels} labels, in build.log) {kept[-1]}"
+
+
+def stream(argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> Streamed:
+    """Run a program like :func:`audit.engines.process.run`; each output line goes to ``on_line``.
+
+    Prints the command, finds the program, raises :class:`CommandFailed` when it cannot start;
+    the exit code is returned (the caller knows what a failed build means).
+    """
+    args = [commands.find_program(argv[0]), *argv[1:]]
+    if not os.environ.get(commands.QUIET_ENV):
+        console.stderr.print(f"[dim]$ {escape(shown_command(args))}[/dim]")
+    lines: list[str] = []
+    try:
+        with subprocess.Popen(
+            args, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                lines.append(raw.rstrip("\n"))
+                on_line(lines[-1])
+    except OSError as exc:
+        raise CommandFailed(
+            f"cannot run {args[0]}: {exc.strerror}",
+            "name a working docker client with --docker PATH or $LAYER_AUDIT_DOCKER",
+        ) from exc
+    return Streamed(proc.returncode, tuple(lines))
+
+
+# ----------------------------------------------------------------------------- facts
+
+
+def tree_digest(folder: Path) -> str:
+    """sha256 over every file's relative path and bytes, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _git(root: Path, *args: str) -> str:
+    done = commands.run(["git", "-C", str(root), *args], check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def provenance(root: Path, recipe: Recipe, now: _dt.datetime | None = None) -> Provenance:
+    created = (now or _dt.datetime.now(_dt.UTC)).replace(microsecond=0)
+    return Provenance(
+        source=_git(root, "config", "--get", "remote.origin.url"),
+        revision=_git(root, "rev-parse", "--verify", "-q", "HEAD"),
+        created=created.isoformat().replace("+00:00", "Z"),
+        recipe_digest=tree_digest(root / recipe.directory),
+        locks_digest=tree_digest(root / "locks" / recipe.name),
+    )
+
+
+@contextlib.contextmanager
+def secret_files(recipe: Recipe, sources: SecretSources) -> Iterator[dict[str, Path]]:
+    """Secret id -> host file for BuildKit; generated files live in a private temporary folder."""
+    found: dict[str, Path] = {}
+    if sources.ca_bundle:
+        found[SECRET_CA] = sources.ca_bundle
+    with tempfile.TemporaryDirectory(prefix="layer-audit-secrets-") as folder:
+        if sources.credentials:
+            netrc = Path(folder) / "netrc"
+            netrc.touch(mode=0o600)
+            netrc.write_text(netrc_text(recipe, sources.credentials))
+            found[SECRET_NETRC] = netrc
+        elif sources.netrc:
+            found[SECRET_NETRC] = sources.netrc
+        yield found
+
+
+# ----------------------------------------------------------------------------- preflight
+
+
+def check_base(recipe: Recipe, arch: str) -> None:
+    """The base image must be in the local store for the target architecture."""
+    info = docker_host.image_info(recipe.base_ref)
+    if info.architecture and info.architecture != arch:
+        raise EnvironmentProblem(
+            f"{recipe.source}: base {recipe.base_ref} is {info.architecture}, the build is {arch}",
+            f"make or pull an {arch} base (python -m audit base-image --arch {arch}) "
+            "and name it in the recipe",
+        )
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def _label_of(recipe: Recipe, slug: str) -> str:
+    for step in recipe.steps():
+        if step.slug == slug:
+            return step.label
+    return slug
+
+
+def violation_summary(recipe: Recipe, violations: Sequence[Mapping[str, object]]) -> str:
+    """One block: image, stage, layer, then each package with from -> to, rule and fix."""
+    slug = str(violations[0].get("step", "?"))
+    lines = [f"{recipe.name}: the guard stopped the build at {_label_of(recipe, slug)}"]
+    for item in violations:
+        change = f"{item.get('before') or '(none)'} -> {item.get('after') or '(none)'}"
+        lines.append(f"  {item.get('package')}  {change}  rule: {item.get('rule')}")
+        message = str(item.get("message") or "")
+        if not message.startswith(f"{item.get('package')} {change}"):  # say nothing twice
+            lines.append(f"    {message}")
+    hint = str(violations[0].get("hint") or "")
+    if hint:
+        lines.append(f"  to fix or waive (in {recipe.source}):")
+        lines.extend(f"    {line}" for line in hint.splitlines())
+    return "\n".join(lines)
+
+
+def _tail(lines: Sequence[str]) -> str:
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def build_failure(
+    recipe: Recipe, stage: str, progress: Progress, lines: Sequence[str]
+) -> BuildFailed:
+    """The typed failure of one build: guard verdict (1), guard input (2), environment (3)."""
+    if progress.violations:
+        summary = violation_summary(recipe, progress.violations)
+        return BuildFailed(summary, "no tag was moved", exit_code=EXIT_VIOLATION)
+    if progress.guard_errors:
+        return BuildFailed(
+            f"{recipe.name} {stage}: the guard could not run: {progress.guard_errors[0]}",
+            "fix the input it names, then build again",
+            exit_code=EXIT_BAD_INPUT,
+        )
+    text = "\n".join(lines)
+    hint = f"read the log tail below; no tag was moved\n{_tail(lines)}"
+    if DISK_FULL in text.lower():
+        hint = DISK_HINT
+    elif any(marker in text for marker in BUILDKIT_MISSING):
+        hint = docker_host.INSTALL_HINT
+    return BuildFailed(f"{recipe.name} {stage}: the build failed", hint, exit_code=EXIT_ENVIRONMENT)
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass
+class BuildLog:
+    """Every build's output of one run, saved even when the run fails."""
+
+    path: Path
+    lines: list[str]
+
+    def save(self) -> None:
+        atomic.write_text(self.path, "\n".join(self.lines) + "\n")
+
+
+def run_stage_build(
+    recipe: Recipe, build: StageBuild, env: Mapping[str, str], log: BuildLog
+) -> None:
+    log.lines.append(f"### {shlex.join(build.argv)}")
+    with LiveView(console.stderr, f"{recipe.name} {build.stage}", step_labels(recipe)) as view:
+        done = stream(build.argv, env, view.feed)
+    log.lines.extend(done.lines)
+    if done.returncode != 0:
+        raise build_failure(recipe, build.stage, view.progress, done.lines)
+
+
+def run_smoke(plan: BuildPlan, build: StageBuild) -> None:
+    if not build.smoke:
+        return
+    console.stderr.print(f"smoke test {build.stage}: {escape(build.smoke)}")
+    try:
+        docker_host.run_in_image(
+            build.temp_ref, ["/bin/sh", "-c", build.smoke], platform=plan.platform
+        )
+    except CommandFailed as exc:
+        raise BuildFailed(
+            f"{plan.image} {build.stage}: the smoke test failed: {build.smoke}",
+            f"no tag was moved\n{exc.output}",
+            exit_code=EXIT_VIOLATION,
+        ) from exc
+
+
+def move_tags(client: DockerClient, plan: BuildPlan) -> None:
+    daemon = docker_host.daemon()
+    for build in plan.builds:
+        image = daemon.images.get(build.temp_ref)
+        for ref in build.tags:
+            repository, _, tag = ref.rpartition(":")
+            image.tag(repository, tag)
+            console.stdout.print(f"tagged {ref}")
+    if plan.push:
+        for ref in plan.tags:
+            commands.run([client.path, "push", ref], capture=False)
+
+
+def remove_temporary(plan: BuildPlan) -> None:
+    for build in plan.builds:
+        with contextlib.suppress(EnvironmentProblem):
+            docker_host.remove_image(build.temp_ref)
+
+
+def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -> int:
+    env = docker_host.client_env(client)
+    log = BuildLog(root / "build" / "reports" / recipe.name / "build.log", [])
+    try:
+        for build in plan.builds:
+            run_stage_build(recipe, build, env, log)
+        for build in plan.builds:
+            run_smoke(plan, build)
+        if plan.guard:  # one read: the target's trail holds every earlier stage's
+            trail = read_trail(plan.builds[0])
+            built = {build.stage for build in plan.builds}
+            for stage in (s.name for s in recipe.stages if s.name in built):
+                folder, report = write_trail_reports(root, recipe, stage, trail)
+                console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
+        move_tags(client, plan)
+    finally:
+        log.save()
+        remove_temporary(plan)
+    console.stderr.print(f"build log: {log.path}")
+    return 0
+
+
+def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> int:
+    """Detect the client, check the host, plan and execute; exit code 0 or a typed failure."""
+    client = docker_host.detect_client(options.docker)
+    docker_host.daemon()
+    sources = secret_sources(options, os.environ, Path.home())
+    console.stderr.print(f"secrets: {sources.describe()}")
+    with secret_files(recipe, sources) as secrets:
+        plan = plan_build(
+            recipe,
+            options,
+            client=client,
+            context=context,
+            provenance=provenance(root, recipe),
+            secrets=secrets,
+            token=os.urandom(4).hex(),
+        )
+        check_base(recipe, plan.arch)
+        return execute(root, recipe, plan, client)

@@ -1,0 +1,356 @@
+"""Running pip-compile for one layer, hermetically, for the recipe's platform and interpreter.
+
+By default inside the base image (``docker run``, emulated with ``--platform`` when foreign),
+with pip-tools in a throwaway virtual environment made from the image's own interpreter and
+cached in a host folder keyed by image id (mounted at /cache), so the next run starts at once.
+``--host`` runs the same driver with the host's interpreter, allowed only when the host's
+platform and Python match the base record.
+
+Hermetic: the driver builds pip-compile's environment from scratch (no ``PIP_*`` from anywhere,
+``PIP_CONFIG_FILE=/dev/null``, pip ``--isolated``, ``--no-config``), names only the recipe's
+indexes, and emits no index URL, find-links or trusted host. A CA bundle only reaches TLS.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict, UsageError
+from audit.engines import docker_host
+from audit.engines import process as commands
+from audit.plan.lock import PIP_TOOLS_VERSION, PIP_VERSION, Constraint, LayerInputs
+from audit.plan.lockfile import BaseRecord
+
+TOOLS_INDEX_ENV = "LAYER_AUDIT_TOOLS_INDEX_URL"
+DEFAULT_TOOLS_INDEX = "https://pypi.org/simple"
+CACHE_ENV = "LAYER_AUDIT_CACHE"
+CA_TARGET = "/run/layer-audit-ca.pem"
+CONSTRAINTS = "installed-before.txt"
+OUTPUT = "compiled.txt"
+ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+# Runs under the target interpreter (Python 3.9+, stdlib only). argv: cache folder, work
+# folder, tools index, CA bundle or "", then pip-compile's arguments. Builds the pip-tools venv
+# once per interpreter (under a file lock: two runs may share the cache), then runs pip-compile
+# in an environment made from nothing, from the recipe folder copy, and exits with its code.
+DRIVER = """\
+import fcntl, os, platform, shutil, subprocess, sys
+cache, work, tools_index, cert = sys.argv[1:5]
+args = sys.argv[5:]
+tag = "py%d%d-%s" % (sys.version_info[0], sys.version_info[1], platform.machine())
+PIP_TOOLS, PIP = "@PIP_TOOLS@", "@PIP@"
+tools = os.path.join(cache, "pip-tools-%s-pip-%s-%s" % (PIP_TOOLS, PIP, tag))
+env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.path.join(cache, "home"),
+       "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+       "LC_ALL": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
+certs = ["--cert", cert] if cert else []
+if cert:
+    env["SSL_CERT_FILE"] = cert
+os.makedirs(env["HOME"], exist_ok=True)
+with open(os.path.join(cache, ".tools.lock"), "w") as guard:
+    fcntl.flock(guard, fcntl.LOCK_EX)
+    if not os.path.exists(os.path.join(tools, ".complete")):
+        shutil.rmtree(tools + ".partial", ignore_errors=True)
+        subprocess.check_call([sys.executable, "-m", "venv", tools + ".partial"], env=env)
+        pip = [os.path.join(tools + ".partial", "bin", "python"), "-m", "pip"]
+        subprocess.check_call(pip + ["install", "--isolated", "-q", "--index-url", tools_index]
+                              + certs + ["pip==" + PIP, "pip-tools==" + PIP_TOOLS], env=env)
+        open(os.path.join(tools + ".partial", ".complete"), "w").close()
+        shutil.rmtree(tools, ignore_errors=True)
+        os.rename(tools + ".partial", tools)
+compile_ = [os.path.join(tools, "bin", "python"), "-m", "piptools", "compile"]
+sys.exit(subprocess.call(compile_ + certs + args, env=env, cwd=os.path.join(work, "recipe")))
+"""
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """Where pip-compile runs: in ``image`` (its interpreter) or on the host (``image`` None)."""
+
+    image: str | None
+    image_id: str
+    interpreter: str
+    platform: str  # linux/arm64
+    ca_bundle: Path | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    output: str  # what pip-compile wrote, or "" on failure
+    log: str  # its stderr and stdout
+
+
+def cache_root() -> Path:
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "layer-audit" / "lock-tools"
+
+
+def ambient_ca_bundle(env: Mapping[str, str] = os.environ) -> Path | None:
+    """The machine's CA bundle, if it names one: used for TLS only, never part of a lock."""
+    for key in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE"):
+        value = env.get(key)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def tools_index() -> str:
+    return os.environ.get(TOOLS_INDEX_ENV, DEFAULT_TOOLS_INDEX)
+
+
+# -- host checks ----------------------------------------------------------------------------
+
+
+def host_platform() -> str:
+    machine = platform.machine().lower()
+    return f"{platform.system().lower()}/{ARCHES.get(machine, machine)}"
+
+
+def host_problem(recipe_platform: str, record: BaseRecord, interpreter: str) -> str | None:
+    """Why the host cannot compile for this recipe (other platform or Python), or None."""
+    if host_platform() != recipe_platform:
+        return f"the host is {host_platform()}, the recipe targets {recipe_platform}"
+    wanted = next((e.python for e in record.environments if e.interpreter == interpreter), "")
+    have = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if ".".join(wanted.split(".")[:2]) != have:
+        return f"the host runs Python {have}, {interpreter} in the base is Python {wanted or '?'}"
+    return None
+
+
+def host_target(recipe_platform: str, record: BaseRecord, interpreter: str) -> CompileTarget:
+    problem = host_problem(recipe_platform, record, interpreter)
+    if problem:
+        raise UsageError(
+            f"--host: cannot compile on this machine: {problem}",
+            "drop --host to compile inside the base image (emulated when foreign)",
+        )
+    return CompileTarget(None, "host", sys.executable, recipe_platform, ambient_ca_bundle())
+
+
+def driver_source() -> str:
+    return DRIVER.replace("@PIP_TOOLS@", PIP_TOOLS_VERSION).replace("@PIP@", PIP_VERSION)
+
+
+# -- arguments and work folder --------------------------------------------------------------
+
+
+def compile_args(inputs: LayerInputs) -> list[str]:
+    """pip-compile's arguments: hashes, explicit indexes, nothing machine-specific emitted."""
+    args = [
+        "--no-header", "--no-config", "--generate-hashes", "--strip-extras",
+        "--allow-unsafe", "--no-emit-index-url", "--no-emit-trusted-host",
+        "--no-emit-find-links", "--newline", "LF", "--pip-args", "--isolated --no-input",
+        "--index-url", inputs.index_url,
+    ]  # fmt: skip
+    if inputs.extra_index_url:
+        args += ["--extra-index-url", inputs.extra_index_url]
+    if inputs.pre:
+        args.append("--pre")
+    return [*args, "-c", f"../{CONSTRAINTS}", "-o", f"../{OUTPUT}", inputs.requirements]
+
+
+def prepare_work(work: Path, inputs: LayerInputs, constraints: str) -> None:
+    """The folder pip-compile sees: the recipe's files at their recipe-relative paths."""
+    for relpath, data in inputs.files.items():
+        target = work / "recipe" / relpath
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    (work / CONSTRAINTS).write_text(constraints)
+    (work / "driver.py").write_text(driver_source())
+
+
+# -- running --------------------------------------------------------------------------------
+
+
+def _read_output(work: Path, returncode: int, log: str) -> Outcome:
+    output = work / OUTPUT
+    text = output.read_text() if returncode == 0 and output.is_file() else ""
+    return Outcome(returncode, text, log)
+
+
+def _compile_on_host(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
+    cache = cache_root() / "host"
+    cache.mkdir(parents=True, exist_ok=True)
+    cert = str(target.ca_bundle) if target.ca_bundle else ""
+    argv = [target.interpreter, "-I", str(work / "driver.py"), str(cache), str(work)]
+    done = commands.run(
+        [*argv, tools_index(), cert, *args],
+        env={"PATH": os.defpath, "HOME": str(cache), "LC_ALL": "C.UTF-8"},
+        check=False,
+    )
+    return _read_output(work, done.returncode, done.stderr + done.stdout)
+
+
+def _compile_in_image(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
+    assert target.image is not None
+    cache = cache_root() / target.image_id.removeprefix("sha256:")[:16]
+    cache.mkdir(parents=True, exist_ok=True)
+    mounts = [
+        docker_host.BindMount(cache, "/cache", read_only=False),
+        docker_host.BindMount(work, "/work", read_only=False),
+    ]
+    if target.ca_bundle:
+        mounts.append(docker_host.BindMount(target.ca_bundle, CA_TARGET))
+    cert = CA_TARGET if target.ca_bundle else ""
+    argv = [target.interpreter, "-I", "/work/driver.py", "/cache", "/work", tools_index(), cert]
+    result = docker_host.run_in_image_result(
+        target.image,
+        [*argv, *args],
+        mounts=mounts,
+        network="host",
+        platform=target.platform,
+        user=f"{os.getuid()}:{os.getgid()}",
+    )
+    return _read_output(work, result.exit_code, result.stderr + result.stdout)
+
+
+def run_compile(target: CompileTarget, inputs: LayerInputs, constraints: str) -> Outcome:
+    """Run pip-compile for one layer in a fresh work folder; the folder is always removed."""
+    work = Path(tempfile.mkdtemp(prefix="layer-audit-lock-"))
+    try:
+        work.chmod(0o755)
+        prepare_work(work, inputs, constraints)
+        runner = _compile_on_host if target.image is None else _compile_in_image
+        return runner(target, work, compile_args(inputs))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- output and failures --------------------------------------------------------------------
+
+_OPTION_LINE = re.compile(r"^\s*--(index-url|extra-index-url|find-links|trusted-host)\b")
+
+
+def clean_body(text: str) -> str:
+    """pip-compile's output with any index option dropped and LF line ends, newline-terminated."""
+    lines = [
+        line for line in text.replace("\r\n", "\n").split("\n") if not _OPTION_LINE.match(line)
+    ]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+_YANKED = re.compile(
+    r"is a yanked version: '(?P<name>[^']+)' candidate \(version (?P<version>\S+) .*\n"
+    r"\s*Reason for being yanked: (?P<reason>.*)"
+)
+
+
+def yanked_pins(log: str) -> list[str]:
+    """'name version (reason)' for every yanked release pip-compile chose (pinned exactly)."""
+    return [f"{m['name']} {m['version']} ({m['reason'].strip()})" for m in _YANKED.finditer(log)]
+
+
+_CAUSE = re.compile(
+    r"RequirementInformation\(requirement=\w+\('(?P<req>[^']*)'\), "
+    r"parent=(?:None|\w+\('(?P<parent>[^' ]*))"
+)
+_DEPENDS = re.compile(r"^\s*(?P<parent>\S+ \S+) depends on (?P<req>.+?)\s*$", re.MULTILINE)
+_REQUESTED = re.compile(r"^\s*The user requested (?P<req>[^(].*?)\s*$", re.MULTILINE)
+_NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (?P<req>\S+)")
+
+
+def _who(parent: str | None, requirements: str) -> str:
+    """``gamma 1.0`` from a candidate's link or name, or the layer's file when none."""
+    if not parent:
+        return requirements
+    filename = parent.split("#", 1)[0].rsplit("/", 1)[-1]
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+            return f"{name} {version}"
+        if filename.endswith((".tar.gz", ".zip")):
+            name, version = parse_sdist_filename(filename)
+            return f"{name} {version}"
+    except ValueError:
+        pass
+    return parent
+
+
+def resolver_causes(log: str, requirements: str) -> list[tuple[str, str]]:
+    """(requirement, who asked) pairs from pip's resolver error, in the order pip gave them."""
+    causes = [(m["req"], _who(m["parent"], requirements)) for m in _CAUSE.finditer(log)]
+    causes += [(m["req"], m["parent"]) for m in _DEPENDS.finditer(log)]
+    causes += [(m["req"], requirements) for m in _REQUESTED.finditer(log)]
+    return causes
+
+
+def _blocked(requirement: str, installed: Mapping[str, Constraint]) -> Constraint | None:
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    constraint = installed.get(canonicalize_name(parsed.name))
+    if constraint and not parsed.specifier.contains(constraint.version, prereleases=True):
+        return constraint
+    return None
+
+
+def explain_failure(
+    log: str, inputs: LayerInputs, installed: Mapping[str, Constraint]
+) -> LockError | EnvironmentProblem:
+    """A failed compile as one clear error: a conflict with what is installed, or why not."""
+    where = f"{inputs.step.label}"
+    for requirement, who in resolver_causes(log, inputs.requirements):
+        constraint = _blocked(requirement, installed)
+        if constraint:
+            return _conflict(where, constraint, f"{who} asks for {requirement}")
+    missing = _NOT_FOUND.search(log)
+    if missing:
+        return _not_found(where, missing["req"], installed)
+    return _generic(where, log)
+
+
+def _not_found(where: str, requirement: str, installed: Mapping[str, Constraint]) -> LockError:
+    name = canonicalize_name(re.split(r"[<>=!~;\[ ]", requirement)[0])
+    if name in installed:
+        asked = f"that version is not on the recipe's indexes (pip asked for {requirement})"
+        return _conflict(where, installed[name], asked)
+    return LockError(
+        f"{where}: no version of {requirement} on the recipe's indexes",
+        "check the name and version, or declare the index that has it in image.toml",
+    )
+
+
+def _conflict(where: str, constraint: Constraint, asked: str) -> ResolutionConflict:
+    return ResolutionConflict(
+        f"{where}: {constraint.name} {constraint.version} was installed earlier by "
+        f"{constraint.origin}, but {asked}",
+        f"keep {constraint.name} at {constraint.version} in this layer (relax what asks for "
+        "another version), or add a [[policy.waiver]] for it in image.toml",
+    )
+
+
+_NETWORK = re.compile(
+    r"Max retries exceeded|NewConnectionError|Could not fetch URL|SSLError|"
+    r"IncompleteDownloadError|IncompleteRead|Connection broken|ProtocolError|Read timed out"
+)
+
+
+def _generic(where: str, log: str) -> LockError | EnvironmentProblem:
+    if _NETWORK.search(log) or "CalledProcessError" in log:
+        return EnvironmentProblem(
+            f"{where}: pip-compile could not reach an index or install pip-tools",
+            "check the network (containers use --network host) and the CA bundle "
+            "(SSL_CERT_FILE); the tools come from " + tools_index(),
+        )
+    errors = [line.strip() for line in log.splitlines() if line.strip().startswith("ERROR:")]
+    detail = errors[0] if errors else (log.strip().splitlines() or ["no output"])[-1]
+    return LockError(
+        f"{where}: pip-compile failed: {detail}",
+        "fix the requirements file, or check that the recipe's indexes are reachable",
+    )

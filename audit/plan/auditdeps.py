@@ -1,0 +1,138 @@
+"""audit-deps: check every recipe's predicted environments and locks before anything is built.
+
+For one recipe: lock freshness (``audit.plan.lock.survey_locks``: a stale or missing lock is an
+error finding), then the policy (``audit.core.verdict.evaluate``) on each pip layer's predicted
+before/after environments, reported per stage ("v7 -> v8") so a reviewer sees what each stage
+changes and which layer broke a rule. Violations the base image already has and that no layer
+fixes are reported once, against the base. Pure given a :class:`Source`: no Docker, no network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+
+from audit.core.findings import ERROR, Finding
+from audit.core.verdict import check_state, evaluate
+from audit.plan.lock import Survey, survey_locks
+from audit.plan.lockfile import base_relpath
+from audit.plan.predict import Installed, PredictedStep, base_environment, predict_from
+from audit.plan.recipe import Recipe
+from audit.plan.report import Report, Section
+from audit.plan.sources import Source
+
+MISSING_LOCK = "missing-lock"
+STALE_LOCK = "stale-lock"
+
+
+@dataclass(frozen=True)
+class RecipeAudit:
+    """The audit of one recipe: predicted steps, every finding, and the report sections."""
+
+    recipe: Recipe
+    steps: tuple[PredictedStep, ...]
+    findings: tuple[Finding, ...]
+    sections: tuple[Section, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(finding.fails for finding in self.findings)
+
+
+def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
+    """Audit ``recipe`` as committed at ``source`` (the work tree or a git ref)."""
+    survey = survey_locks(source, recipe)  # every lock read once, for freshness and prediction
+    locks = Section(f"{recipe.name} locks", tuple(_lock_findings(recipe, survey)))
+    if survey.base is None:
+        # Nothing can be predicted without the base: say so once instead of "no changes".
+        return RecipeAudit(recipe, (), locks.findings, (locks,))
+    base = base_environment(survey.base[0], recipe, source)
+    steps = tuple(predict_from(base, source, recipe, survey.locks))
+    sections = (
+        locks,
+        Section(f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps))),
+        *_stage_sections(recipe, steps, today),
+    )
+    sections = tuple(s for s in sections[:2] if s.findings) + sections[2:]
+    findings = tuple(finding for section in sections for finding in section.findings)
+    return RecipeAudit(recipe, steps, findings, sections)
+
+
+def audit_report(audits: Iterable[RecipeAudit], title: str = "audit-deps") -> Report:
+    """One report over several recipes, their sections in recipe order."""
+    return Report(title, tuple(section for audit in audits for section in audit.sections))
+
+
+def step_where(recipe: Recipe, predicted: PredictedStep) -> str:
+    """``"<image> v3 layer 2 (requirements/x.in)"``: how findings name a layer."""
+    return f"{recipe.name} {predicted.step.label}"
+
+
+def _stage_sections(recipe: Recipe, steps: tuple[PredictedStep, ...], today: date) -> list[Section]:
+    """Per stage: one section per layer that changes the environment ("v2 -> v3: layer 2 ..")."""
+    sections: list[Section] = []
+    previous = "base"
+    for stage in recipe.stages:
+        title = f"{recipe.name} {previous} -> {stage.name}"
+        changing = [p for p in steps if p.step.stage is stage and p.before is not p.after]
+        sections += [_layer_section(recipe, title, p, today) for p in changing]
+        sections += [] if changing else [Section(title, ())]
+        previous = stage.name
+    return sections
+
+
+def _layer_section(recipe: Recipe, title: str, predicted: PredictedStep, today: date) -> Section:
+    """The findings of one pip layer, under a title that names the stage and the layer."""
+    where = step_where(recipe, predicted)
+    findings = evaluate(predicted.before, predicted.after, recipe.policy, where=where, today=today)
+    step = predicted.step
+    label = step.label.removeprefix(f"{step.stage.name} ")
+    return Section(f"{title}: {label}", tuple(findings))
+
+
+def _base_findings(
+    recipe: Recipe, base: Installed, steps: tuple[PredictedStep, ...]
+) -> list[Finding]:
+    """Rules the base already breaks and the last layer still breaks: no layer caused them."""
+    if not base:
+        return []
+    final = steps[-1].after if steps else base
+    where = f"{recipe.name} base ({recipe.base_ref})"
+    still = {(f.rule, f.package) for f in check_state(final, recipe.policy, where=where)}
+    return [
+        f for f in check_state(base, recipe.policy, where=where) if (f.rule, f.package) in still
+    ]
+
+
+def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
+    hint = f"record the base and compile the locks: nox -s lock -- {recipe.name}"
+    findings: list[Finding] = []
+    if survey.base is None:
+        relpath = base_relpath(recipe)
+        reason = f"the base image {recipe.base_ref} was never recorded: nothing can be predicted"
+        record = (
+            f"on a machine that has {recipe.base_ref} (docker pull or docker load it): "
+            f"nox -s lock -- {recipe.name} --record-base, then commit locks/{recipe.name}/"
+        )
+        findings.append(_lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record))
+    for state in survey.states:
+        if state.status != "fresh":
+            rule = MISSING_LOCK if state.status == "missing" else STALE_LOCK
+            where = f"{recipe.name} {state.step.label}"
+            findings.append(_lock_finding(rule, state.relpath, state.reason, where, hint))
+    return findings
+
+
+def _lock_finding(rule: str, relpath: str, reason: str, where: str, hint: str) -> Finding:
+    state = "missing" if rule == MISSING_LOCK else "stale"
+    return Finding(
+        rule=rule,
+        severity=ERROR,
+        package=relpath,
+        before=None,
+        after=None,
+        message=f"{state}: {reason}",
+        where=where,
+        hint=hint,
+    )

@@ -1,0 +1,378 @@
+"""The build plan: a pure function from a recipe and options to the exact builds to run.
+
+Nothing here touches Docker, the network or the clock: the executor (:mod:`audit.engines.build_run`)
+gathers facts (the docker client, provenance, secret files, a unique token) and hands them in,
+so every decision (targets, argv, tags, labels, secrets, network) is unit-tested.
+
+Order of builds: the target stage first (one build that runs every guarded layer up to it),
+then each earlier stage when building all stages, which BuildKit answers from its cache in
+seconds. Each build gets a temporary unique tag; final tags move only after every build of the
+run succeeded, so a failed build moves no tag.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from audit.core.errors import UsageError
+from audit.plan.recipe import PipLayer, Recipe, RunLayer
+
+TRAIL_DIR = "/var/lib/layer-audit/trail"
+# BuildKit secret ids (names, not secrets): RUNs mount them at /run/secrets/<id>.
+SECRET_CA = "pip-ca"  # noqa: S105
+SECRET_NETRC = "pip-netrc"  # noqa: S105
+NO_GUARD_ARG = "LAYER_AUDIT_NO_GUARD"
+OCI = "org.opencontainers.image"
+LABEL_PREFIX = "io.layer-audit"
+NETWORK_AUTO = "auto"
+NETWORK_DEFAULT = "default"
+LOCAL_HOSTS = ("localhost",)
+
+
+BuildMode = Literal["buildx", "buildkit-env"]
+
+
+@dataclass(frozen=True)
+class DockerClient:
+    """A docker client program and how it runs BuildKit builds."""
+
+    path: str
+    mode: BuildMode
+    version: str
+
+
+def build_command(client: DockerClient) -> list[str]:
+    """The argv prefix of a BuildKit build whose result lands in the local image store."""
+    if client.mode == "buildx":
+        return [client.path, "buildx", "build", "--load"]
+    return [client.path, "build"]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The command line of ``python -m audit build``, parsed once."""
+
+    image: str = "demo"
+    stage: str | None = None
+    platform: str | None = None
+    push: bool = False
+    builder: str | None = None
+    docker: str | None = None
+    network: str = NETWORK_AUTO
+    ca_bundle: Path | None = None
+    guard: bool = True
+    no_cache: bool = False
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Facts the OCI labels record, gathered by the executor."""
+
+    source: str  # where the recipe lives (git remote URL), "" when unknown
+    revision: str  # git commit of the checkout, "" when unknown
+    created: str  # RFC 3339 time of this build
+    recipe_digest: str  # sha256 over the recipe folder
+    locks_digest: str  # sha256 over the recipe's locks
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A BuildKit secret: the RUN mounts it at /run/secrets/<id>; never an ARG, ENV or label."""
+
+    id: str
+    src: Path
+
+    @property
+    def flag(self) -> str:
+        return f"id={self.id},src={self.src}"
+
+
+@dataclass(frozen=True)
+class StageBuild:
+    """One ``docker build --target <stage>``: its argv, temporary tag and the tags it earns."""
+
+    stage: str
+    argv: tuple[str, ...]
+    temp_ref: str
+    tags: tuple[str, ...]  # full references, repository:tag
+    smoke: str | None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    image: str
+    context: Path
+    platform: str
+    arch: str
+    network: str | None
+    secrets: tuple[Secret, ...]
+    labels: tuple[tuple[str, str], ...]
+    builds: tuple[StageBuild, ...]
+    push: bool
+    guard: bool
+
+    @property
+    def target(self) -> str:
+        return self.builds[0].stage
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(tag for build in self.builds for tag in build.tags)
+
+
+def target_stages(recipe: Recipe, stage: str | None) -> tuple[str, ...]:
+    """The stages to build, target first: ``stage`` alone, or every stage when none is named."""
+    names = [s.name for s in recipe.stages]
+    if stage is None:
+        return (names[-1], *names[:-1])
+    if stage not in names:
+        raise UsageError(
+            f"--stage {stage}: {recipe.source} has no such stage",
+            f"choose one of: {', '.join(names)}",
+        )
+    return (stage,)
+
+
+def effective_platform(recipe: Recipe, platform: str | None) -> tuple[str, str]:
+    """``(platform, arch)``: the recipe's unless ``--platform`` overrides it."""
+    chosen = platform or recipe.platform
+    parts = chosen.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UsageError(
+            f"--platform {chosen}: expected os/arch, e.g. linux/arm64",
+            "pass --platform linux/amd64 or linux/arm64, or leave it out for the recipe's",
+        )
+    return chosen, parts[1]
+
+
+def stage_tags(recipe: Recipe, stage: str, arch: str) -> tuple[str, ...]:
+    """Final references for ``stage``: its own tag, plus the moving latest for the last stage."""
+    values = {"stage": stage, "arch": arch, "cuda": recipe.cuda}
+    tags = [f"{recipe.repository}:{recipe.tag_pattern.format(**values)}"]
+    if stage == recipe.stages[-1].name:
+        latest = recipe.latest_tag_pattern.format(**dict(values, stage="latest"))
+        tags.append(f"{recipe.repository}:{latest}")
+    return tuple(tags)
+
+
+def _is_local_host(host: str) -> bool:
+    if host in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def index_urls(recipe: Recipe) -> tuple[str, ...]:
+    return (recipe.index_url, *(index.url for index in recipe.indexes))
+
+
+def needs_network(recipe: Recipe) -> bool:
+    """True when a layer may fetch from the network: pip layers and shell steps."""
+    return any(isinstance(step.layer, PipLayer | RunLayer) for step in recipe.steps())
+
+
+def choose_network(recipe: Recipe, requested: str) -> str | None:
+    """The build's ``--network``; ``auto`` picks ``host`` for recipes that fetch packages.
+
+    A build container on Docker's default bridge cannot reach an index on the host's loopback
+    (127.0.0.1), nor any index on hosts whose dockerd runs without NAT (``--iptables=false``)
+    or behind a proxy listening on localhost; the host network reaches what the host reaches.
+    ``default`` passes nothing (Docker's bridge); any other value is passed through.
+    """
+    if requested == NETWORK_AUTO:
+        local = any(_is_local_host(urlsplit(url).hostname or "") for url in index_urls(recipe))
+        return "host" if local or needs_network(recipe) else None
+    return None if requested == NETWORK_DEFAULT else requested
+
+
+def labels(recipe: Recipe, provenance: Provenance, guard: bool) -> tuple[tuple[str, str], ...]:
+    """OCI labels plus the recipe and lock digests; sorted, never holding a secret."""
+    found = {
+        f"{OCI}.title": recipe.repository,
+        f"{OCI}.created": provenance.created,
+        f"{OCI}.base.name": recipe.base,
+        f"{LABEL_PREFIX}.image": recipe.name,
+        f"{LABEL_PREFIX}.recipe.digest": provenance.recipe_digest,
+        f"{LABEL_PREFIX}.locks.digest": provenance.locks_digest,
+        f"{LABEL_PREFIX}.guard": "on" if guard else "off",
+        f"{LABEL_PREFIX}.trail": TRAIL_DIR,
+    }
+    optional = {
+        f"{OCI}.source": provenance.source,
+        f"{OCI}.revision": provenance.revision,
+        f"{OCI}.base.digest": recipe.base_digest or "",
+    }
+    found.update({key: value for key, value in optional.items() if value})
+    return tuple(sorted(found.items()))
+
+
+def client_flags(client: DockerClient, builder: str | None) -> list[str]:
+    """The argv prefix for ``client``; ``--builder`` needs buildx."""
+    if builder is None:
+        return build_command(client)
+    if client.mode != "buildx":
+        raise UsageError(
+            f"--builder {builder}: {client.path} {client.version} has no buildx",
+            "install the buildx plugin or drop --builder",
+        )
+    return [*build_command(client), "--builder", builder]
+
+
+@dataclass(frozen=True)
+class _Common:
+    """Flags every build of one plan shares."""
+
+    prefix: tuple[str, ...]
+    platform: str
+    network: str | None
+    secrets: tuple[Secret, ...]
+    labels: tuple[tuple[str, str], ...]
+    guard: bool
+    context: Path
+
+    def argv(self, stage: str, temp_ref: str, no_cache: bool) -> tuple[str, ...]:
+        argv = [*self.prefix, "--progress=plain", "--platform", self.platform]
+        argv += ["--target", stage, "-t", temp_ref]
+        for secret in self.secrets:
+            argv += ["--secret", secret.flag]
+        if self.network:
+            argv += ["--network", self.network]
+        for key, value in (*self.labels, (f"{LABEL_PREFIX}.stage", stage)):
+            argv += ["--label", f"{key}={value}"]
+        if not self.guard:
+            argv += ["--build-arg", f"{NO_GUARD_ARG}=1"]
+        if no_cache:
+            argv.append("--no-cache")
+        return (*argv, "-f", str(self.context / "Dockerfile"), str(self.context))
+
+
+def plan_build(
+    recipe: Recipe,
+    options: BuildOptions,
+    *,
+    client: DockerClient,
+    context: Path,
+    provenance: Provenance,
+    secrets: Mapping[str, Path],
+    token: str,
+) -> BuildPlan:
+    """Every build of one run. ``secrets`` maps secret ids to files the executor prepared.
+
+    ``--no-cache`` applies to the first (target) build only: it rebuilds every layer up to the
+    target once, and the earlier stages then come from that fresh cache.
+    """
+    platform, arch = effective_platform(recipe, options.platform)
+    stages = target_stages(recipe, options.stage)
+    common = _Common(
+        prefix=tuple(client_flags(client, options.builder)),
+        platform=platform,
+        network=choose_network(recipe, options.network),
+        secrets=tuple(Secret(key, secrets[key]) for key in sorted(secrets)),
+        labels=labels(recipe, provenance, options.guard),
+        guard=options.guard,
+        context=context,
+    )
+    builds = tuple(
+        _stage_build(
+            recipe, common, stage, arch=arch, token=token, no_cache=options.no_cache and i == 0
+        )
+        for i, stage in enumerate(stages)
+    )
+    return BuildPlan(
+        image=recipe.name,
+        context=context,
+        platform=platform,
+        arch=arch,
+        network=common.network,
+        secrets=common.secrets,
+        labels=common.labels,
+        builds=builds,
+        push=options.push,
+        guard=options.guard,
+    )
+
+
+def _stage_build(
+    recipe: Recipe, common: _Common, stage: str, *, arch: str, token: str, no_cache: bool
+) -> StageBuild:
+    temp_ref = f"{recipe.repository}:layer-audit-build-{token}-{stage}"
+    # An unguarded build is for measuring only: it never earns the tags guarded images carry.
+    tags = stage_tags(recipe, stage, arch) if common.guard else ()
+    return StageBuild(
+        stage=stage,
+        argv=common.argv(stage, temp_ref, no_cache),
+        temp_ref=temp_ref,
+        tags=tags,
+        smoke=recipe.stage(stage).smoke,
+    )
+
+
+# ----------------------------------------------------------------------------- secret sources
+
+CREDENTIALS_ENV = "LAYER_AUDIT_INDEX_CREDENTIALS"
+CA_ENVS = ("SSL_CERT_FILE", "PIP_CERT")
+
+
+@dataclass(frozen=True)
+class SecretSources:
+    """Where the secrets come from on the host; the executor turns them into secret files."""
+
+    ca_bundle: Path | None = None
+    netrc: Path | None = None  # an existing netrc file, passed as it is
+    credentials: str | None = None  # USER:PASSWORD for every declared index host
+
+    def describe(self) -> str:
+        """What will be passed, for the log: paths and kinds, never a secret value."""
+        parts = [f"CA bundle {self.ca_bundle}"] if self.ca_bundle else []
+        if self.credentials:
+            parts.append(f"index credentials from ${CREDENTIALS_ENV}")
+        elif self.netrc:
+            parts.append(f"index credentials from {self.netrc}")
+        return ", ".join(parts) or "none"
+
+
+def find_ca_bundle(option: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """``--ca-bundle`` (must exist), else ``SSL_CERT_FILE`` or ``PIP_CERT`` when the file exists."""
+    if option is not None:
+        if not option.is_file():
+            raise UsageError(f"--ca-bundle {option}: no such file", "pass a PEM bundle file")
+        return option.resolve()
+    for name in CA_ENVS:
+        value = environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value).resolve()
+    return None
+
+
+def find_netrc(environ: Mapping[str, str], home: Path) -> Path | None:
+    """``$NETRC`` or ``~/.netrc`` when present."""
+    candidate = Path(environ["NETRC"]) if environ.get("NETRC") else home / ".netrc"
+    return candidate.resolve() if candidate.is_file() else None
+
+
+def secret_sources(options: BuildOptions, environ: Mapping[str, str], home: Path) -> SecretSources:
+    return SecretSources(
+        ca_bundle=find_ca_bundle(options.ca_bundle, environ),
+        netrc=find_netrc(environ, home),
+        credentials=environ.get(CREDENTIALS_ENV) or None,
+    )
+
+
+def netrc_text(recipe: Recipe, credentials: str) -> str:
+    """A netrc granting ``USER:PASSWORD`` to every host of the recipe's declared indexes."""
+    user, sep, password = credentials.partition(":")
+    if not sep or not user or not password or any(c.isspace() for c in credentials):
+        # Never echo the value: it is a secret even when malformed.
+        raise UsageError(
+            f"${CREDENTIALS_ENV}: expected USER:PASSWORD without spaces",
+            f"set {CREDENTIALS_ENV}=user:token, or use a netrc file ($NETRC or ~/.netrc)",
+        )
+    hosts = sorted({urlsplit(url).hostname or "" for url in index_urls(recipe)} - {""})
+    return "".join(f"machine {host} login {user} password {password}\n" for host in hosts)

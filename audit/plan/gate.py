@@ -1,0 +1,292 @@
+"""The pull-request gate: what moving from one commit to another does to every image.
+
+Both sides are read through a :class:`audit.plan.sources.Source` (a git ref, see
+:mod:`audit.engines.gitsource`), predicted from their base snapshots and locks
+(:mod:`audit.plan.predict`)
+and compared image by image, stage by stage: the environment each stage ships at the base ref
+against the one it ships at the head. A change is reported once, at the first stage it shows
+up in (a lock change in v1 reaches v2…v8 too, but v1 is what the reviewer must look at), and
+attributed to the head layer that installs the new version. The verdict comes from the head's
+policy and waivers; waivers the pull request adds are listed and marked on what they allow.
+Locks must be fresh at the head (the ``lock --check`` logic), and a re-recorded base image gets
+its own section. Pure given the two sources: no Docker, no network, no checkout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date
+from types import MappingProxyType
+
+from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.core.policy import Policy, Waiver
+from audit.core.verdict import evaluate, waiver_matches
+from audit.plan.lock import LockState, survey_locks
+from audit.plan.lockfile import BaseRecord
+from audit.plan.predict import Installed, PredictedStep, base_environment, predict_from
+from audit.plan.recipe import PipLayer, Recipe, Stage
+from audit.plan.recipe_parse import load_all
+from audit.plan.report import Report, Section
+from audit.plan.sources import Source
+
+TITLE_SEPARATOR = ": "
+ADDED_BY_PR = "added by this pull request"
+WAIVERS_PART = f"waivers {ADDED_BY_PR}"
+BASE_IMAGE_RULE = "base-image"
+EMPTY: Installed = MappingProxyType({})
+
+FindingKey = tuple[str, str, str | None, str | None]
+LockKey = tuple[str, str, str]  # relpath, status, reason
+
+
+@dataclass(frozen=True)
+class Side:
+    """One image at one ref: its recipe and predicted environments (empty when absent).
+
+    ``stages`` maps each stage name to the environment that stage ships (after its last layer);
+    ``lock_states`` is the freshness of each pip layer's lock, from the same single read.
+    """
+
+    recipe: Recipe | None
+    base_record: BaseRecord | None
+    base_env: Installed
+    steps: tuple[PredictedStep, ...]
+    stages: Mapping[str, Installed]
+    lock_states: tuple[LockState, ...] = ()
+
+    @property
+    def final_env(self) -> Installed:
+        return self.steps[-1].after if self.steps else self.base_env
+
+
+ABSENT = Side(None, None, EMPTY, (), MappingProxyType({}))
+
+
+def section_title(image: str, part: str) -> str:
+    return f"{image}{TITLE_SEPARATOR}{part}"
+
+
+def image_of(section: Section) -> str:
+    """The image a gate section belongs to (its title before the separator)."""
+    return section.title.partition(TITLE_SEPARATOR)[0]
+
+
+def gate(base: Source, head: Source, *, today: date, title: str = "dependency gate") -> Report:
+    """Compare every image at ``base`` with ``head``; the verdict follows the head's policy."""
+    old = {recipe.name: recipe for recipe in load_all(base)}
+    new = {recipe.name: recipe for recipe in load_all(head)}
+    sections: list[Section] = []
+    for name in sorted(set(old) | set(new)):
+        sections += image_sections(name, old.get(name), new.get(name), base, head, today=today)
+    return Report(title, tuple(sections))
+
+
+def image_sections(
+    name: str, old: Recipe | None, new: Recipe | None, base: Source, head: Source, *, today: date
+) -> list[Section]:
+    """Everything the gate says about one image; empty sections are left out."""
+    if new is None:
+        return [_removed_image(name)]
+    old_side = read_side(base, old) if old else ABSENT
+    new_side = read_side(head, new)
+    added = added_waivers(old.policy if old else None, new.policy)
+    base_section, base_keys = _base_section(name, old_side, new_side, today)
+    sections = [
+        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side))),
+        base_section,
+        *_stage_sections(name, old_side, new_side, base_keys, today),
+        Section(section_title(name, WAIVERS_PART), tuple(_waiver_findings(name, added))),
+    ]
+    return [_mark_added(section, added) for section in sections if section.findings]
+
+
+def read_side(source: Source, recipe: Recipe) -> Side:
+    """Predict ``recipe`` at ``source``, reading its base record and locks once (the survey that
+    also says which locks are fresh); no base snapshot predicts from an empty base."""
+    survey = survey_locks(source, recipe)
+    record = survey.base[0] if survey.base else None
+    base_env = base_environment(record, recipe, source) if record else EMPTY
+    locks = survey.locks if record else None  # without a base the survey reads no lock
+    steps = tuple(predict_from(base_env, source, recipe, locks))
+    stages = _stage_envs(recipe, base_env, steps)
+    return Side(recipe, record, base_env, steps, stages, survey.states)
+
+
+def _stage_envs(
+    recipe: Recipe, base_env: Installed, steps: tuple[PredictedStep, ...]
+) -> Mapping[str, Installed]:
+    shipped: dict[str, Installed] = {}
+    env = base_env
+    for stage in recipe.stages:  # a stage without pip layers ships what the one before did
+        env = next((p.after for p in reversed(steps) if p.step.stage is stage), env)
+        shipped[stage.name] = env
+    return MappingProxyType(shipped)
+
+
+def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
+    """Waivers of the head's policy that the base's policy does not have."""
+    known = set(old.waivers) if old else set()
+    return tuple(waiver for waiver in new.waivers if waiver not in known)
+
+
+def lock_findings(new: Side, old: Side) -> list[Finding]:
+    """A finding per stale or missing lock at the head, naming its requirements file.
+
+    It fails the gate unless the base already had exactly that problem: a pull request is
+    judged by what it changes, so a lock that was missing before it only warns.
+    """
+    assert new.recipe is not None  # the head side of an image the head has
+    hint = f"recompile the locks and commit them: nox -s lock -- {new.recipe.name}"
+    before = _unfresh(old.lock_states)
+    return [
+        _lock_finding(new.recipe, state, hint, key in before)
+        for key, state in _unfresh(new.lock_states).items()
+    ]
+
+
+def _unfresh(states: Iterable[LockState]) -> dict[LockKey, LockState]:
+    """Each lock that is not fresh, by what makes two lock problems the same."""
+    return {(s.relpath, s.status, s.reason): s for s in states if s.status != "fresh"}
+
+
+def _lock_finding(recipe: Recipe, state: LockState, hint: str, preexisting: bool) -> Finding:
+    assert isinstance(state.step.layer, PipLayer)  # check_locks only looks at pip layers
+    requirements = f"{recipe.directory.as_posix()}/{state.step.layer.requirements}"
+    problem = "changed without recompiling" if state.status == "stale" else "has no lock"
+    already = " (already so at the base: not caused by this pull request)" if preexisting else ""
+    return Finding(
+        rule=f"{state.status}-lock",
+        severity=WARNING if preexisting else ERROR,
+        package=state.relpath,
+        before=None,
+        after=None,
+        message=f"{requirements} {problem} ({state.reason}){already}",
+        where=f"{recipe.name} {state.step.label}",
+        hint=hint,
+    )
+
+
+def _removed_image(name: str) -> Section:
+    message = f"images/{name} is removed by this pull request: its stages are no longer built"
+    finding = Finding("image-removed", INFO, "", None, None, message, where=name)
+    return Section(section_title(name, "image removed"), (finding,))
+
+
+def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section, set[FindingKey]]:
+    """What a changed base image (record or reference) changes, and the keys it reported."""
+    assert new.recipe is not None
+    title = section_title(name, "base image")
+    old_ref = old.recipe.base_ref if old.recipe else None
+    if old.base_record == new.base_record and old_ref == new.recipe.base_ref:
+        return Section(title, ()), set()
+    where = f"{name} base image"
+    found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
+    identity = _base_identity(old, new, where)
+    return Section(title, (identity, *found)), {finding_key(f) for f in found}
+
+
+def _base_identity(old: Side, new: Side, where: str) -> Finding:
+    def describe(side: Side) -> str:
+        if side.recipe is None:
+            return "(no image)"
+        record = side.base_record
+        recorded = f"image id {record.image_id}" if record else "no base snapshot"
+        return f"{side.recipe.base_ref} ({recorded})"
+
+    message = f"base image changed: {describe(old)} -> {describe(new)}"
+    return Finding(BASE_IMAGE_RULE, INFO, "", None, None, message, where=where)
+
+
+def _stage_sections(
+    name: str, old: Side, new: Side, seen: set[FindingKey], today: date
+) -> list[Section]:
+    """One section per head stage with the changes that first show up there."""
+    assert new.recipe is not None
+    sections: list[Section] = []
+    for stage in new.recipe.stages:
+        before = old.stages.get(stage.name, old.final_env)  # a new stage extends the last one
+        where = f"{name} {stage.name}"
+        found = evaluate(
+            before, new.stages[stage.name], new.recipe.policy, where=where, today=today
+        )
+        fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
+        seen = {finding_key(f) for f in found}
+        sections.append(Section(section_title(name, stage.name), tuple(fresh)))
+    sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
+    return sections
+
+
+def finding_key(finding: Finding) -> FindingKey:
+    """What makes two findings the same change, wherever they were seen."""
+    return finding.rule, finding.package, finding.before, finding.after
+
+
+def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
+    """Name the head layer of ``stage`` that installs the finding's new version, if one does."""
+    if not finding.package or finding.after is None:
+        return finding
+    for predicted in reversed(side.steps):
+        if predicted.step.stage is stage and _moves(predicted, finding.package):
+            assert side.recipe is not None
+            where = f"{side.recipe.name} {predicted.step.label}"
+            return dataclasses.replace(finding, where=where)
+    return finding
+
+
+def _moves(predicted: PredictedStep, package: str) -> bool:
+    old, new = predicted.before.get(package), predicted.after.get(package)
+    return new is not None and (old is None or old.version != new.version)
+
+
+def _dropped_stages(old: Side, new: Side) -> list[Stage]:
+    if old.recipe is None or new.recipe is None:
+        return []
+    kept = {stage.name for stage in new.recipe.stages}
+    return [stage for stage in old.recipe.stages if stage.name not in kept]
+
+
+def _removed_stage(name: str, stage: Stage) -> Section:
+    message = f"stage {stage.name} is removed by this pull request"
+    finding = Finding("stage-removed", INFO, "", None, None, message, where=f"{name} {stage.name}")
+    return Section(section_title(name, stage.name), (finding,))
+
+
+def _waiver_findings(name: str, added: Iterable[Waiver]) -> list[Finding]:
+    """Each new waiver as a warning, so a reviewer reads it even when nothing else moved."""
+    findings = []
+    for waiver in added:
+        expiry = f", expires {waiver.expires.isoformat()}" if waiver.expires else ""
+        message = (
+            f"waiver {ADDED_BY_PR}: {waiver.package} {waiver.from_version} -> "
+            f"{waiver.to_version}: {waiver.reason}{expiry}"
+        )
+        findings.append(
+            Finding(
+                "waiver-added",
+                WARNING,
+                waiver.package,
+                waiver.from_version,
+                waiver.to_version,
+                message,
+                where=f"{name} policy",
+                hint="a reviewer must agree with the reason before merging",
+            )
+        )
+    return findings
+
+
+def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
+    """Say so on every finding that a waiver added by this pull request allowed."""
+    if not added:
+        return section
+    return Section(section.title, tuple(_marked(f, added) for f in section.findings))
+
+
+def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
+    if finding.waiver is None or finding.rule == "waiver-added":
+        return finding
+    if any(w.reason == finding.waiver and waiver_matches(w, finding) for w in added):
+        return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")
+    return finding

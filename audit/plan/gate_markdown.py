@@ -1,0 +1,115 @@
+"""The gate's report as Markdown for a pull request: one line of verdict, one table per image.
+
+A reviewer reads the verdict, then per image what moved, downgrades and other failures first
+with the stage and layer that did it; routine changes (upgrades, additions) and the fixes fold
+into ``<details>`` so a long list never buries a failure. Text from recipes is escaped: a cell
+never breaks the table or injects HTML.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.plan.gate import BASE_IMAGE_RULE, image_of
+from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
+
+CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
+HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
+
+
+def gate_markdown(report: Report) -> str:
+    """The whole comment: heading, one-line verdict, then a part per image (sorted by name)."""
+    lines = [f"## {_escape(report.title)}", "", _verdict(report), ""]
+    images = groupby(report.sections, key=image_of)
+    for image, sections in images:
+        findings = tuple(f for section in sections for f in section.findings)
+        lines += _image_part(image, findings)
+    if not report.sections:
+        lines += ["No image's dependencies change.", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _verdict(report: Report) -> str:
+    counts = report.counts
+    tally = ", ".join(f"{counts[severity]} {severity}" for severity in (ERROR, WARNING, INFO))
+    if report.failed:
+        return f"**❌ FAIL**: this pull request breaks the dependency policy ({tally})."
+    return f"**✅ PASS**: no dependency change breaks the policy ({tally})."
+
+
+def _image_part(image: str, findings: tuple[Finding, ...]) -> list[str]:
+    rows = ordered(tuple(f for f in findings if f.rule != BASE_IMAGE_RULE))
+    important = [f for f in rows if _must_read(f)]
+    routine = [f for f in rows if not _must_read(f)]
+    lines = [f"### `{_escape(image)}`", ""]
+    lines += [
+        f"**Base image:** {_escape(f.message)}\n" for f in findings if f.rule == BASE_IMAGE_RULE
+    ]
+    if important:
+        lines += [*HEADER, *(_row(image, f) for f in important), ""]
+    if routine and (important or len(routine) > DETAILS_AFTER):
+        lines += _details(_tally(routine), [*HEADER, *(_row(image, f) for f in routine)])
+    elif routine:
+        lines += [*HEADER, *(_row(image, f) for f in routine), ""]
+    return lines + _fixes(important)
+
+
+def _must_read(finding: Finding) -> bool:
+    """Failures, warnings and anything a waiver let through; the rest may fold away."""
+    return finding.severity != INFO or finding.waiver is not None
+
+
+def _row(image: str, finding: Finding) -> str:
+    version = _version(finding)
+    where = finding.where.removeprefix(image).strip() or "-"
+    package = f"`{finding.package}`" if finding.package else ""
+    cells = (SEVERITY_ICON[finding.severity], finding.rule, package, version, where, _note(finding))
+    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+
+
+def _version(finding: Finding) -> str:
+    if finding.before is None and finding.after is None:
+        return ""
+    return f"{finding.before or '–'} → {finding.after or '–'}"
+
+
+def _note(finding: Finding) -> str:
+    if finding.waiver:
+        return f"waived: {finding.waiver}"
+    return "" if finding.rule in CHANGE_RULES else finding.message
+
+
+def _tally(findings: list[Finding]) -> str:
+    """``12 upgraded, 3 added``: what the folded rows are, in the report's rule order."""
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.rule] = counts.get(finding.rule, 0) + 1
+    return ", ".join(f"{number} {rule}" for rule, number in counts.items())
+
+
+def _fixes(important: list[Finding]) -> list[str]:
+    hints = [f for f in important if f.fails and f.hint]
+    if not hints:
+        return []
+    body: list[str] = []
+    for finding in hints:
+        subject = f"`{finding.package}` ({finding.rule})" if finding.package else finding.rule
+        body += [f"- {_escape(subject)}:", "", "  ```", *_indented(finding.hint), "  ```", ""]
+    return _details("How to fix", body)
+
+
+def _indented(text: str) -> list[str]:
+    return [f"  {line.replace('```', '` ` `')}" for line in text.splitlines()]
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details>", f"<summary>{_escape(summary)}</summary>", "", *body, "", "</details>", ""]
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cell(text: str) -> str:
+    return _escape(text).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")

@@ -1,0 +1,276 @@
+"""Lock files and the base record under ``locks/<image>/``: their formats, reading and verifying.
+
+A lock is pip-compile output (``--generate-hashes``) wrapped in comment lines, so it stays a
+valid pip requirements file::
+
+    # layer-audit lock: do not edit; re-create with: nox -s lock -- IMAGE
+    # format: 1
+    # layer: v2-01
+    # requirements: requirements/v2.in
+    # resolver: pip-tools==7.6.2 pip==25.2
+    # input base: sha256:...          (one line per input, see audit.plan.lock)
+    # inputs: sha256:...              (digest of every input line)
+    # content: sha256:...             (digest of the body below the header)
+    #
+    alpha==2.0 \\
+        --hash=sha256:...
+    # end of layer-audit lock
+
+A truncated file (no end marker) or a hand-edited one (content digest mismatch) is refused
+with :class:`LockError` (exit 2). ``base.json`` holds the base image's identity and the
+snapshot of every recipe interpreter inside it, as :func:`audit.core.snapshot.dump_snapshot`
+wrote it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from audit.core.errors import LockError, SnapshotError
+from audit.core.lockformat import LockFormatError, Pin
+from audit.core.lockformat import parse_pins as parse_body
+from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
+from audit.plan.recipe import PipLayer, Recipe, Step
+from audit.plan.sources import Source
+
+LOCK_FORMAT = "1"
+BASE_SCHEMA = "layer-audit.base/1"
+TITLE = "# layer-audit lock: do not edit; re-create with: nox -s lock -- {image}"
+END_MARKER = "# end of layer-audit lock"
+_HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
+# Verified locks by the sha256 of their bytes: the gate reads each lock twice (freshness, then
+# prediction) and ``lock`` looks again under its file lock, and a Lock is immutable, so a second
+# parse of the same bytes is free.
+_PARSED: dict[bytes, Lock] = {}
+_PARSED_BASES: dict[bytes, BaseRecord] = {}
+
+
+@dataclass(frozen=True)
+class Lock:
+    slug: str
+    inputs_digest: str
+    pins: Mapping[str, Pin]
+    content_digest: str = ""
+    inputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class BaseRecord:
+    image: str
+    image_id: str
+    repo_digest: str | None
+    environments: tuple[Environment, ...]
+
+
+def lock_relpath(recipe: Recipe, step: Step) -> str:
+    return f"locks/{recipe.name}/{step.slug}.txt"
+
+
+def base_relpath(recipe: Recipe) -> str:
+    return f"locks/{recipe.name}/base.json"
+
+
+def sha256(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def digest_inputs(inputs: Mapping[str, str]) -> str:
+    """One digest over every ``key: value`` input line, in key order."""
+    return sha256("".join(f"{key}: {inputs[key]}\n" for key in sorted(inputs)).encode())
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def render_lock(image: str, step: Step, resolver: str, inputs: Mapping[str, str], body: str) -> str:
+    """The whole lock file text around pip-compile's ``body`` (which ends with a newline)."""
+    assert isinstance(step.layer, PipLayer)
+    lines = [
+        TITLE.format(image=image),
+        f"# format: {LOCK_FORMAT}",
+        f"# layer: {step.slug}",
+        f"# requirements: {step.layer.requirements}",
+        f"# resolver: {resolver}",
+        *(f"# input {key}: {inputs[key]}" for key in sorted(inputs)),
+        f"# inputs: {digest_inputs(inputs)}",
+        f"# content: {sha256(body.encode())}",
+        "#",
+    ]
+    return "\n".join(lines) + "\n" + body + END_MARKER + "\n"
+
+
+def render_base(record: BaseRecord) -> str:
+    """``base.json`` text: sorted keys, stable indentation, the snapshot sealed inside."""
+    document = {
+        "schema": BASE_SCHEMA,
+        "image": record.image,
+        "image_id": record.image_id,
+        "repo_digest": record.repo_digest,
+        "snapshot": json.loads(dump_snapshot(record.environments)),
+    }
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _refuse(where: str, problem: str) -> LockError:
+    return LockError(
+        f"{where}: {problem}",
+        "never edit a lock by hand: re-create it with nox -s lock -- IMAGE (git restore it first"
+        " if the edit was an accident)",
+    )
+
+
+def _split_header(text: str, where: str) -> tuple[dict[str, str], str]:
+    lines = text.split("\n")
+    if not lines or not lines[0].startswith("# layer-audit lock:"):
+        raise _refuse(where, "not a layer-audit lock (first line is not its title)")
+    header: dict[str, str] = {}
+    for number, line in enumerate(lines[1:], start=1):
+        if line == "#":
+            return header, "\n".join(lines[number + 1 :])
+        match = _HEADER_FIELD.match(line)
+        if match is None:
+            raise _refuse(where, f"line {number + 1}: unexpected header line")
+        header[match["key"]] = match["value"]
+    raise _refuse(where, "truncated: the header never ends")
+
+
+def _checked_body(text: str, header: Mapping[str, str], where: str) -> str:
+    if not text.endswith("\n" + END_MARKER + "\n") and text != END_MARKER + "\n":
+        raise _refuse(where, f"truncated: the last line is not {END_MARKER!r}")
+    body = text[: -len(END_MARKER) - 1]
+    if header.get("content") != sha256(body.encode()):
+        raise _refuse(where, "edited by hand: its content digest does not match")
+    return body
+
+
+def parse_pins(body: str, where: str) -> dict[str, Pin]:
+    """Canonical name -> pin, through the one lock-line reader the guard uses too."""
+    try:
+        return parse_body(body)
+    except LockFormatError as exc:
+        raise _refuse(where, str(exc)) from exc
+
+
+def parse_lock(data: bytes, where: str) -> Lock:
+    """Verify and load a lock file's bytes; :class:`LockError` (exit 2) if damaged or edited.
+
+    Bytes verified once are not verified again in this process (see ``_PARSED``).
+    """
+    key = hashlib.sha256(data).digest()
+    lock = _PARSED.get(key)
+    if lock is None:
+        lock = _PARSED[key] = _verify_lock(data, where)
+    return lock
+
+
+def forget_parsed() -> None:
+    """Drop every remembered lock and base record (benchmarks time cold parses with this)."""
+    _PARSED.clear()
+    _PARSED_BASES.clear()
+
+
+def _verify_lock(data: bytes, where: str) -> Lock:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(where, "not UTF-8 text") from exc
+    header, rest = _split_header(text, where)
+    body = _checked_body(rest, header, where)
+    inputs = {k.removeprefix("input "): v for k, v in header.items() if k.startswith("input ")}
+    if header.get("format") != LOCK_FORMAT or "layer" not in header:
+        raise _refuse(where, f"format {header.get('format')!r}, expected {LOCK_FORMAT}")
+    if header.get("inputs") != digest_inputs(inputs):
+        raise _refuse(where, "edited by hand: its input lines do not match the inputs digest")
+    pins = MappingProxyType(parse_pins(body, where))
+    return Lock(
+        header["layer"], header["inputs"], pins, header["content"], MappingProxyType(inputs)
+    )
+
+
+def read_file(source: Source, relpath: str, hint: str) -> bytes:
+    """A lock or base record's bytes; missing or a directory is :class:`LockError` (exit 2)."""
+    try:
+        return source.read_bytes(relpath)
+    except FileNotFoundError as exc:
+        raise LockError(f"{source.describe(relpath)}: missing", hint) from exc
+    except IsADirectoryError as exc:
+        raise LockError(f"{source.describe(relpath)}: is a directory, not a file", hint) from exc
+
+
+def read_lock(source: Source, relpath: str) -> Lock:
+    data = read_file(source, relpath, "compile it: nox -s lock -- IMAGE")
+    return parse_lock(data, source.describe(relpath))
+
+
+def parse_base(data: bytes, where: str) -> BaseRecord:
+    """Verify and load ``base.json``; :class:`LockError` (exit 2) when damaged.
+
+    Like :func:`parse_lock`, bytes verified once are not verified again in this process.
+    """
+    key = hashlib.sha256(data).digest()
+    record = _PARSED_BASES.get(key)
+    if record is None:
+        record = _PARSED_BASES[key] = _verify_base(data, where)
+    return record
+
+
+def _verify_base(data: bytes, where: str) -> BaseRecord:
+    hint = "re-record it: nox -s lock -- IMAGE --record-base"
+    try:
+        document: Any = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LockError(f"{where}: not JSON ({exc})", hint) from exc
+    if not isinstance(document, dict) or document.get("schema") != BASE_SCHEMA:
+        raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", hint)
+    try:
+        snapshot = json.dumps(document["snapshot"]).encode()
+        environments = parse_snapshot(snapshot, f"{where}: snapshot")
+        return BaseRecord(
+            str(document["image"]),
+            str(document["image_id"]),
+            _optional(document["repo_digest"]),
+            environments,
+        )
+    except KeyError as exc:
+        raise LockError(f"{where}: missing key {exc}", hint) from exc
+    except SnapshotError as exc:
+        raise LockError(exc.message, hint) from exc
+
+
+def _optional(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def read_base(source: Source, relpath: str) -> BaseRecord:
+    data = read_file(source, relpath, "record it: nox -s lock -- IMAGE --record-base")
+    return parse_base(data, source.describe(relpath))
+
+
+def base_changes(old: BaseRecord | None, new: BaseRecord) -> list[str]:
+    """Human lines saying what a re-recorded base changed (image id and distributions)."""
+    if old is None:
+        return [f"recorded {new.image} ({new.image_id})"]
+    lines = [f"image id {old.image_id} -> {new.image_id}"] if old.image_id != new.image_id else []
+    olds = {env.interpreter: env.winners() for env in old.environments}
+    for env in new.environments:
+        lines += _winner_changes(env.interpreter, olds.get(env.interpreter, {}), env.winners())
+    return lines
+
+
+def _winner_changes(interpreter: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for name in sorted(set(old) | set(new)):
+        before = old[name].version if name in old else None
+        after = new[name].version if name in new else None
+        if before != after:
+            lines.append(f"{interpreter}: {name} {before or '(absent)'} -> {after or '(absent)'}")
+    return lines

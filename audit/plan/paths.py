@@ -1,0 +1,44 @@
+"""Where things live in a project checkout: recipes, locks, build contexts, reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audit.core.errors import UsageError
+
+ROOT_MARKERS = ("noxfile.py", "images")
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The project root: the nearest folder at or above ``start`` holding ``images/``."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "images").is_dir():
+            return folder
+    raise UsageError(
+        f"no images/ folder at or above {here}", "run from a layer-audit project checkout"
+    )
+
+
+def image_dir(root: Path, image: str) -> Path:
+    return root / "images" / image
+
+
+def locks_dir(root: Path, image: str) -> Path:
+    """``locks/<image>/``: the base snapshot and one lock per pip layer, committed."""
+    return root / "locks" / image
+
+
+def build_dir(root: Path, image: str) -> Path:
+    """``build/<image>/``: the rendered build context (git-ignored)."""
+    return root / "build" / image
+
+
+def reports_dir(root: Path, image: str, stage: str) -> Path:
+    """``build/reports/<image>/<stage>/``: the audit trail extracted from a built image."""
+    return root / "build" / "reports" / image / stage
+
+
+def list_images(root: Path) -> list[str]:
+    """Every recipe under ``images/``, sorted."""
+    return sorted(p.parent.name for p in (root / "images").glob("*/image.toml"))

@@ -1,0 +1,111 @@
+"""Predicted environments: what each layer of a recipe leaves installed, without Docker.
+
+The environment after a layer is the base snapshot's winners for the recipe's first
+interpreter (the one pip layers install with) with every earlier lock's pins applied in build
+order. A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
+are reported elsewhere (missing locks by ``audit.plan.auditdeps``, run layers by the build guard).
+Predicted distributions carry name and version only, so the "rebuilt" rule never fires here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from audit.core.errors import LockError
+from audit.core.snapshot import Distribution, Environment
+from audit.plan.lockfile import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
+from audit.plan.recipe import PipLayer, Recipe, Step
+from audit.plan.sources import Source
+
+Installed = Mapping[str, Distribution]
+
+
+@dataclass(frozen=True)
+class PredictedStep:
+    """One layer and the environments before and after it (canonical name -> distribution).
+
+    ``lock`` is the project-relative lock path of a pip layer whose lock exists, else None.
+    """
+
+    step: Step
+    before: Installed
+    after: Installed
+    lock: str | None = None
+
+
+def predict(source: Source, recipe: Recipe) -> list[PredictedStep]:
+    """Every layer of ``recipe`` in build order with its predicted before/after environments.
+
+    Raises LockError (exit 2) when the base snapshot is missing or names no usable interpreter.
+    """
+    base = base_environment(read_base(source, base_relpath(recipe)), recipe, source)
+    return predict_from(base, source, recipe)
+
+
+def predict_from(
+    base: Installed, source: Source, recipe: Recipe, locks: Mapping[str, Lock] | None = None
+) -> list[PredictedStep]:
+    """Like :func:`predict`, from an already-read base environment.
+
+    ``locks`` (step slug -> lock) are the recipe's existing locks when the caller has read them
+    already (``audit.plan.lock.survey_locks``): then no lock is read again.
+    """
+    current: Installed = MappingProxyType(dict(base))
+    predicted: list[PredictedStep] = []
+    for step in recipe.steps():
+        lock = _lock_of(source, recipe, step, locks)
+        after = current if lock is None else apply_lock(current, lock)
+        relpath = None if lock is None else lock_relpath(recipe, step)
+        predicted.append(PredictedStep(step, current, after, relpath))
+        current = after
+    return predicted
+
+
+def base_environment(record: BaseRecord, recipe: Recipe, source: Source) -> Installed:
+    """The base winners of the interpreter pip layers use, stripped to name and version."""
+    environment = _pick_environment(record.environments, recipe.interpreters[0])
+    if environment is None:
+        where = source.describe(base_relpath(recipe))
+        found = ", ".join(env.interpreter for env in record.environments) or "none"
+        raise LockError(
+            f"{where}: no snapshot of {recipe.interpreters[0]} (found: {found})",
+            f"re-record it: nox -s lock -- {recipe.name} --record-base",
+        )
+    return {name: _bare(dist) for name, dist in environment.winners().items()}
+
+
+def apply_lock(before: Installed, lock: Lock) -> Installed:
+    """``before`` with every pin of ``lock`` installed over it (pip replaces, never removes)."""
+    after = dict(before)
+    for name, pin in lock.pins.items():
+        current = after.get(name)
+        if current is None or current.version != pin.version:
+            after[name] = Distribution(name=name, version=pin.version, raw_name=pin.name)
+    return MappingProxyType(after)
+
+
+def _pick_environment(
+    environments: tuple[Environment, ...], interpreter: str
+) -> Environment | None:
+    for environment in environments:
+        if environment.interpreter == interpreter:
+            return environment
+    return environments[0] if len(environments) == 1 else None
+
+
+def _lock_of(
+    source: Source, recipe: Recipe, step: Step, locks: Mapping[str, Lock] | None
+) -> Lock | None:
+    """A pip layer's lock: from ``locks`` when given, else read when it exists."""
+    if not isinstance(step.layer, PipLayer):
+        return None
+    if locks is not None:
+        return locks.get(step.slug)
+    relpath = lock_relpath(recipe, step)
+    return read_lock(source, relpath) if source.exists(relpath) else None
+
+
+def _bare(dist: Distribution) -> Distribution:
+    return Distribution(name=dist.name, version=dist.version, raw_name=dist.raw_name)

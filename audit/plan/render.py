@@ -1,0 +1,356 @@
+"""Render a recipe into its build context ``build/<image>/``: Dockerfile, inputs, policy, recipe.
+
+This module plans only: every file's bytes and mode are computed in memory, templates
+rendered, all errors raised, before anything is written. :mod:`audit.engines.context` writes
+the plan (atomically, only changed bytes) and removes what a previous render left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import jinja2
+
+from audit.core.errors import RecipeError, UsageError
+from audit.core.suggest import did_you_mean
+from audit.plan.paths import image_dir, locks_dir
+from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, Recipe, RunLayer, Stage, Step
+from audit.plan.requirements_in import parse_requirements
+from audit.plan.sources import DirectorySource
+
+RECIPE_SCHEMA = 1
+MANIFEST = ".layer-audit-render.json"
+LOCK_TARGET = "/tmp/layer-audit/lock.txt"  # noqa: S108 - a path inside the image, not here
+REQUIREMENTS_TARGET = "/tmp/layer-audit/requirements"  # noqa: S108 - inside the image
+PIP_CACHE_MOUNT = "--mount=type=cache,target=/root/.cache/pip"
+FILE_MODE = 0o644
+EXECUTABLE_MODE = 0o755
+
+
+@dataclass(frozen=True)
+class ContextFile:
+    data: bytes
+    mode: int = FILE_MODE
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What a render left: the context folder, its Dockerfile, and which files it touched."""
+
+    context: Path
+    dockerfile: Path
+    files: tuple[Path, ...]  # every file of the context this render is responsible for
+    changed: tuple[Path, ...] = ()  # written because their bytes or mode differed
+    removed: tuple[Path, ...] = ()  # stale files of an earlier render
+
+
+def select_stages(recipe: Recipe, stage: str | None) -> tuple[Stage, ...]:
+    """The stages to render: all, or v1 up to ``stage``."""
+    names = [s.name for s in recipe.stages]
+    if stage is None:
+        return recipe.stages
+    if stage not in names:
+        raise UsageError(
+            f"{recipe.source.as_posix()}: no stage {stage!r}{did_you_mean(stage, names)}",
+            f"stages: {', '.join(names)}",
+        )
+    return recipe.stages[: names.index(stage) + 1]
+
+
+# --- planning (no writes) -------------------------------------------------------------------
+
+
+def plan_context(root: Path, recipe: Recipe, stages: tuple[Stage, ...]) -> dict[str, ContextFile]:
+    """Every file of the build context, by context-relative POSIX path."""
+    steps = list(recipe.steps(until=stages[-1].name))
+    locks = read_locks(root, recipe.name)
+    files = {f"locks/{name}": ContextFile(data) for name, data in locks.items()}
+    inputs = requirement_inputs(root, recipe, steps)
+    for paths in inputs.values():
+        files.update(paths)
+    files.update(copied_files(root, recipe, steps))
+    layers = LayerFiles(
+        {f"locks/{name}" for name in locks}, {k: tuple(v) for k, v in inputs.items()}
+    )
+    files["policy.json"] = ContextFile(to_json(recipe.policy.to_json()))
+    files["recipe.json"] = ContextFile(to_json(describe_recipe(recipe, stages, steps, layers)))
+    files["Dockerfile"] = ContextFile(render_dockerfile(root, recipe, stages, layers).encode())
+    return dict(sorted(files.items()))
+
+
+@dataclass(frozen=True)
+class LayerFiles:
+    """Which pip layers have a lock, and the requirements files each reads (context paths)."""
+
+    locks: set[str]
+    requirements: dict[str, tuple[str, ...]]  # by step slug; the layer's own file first
+
+    def lock(self, step: Step) -> str | None:
+        """The context path of a pip layer's lock, when one has been compiled."""
+        name = f"locks/{step.slug}.txt"
+        return name if name in self.locks else None
+
+
+def to_json(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def read_locks(root: Path, image: str) -> dict[str, bytes]:
+    """``locks/<image>/*`` (plain files, no dot files), by file name."""
+    folder = locks_dir(root, image)
+    if not folder.is_dir():
+        return {}
+    found = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    return {path.name: path.read_bytes() for path in found}
+
+
+def requirement_inputs(
+    root: Path, recipe: Recipe, steps: list[Step]
+) -> dict[str, dict[str, ContextFile]]:
+    """By pip layer slug: its .in file and what that includes, at ``requirements/…``."""
+    source = DirectorySource(root)
+    folder = recipe.directory.as_posix()
+    inputs: dict[str, dict[str, ContextFile]] = {}
+    for step in steps:
+        if isinstance(step.layer, PipLayer):
+            parsed = parse_requirements(
+                source,
+                f"{folder}/{step.layer.requirements}",
+                allowed_index_urls=allowed_urls(recipe, step.layer),
+                origin=f"{recipe.source.as_posix()}: {step.key_path}.pip",
+            )
+            inputs[step.slug] = {
+                relpath.removeprefix(f"{folder}/"): ContextFile(source.read_bytes(relpath))
+                for relpath in parsed.files
+            }
+    return inputs
+
+
+def allowed_urls(recipe: Recipe, layer: PipLayer) -> list[str]:
+    """The indexes a pip layer may use: the image's index and the layer's own extra index."""
+    return [recipe.index_url, *([recipe.index(layer.index).url] if layer.index else [])]
+
+
+def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, ContextFile]:
+    """Sources of copy layers under ``files/``, keeping their executable bit."""
+    folder = image_dir(root, recipe.name)
+    files: dict[str, ContextFile] = {}
+    for step in steps:
+        if isinstance(step.layer, CopyLayer):
+            for path in _walk(folder, folder / step.layer.src, recipe, step):
+                mode = EXECUTABLE_MODE if os.access(path, os.X_OK) else FILE_MODE
+                rel = path.relative_to(folder).as_posix()
+                files[f"files/{rel}"] = ContextFile(path.read_bytes(), mode)
+    return files
+
+
+def _walk(folder: Path, start: Path, recipe: Recipe, step: Step) -> Iterator[Path]:
+    """Files at or under ``start``, sorted, refusing links that leave the recipe folder."""
+    paths = sorted(p for p in start.rglob("*") if p.is_file()) if start.is_dir() else [start]
+    for path in paths:
+        if not path.resolve().is_relative_to(folder.resolve()):
+            raise RecipeError(
+                f"{recipe.source.as_posix()}: {step.key_path}.copy.src",
+                f"{path.relative_to(folder)} links outside {recipe.directory.as_posix()}/",
+                "copy the file into the recipe folder instead of linking it",
+            )
+        yield path
+
+
+# --- views: what the templates see ------------------------------------------------------------
+
+
+def stage_views(
+    recipe: Recipe, stages: tuple[Stage, ...], layers: LayerFiles
+) -> list[dict[str, Any]]:
+    steps = list(recipe.steps(until=stages[-1].name))
+    views = []
+    for number, stage in enumerate(stages, start=1):
+        views.append(
+            {
+                "name": stage.name,
+                "number": number,
+                "parent": recipe.base_ref if number == 1 else stages[number - 2].name,
+                "description": stage.description,
+                "origin": f"{recipe.source.as_posix()} stage[{number}] ({stage.name})",
+                "steps": [step_view(recipe, s, layers) for s in steps if s.stage is stage],
+            }
+        )
+    return views
+
+
+def step_view(recipe: Recipe, step: Step, layers: LayerFiles) -> dict[str, Any]:
+    """Everything a layer template needs, precomputed so templates only lay text out."""
+    origin = f"{recipe.source.as_posix()} {step.key_path}"
+    view: dict[str, Any] = {"slug": step.slug, "key_path": step.key_path, "mounts": []}
+    layer = step.layer
+    if isinstance(layer, PipLayer):
+        lock = layers.lock(step)
+        mounts = pip_mounts(lock, layers.requirements[step.slug])
+        view |= {"kind": "pip", "origin": f"{origin} pip {layer.requirements}", "lock": lock}
+        view |= {"mounts": mounts, "commands": [pip_command(recipe, layer, lock)]}
+    elif isinstance(layer, RunLayer):
+        view |= {"kind": "run", "origin": f"{origin} run", "commands": [layer.command]}
+    elif isinstance(layer, CopyLayer):
+        arguments = json.dumps([f"files/{layer.src}", layer.dest])
+        view |= {"kind": "copy", "origin": f"{origin} copy {layer.src}", "arguments": arguments}
+    else:
+        names = " ".join(name for name, _ in layer.values)
+        view |= {"kind": "env", "origin": f"{origin} env {names}"}
+        view["assignments"] = [f"{name}={env_quote(value)}" for name, value in layer.values]
+    return view
+
+
+def pip_mounts(lock: str | None, requirements: tuple[str, ...]) -> list[str]:
+    """Bind the lock (or, unlocked, the layer's own requirements files) and pip's cache.
+
+    Only this layer's inputs are mounted: BuildKit keys the step on their contents, so an edit
+    to another layer's file must not rebuild this one.
+    """
+    if lock:
+        return [f"--mount=type=bind,source={lock},target={LOCK_TARGET}", PIP_CACHE_MOUNT]
+    binds = [
+        f"--mount=type=bind,source={path},target={REQUIREMENTS_TARGET}/"
+        + path.removeprefix("requirements/")
+        for path in requirements
+    ]
+    return [*binds, PIP_CACHE_MOUNT]
+
+
+def pip_command(recipe: Recipe, layer: PipLayer, lock: str | None) -> str:
+    """The pip install of one layer, blind to the machine's and the image's pip config files."""
+    args = ["PIP_CONFIG_FILE=/dev/null", recipe.interpreters[0], "-m", "pip", "install"]
+    if lock:
+        args += ["--require-hashes", "--no-deps"]
+    elif layer.pre:
+        args.append("--pre")
+    args += ["--index-url", recipe.index_url]
+    if layer.index:
+        args += ["--extra-index-url", recipe.index(layer.index).url]
+    in_file = layer.requirements.removeprefix("requirements/")
+    args += ["-r", LOCK_TARGET if lock else f"{REQUIREMENTS_TARGET}/{in_file}"]
+    return " ".join(shlex.quote(arg) for arg in args)
+
+
+def env_quote(value: str) -> str:
+    """A Dockerfile ENV value taken literally: double-quoted, with \\, " and $ escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def describe_recipe(
+    recipe: Recipe, stages: tuple[Stage, ...], steps: list[Step], layers: LayerFiles
+) -> dict[str, Any]:
+    """``recipe.json``: the rendered recipe as plain data, for people and tools.
+
+    The build guard does not read it: its settings are ``_guard/guard.json``.
+    """
+    return {
+        "schema": RECIPE_SCHEMA,
+        "name": recipe.name,
+        "source": recipe.source.as_posix(),
+        "base": recipe.base,
+        "base_digest": recipe.base_digest,
+        "base_ref": recipe.base_ref,
+        "platform": recipe.platform,
+        "arch": recipe.arch,
+        "cuda": recipe.cuda,
+        "interpreters": list(recipe.interpreters),
+        "repository": recipe.repository,
+        "latest_tag": recipe.latest_tag(),
+        "index_url": recipe.index_url,
+        "indexes": {index.name: index.url for index in recipe.indexes},
+        "stages": [
+            {
+                "name": stage.name,
+                "description": stage.description,
+                "smoke": stage.smoke,
+                "tag": recipe.tag(stage.name),
+                "layers": [layer_data(s, layers) for s in steps if s.stage is stage],
+            }
+            for stage in stages
+        ],
+    }
+
+
+def layer_data(step: Step, layers: LayerFiles) -> dict[str, Any]:
+    data: dict[str, Any] = {"slug": step.slug, "key_path": step.key_path}
+    layer = step.layer
+    if isinstance(layer, PipLayer):
+        data |= {"kind": "pip", "requirements": layer.requirements, "index": layer.index}
+        data |= {"pre": layer.pre, "lock": layers.lock(step)}
+    elif isinstance(layer, RunLayer):
+        data |= {"kind": "run", "command": layer.command}
+    elif isinstance(layer, CopyLayer):
+        data |= {"kind": "copy", "src": layer.src, "dest": layer.dest}
+    elif isinstance(layer, EnvLayer):
+        data |= {"kind": "env", "values": [list(pair) for pair in layer.values]}
+    return data
+
+
+# --- templates ------------------------------------------------------------------------------
+
+
+def environment(root: Path, recipe: Recipe) -> jinja2.Environment:
+    """Per-image templates (``images/<image>/templates/``) first, then the project's."""
+    loader = jinja2.ChoiceLoader(
+        [
+            jinja2.FileSystemLoader(image_dir(root, recipe.name) / "templates"),
+            jinja2.FileSystemLoader(root / "templates"),
+        ]
+    )
+    return jinja2.Environment(
+        loader=loader,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - renders a Dockerfile, not HTML
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_dockerfile(
+    root: Path, recipe: Recipe, stages: tuple[Stage, ...], layers: LayerFiles
+) -> str:
+    views = stage_views(recipe, stages, layers)
+    try:
+        template = environment(root, recipe).get_template("Dockerfile.j2")
+        text = template.render(recipe=recipe, stages=views)
+    except jinja2.TemplateSyntaxError as exc:
+        where = f"{_template_name(root, exc.filename or exc.name or '?')}:{exc.lineno}"
+        raise RecipeError(where, f"template syntax error: {exc.message}", _TEMPLATE_HINT) from exc
+    except jinja2.TemplateNotFound as exc:
+        raise RecipeError(str(exc.name), "template not found", _TEMPLATE_HINT) from exc
+    except (jinja2.TemplateError, TypeError, AttributeError) as exc:
+        where = _failing_template(root, exc.__traceback__) or "templates/Dockerfile.j2"
+        raise RecipeError(where, f"template error: {exc}", _TEMPLATE_HINT) from exc
+    return text.rstrip("\n") + "\n"
+
+
+_TEMPLATE_HINT = (
+    "fix the template (a per-image override in images/<image>/templates/ wins over templates/);"
+    " the variables are recipe, stages and, in layer templates, step"
+)
+
+
+def _failing_template(root: Path, trace: TracebackType | None) -> str | None:
+    """``templates/x.j2:12`` of the innermost template frame: Jinja maps frames to templates."""
+    found = None
+    while trace is not None:
+        filename = trace.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            found = f"{_template_name(root, filename)}:{trace.tb_lineno}"
+        trace = trace.tb_next
+    return found
+
+
+def _template_name(root: Path, filename: str) -> str:
+    path = Path(filename)
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else filename

@@ -1,0 +1,266 @@
+"""Findings rendered three ways: a rich terminal table, JSON, and Markdown for pull requests.
+
+Host only (uses rich). JSON schema ``layer-audit.report/1``::
+
+    {"schema": "layer-audit.report/1", "title": str, "verdict": "pass" | "fail",
+     "counts": {"error": n, "warning": n, "info": n},
+     "sections": [{"title": str, "counts": {...}, "findings": [Finding.to_json(), ...]}]}
+
+Each finding has the keys rule, severity, package, before, after, message, where, hint, waiver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
+from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
+
+REPORT_SCHEMA = "layer-audit.report/1"
+FORMATS = ("table", "json", "markdown")
+# Most alarming first: a reviewer reads downgrades before anything else.
+RULE_ORDER = (
+    "downgraded", "removed", "variant", "waiver-expired", "requirement", "lockstep",
+    "cuda-suffix", "forbidden", "rebuilt", "shadowed", "unparsable-version", "upgraded", "added",
+)  # fmt: skip
+DETAILS_AFTER = 10  # Markdown tables longer than this fold into <details>
+_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
+SEVERITY_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
+
+
+@dataclass(frozen=True)
+class Section:
+    """Findings of one part of a run, e.g. one layer or one interpreter."""
+
+    title: str
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    title: str
+    sections: tuple[Section, ...]
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for section in self.sections for f in section.findings)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.fails for f in self.findings)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return count(self.findings)
+
+
+def count(findings: tuple[Finding, ...]) -> dict[str, int]:
+    return {severity: sum(f.severity == severity for f in findings) for severity in SEVERITIES}
+
+
+def ordered(findings: tuple[Finding, ...]) -> list[Finding]:
+    """Severity first, then the alarming rules first (downgrades lead), then by package."""
+
+    def key(finding: Finding) -> tuple[int, int, str]:
+        rule = RULE_ORDER.index(finding.rule) if finding.rule in RULE_ORDER else len(RULE_ORDER)
+        return SEVERITIES.index(finding.severity), rule, finding.package
+
+    return sorted(findings, key=key)
+
+
+def report_exit_code(report: Report) -> int:
+    return EXIT_VIOLATION if report.failed else EXIT_OK
+
+
+def summary_line(report: Report) -> str:
+    counts = report.counts
+    verdict = "FAIL" if report.failed else "PASS"
+    tally = ", ".join(
+        f"{counts[s]} {s}{'s' if counts[s] != 1 and s != INFO else ''}" for s in SEVERITIES
+    )
+    return f"{report.title}: {verdict} ({tally})"
+
+
+# --- terminal ----------------------------------------------------------------------------
+
+
+# Rules whose message only restates "package before -> after: rule": their note stays empty.
+_PLAIN_CHANGES = frozenset({"added", "removed", "upgraded", "downgraded", "variant", "rebuilt"})
+
+
+def _note(finding: Finding) -> str:
+    """What the rule, package and change columns do not already say."""
+    parts = [] if finding.rule in _PLAIN_CHANGES else [finding.message]
+    if finding.waiver:
+        parts.append(f"waived: {finding.waiver}")
+    return "\n".join(parts)
+
+
+def _change(finding: Finding) -> str:
+    if finding.before is None and finding.after is None:
+        return ""
+    return f"{finding.before or '-'} → {finding.after or '-'}"
+
+
+def _table(title: str, severity: str, findings: list[Finding]) -> Table:
+    style = _STYLE[severity]
+    heading = f"{escape(title)}: [{style}]{len(findings)} {severity}[/]"
+    table = Table(title=heading, title_justify="left", header_style="bold", expand=False)
+    table.add_column("rule", no_wrap=True)
+    table.add_column("package", overflow="fold")
+    table.add_column("change", overflow="fold")
+    table.add_column("note", overflow="fold", ratio=1)
+    for finding in findings:
+        table.add_row(
+            f"[{style}]{escape(finding.rule)}[/]",
+            escape(finding.package),
+            _change(finding),
+            escape(_note(finding)),
+        )
+    return table
+
+
+def _print_section(section: Section, console: Console) -> None:
+    if not section.findings:
+        console.print(f"{escape(section.title)}: no changes")
+    for severity in SEVERITIES:
+        findings = [f for f in ordered(section.findings) if f.severity == severity]
+        if findings:
+            console.print(_table(section.title, severity, findings))
+
+
+def _hints(report: Report) -> dict[str, list[str]]:
+    """Each distinct hint of a failing finding, with what it is about (said once, not per row)."""
+    hints: dict[str, list[str]] = {}
+    for finding in ordered(report.findings):
+        if finding.fails and finding.hint:
+            subject = f"{finding.package or finding.where} ({finding.rule})"
+            hints.setdefault(finding.hint, []).append(subject)
+    return hints
+
+
+def print_report(report: Report, console: Console) -> None:
+    """One table per section and severity (errors first), each error's hint, a summary line."""
+    for section in report.sections:
+        _print_section(section, console)
+    for hint, subjects in _hints(report).items():
+        console.print(f"[bold red]{escape(', '.join(subjects))}[/]: hint:")
+        console.print(escape(hint))
+    style = "bold red" if report.failed else "bold green"
+    console.print(f"[{style}]{escape(summary_line(report))}[/]")
+
+
+# --- JSON --------------------------------------------------------------------------------
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    return {
+        "schema": REPORT_SCHEMA,
+        "title": report.title,
+        "verdict": "fail" if report.failed else "pass",
+        "counts": report.counts,
+        "sections": [
+            {
+                "title": section.title,
+                "counts": count(section.findings),
+                "findings": [f.to_json() for f in ordered(section.findings)],
+            }
+            for section in report.sections
+        ],
+    }
+
+
+# --- Markdown ----------------------------------------------------------------------------
+
+
+def _cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", "<br>")
+
+
+def _markdown_table(findings: list[Finding]) -> list[str]:
+    rows = ["| | rule | package | change | note |", "|---|---|---|---|---|"]
+    for f in findings:
+        change, note = _cell(_change(f)), _cell(_note(f))
+        rows.append(
+            f"| {SEVERITY_ICON[f.severity]} | {f.rule} | `{f.package}` | {change} | {note} |"
+        )
+    return rows
+
+
+def _markdown_section(section: Section) -> list[str]:
+    lines = [f"### {section.title}", ""]
+    findings = ordered(section.findings)
+    if not findings:
+        return [*lines, "No changes.", ""]
+    important = [f for f in findings if f.severity != INFO]
+    routine = [f for f in findings if f.severity == INFO]
+    if important:
+        lines += [*_markdown_table(important), ""]
+    if len(routine) > DETAILS_AFTER or (important and routine):
+        summary = f"{len(routine)} allowed change{'s' if len(routine) != 1 else ''}"
+        lines += ["<details>", f"<summary>{summary}</summary>", ""]
+        lines += [*_markdown_table(routine), "", "</details>", ""]
+    elif routine:
+        lines += [*_markdown_table(routine), ""]
+    return lines
+
+
+def report_markdown(report: Report) -> str:
+    icon = "❌" if report.failed else "✅"
+    lines = [f"## {report.title}", "", f"**{icon} {summary_line(report)}**", ""]
+    for section in report.sections:
+        lines += _markdown_section(section)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def render_text(report: Report, fmt: str, width: int = 100) -> str:
+    """The report as text in ``fmt`` (``table`` renders without colour at ``width`` columns)."""
+    if fmt == "json":
+        return json.dumps(report_json(report), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if fmt == "markdown":
+        return report_markdown(report)
+    if fmt == "table":
+        buffer = StringIO()
+        print_report(report, Console(file=buffer, width=width, no_color=True, highlight=False))
+        return buffer.getvalue()
+    raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--format`` (into ``fmt``) and ``--output FILE``, worded alike for every command."""
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="table",
+        help="report format (default: table)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the report to FILE (atomically) instead of stdout",
+    )
+
+
+def check_output(output: Path | None, option: str = "--output") -> None:
+    """Refuse an output path that cannot become a file, before any work is done."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise UsageError(f"{option} {output}: is a directory", "name a file to write")
+    parent = next((p for p in output.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{option} {output}: {parent} is not a directory", "name a file to write")

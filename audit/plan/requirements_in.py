@@ -1,0 +1,283 @@
+"""Read a recipe's ``requirements/*.in`` files: PEP 508 lines, includes, declared index options.
+
+Every line goes through ``packaging``; anything pip would accept but a hermetic, reviewable lock
+must not (undeclared indexes, editables, environment variables, per-line options) is refused
+with ``<file>:<line>: problem`` and a hint. Paths are project-relative POSIX paths read through a
+:class:`audit.plan.sources.Source`, so the gate reads the same files at a git ref.
+"""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+import re
+import shlex
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from audit.core.errors import RecipeError
+from audit.core.lockformat import logical_lines
+from audit.plan.sources import Source
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+ALIASES = {"-r": "--requirement", "-c": "--constraint", "-i": "--index-url", "-f": "--find-links"}
+INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--find-links")
+INCLUDE_OPTIONS = ("--requirement", "--constraint")
+OPTION_HINTS = {
+    "--pre": "set pre = true on the pip layer in image.toml instead",
+    "--editable": "editable installs cannot be locked: use a 'name @ https://…' requirement",
+    "-e": "editable installs cannot be locked: use a 'name @ https://…' requirement",
+    "--hash": "hashes belong in the lock (nox -s lock writes them), not in the .in file",
+}
+DECLARE_HINT = (
+    "declare the index under [indexes] in image.toml and name it on this pip layer with "
+    'index = "<name>" (or make it the image\'s index_url)'
+)
+
+
+@dataclass(frozen=True)
+class RequirementsFile:
+    """One pip layer's requirements, with everything it includes, validated.
+
+    ``files`` lists every file read (the layer's file first, then ``-r``/``-c`` includes), so a
+    lock can digest exactly its inputs. ``index_urls``/``find_links``/``trusted_hosts`` are the
+    (declared) index options the files name.
+    """
+
+    relpath: str
+    requirements: tuple[Requirement, ...]
+    constraints: tuple[Requirement, ...] = ()
+    files: tuple[str, ...] = ()
+    index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+
+
+def normalise_index_url(url: str) -> str:
+    """Compare index URLs without caring about a trailing slash or the host's case."""
+    parts = urlsplit(url.strip())
+    return (
+        parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower())
+        .geturl()
+        .rstrip("/")
+    )
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an index URL (no scheme, credentials inside), or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"not a URL: {url!r} ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"not an http(s) URL: {url!r}"
+    if "@" in parts.netloc:
+        return "index URL carries credentials (user:password@): use a BuildKit secret"
+    if re.search(r"\s", url) or CONTROL.search(url):
+        return f"URL contains whitespace or control characters: {url!r}"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_requirement(line: str) -> Requirement:
+    """``Requirement(line)``, parsed once per process: a run reads each file several times
+    (recipe validation, every lock look, the gate's two refs). The object is shared, so callers
+    only read it, as everything here does (RequirementsFile is frozen)."""
+    return Requirement(line)
+
+
+def parse_requirements(
+    source: Source, relpath: str, *, allowed_index_urls: Collection[str], origin: str = ""
+) -> RequirementsFile:
+    """Read and validate ``relpath`` and its includes; raise RecipeError on the first bad line.
+
+    ``origin`` (``images/x/image.toml: stage[2].layer[1].pip``) is added to every error's hint,
+    so the user sees which layer asked for the file.
+    """
+    reader = _Reader(source, _containment(relpath), allowed_index_urls, origin)
+    reader.read(relpath, constraint=False, stack=())
+    return reader.result(relpath)
+
+
+def _containment(relpath: str) -> str:
+    """The folder includes must stay in: the recipe's ``requirements/`` folder."""
+    parts = relpath.split("/")
+    if len(parts) > 3 and parts[0] == "images" and parts[2] == "requirements":
+        return "/".join(parts[:3])
+    return posixpath.dirname(relpath)
+
+
+@dataclass
+class _Reader:
+    """Accumulates the requirements of one file tree; one instance per parse."""
+
+    source: Source
+    folder: str
+    allowed_index_urls: Collection[str]
+    origin: str
+    requirements: dict[str, tuple[Requirement, str]] = field(default_factory=dict)
+    constraints: dict[str, tuple[Requirement, str]] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    index_urls: list[str] = field(default_factory=list)
+    find_links: list[str] = field(default_factory=list)
+    trusted_hosts: list[str] = field(default_factory=list)
+
+    def result(self, relpath: str) -> RequirementsFile:
+        return RequirementsFile(
+            relpath=relpath,
+            requirements=tuple(req for req, _ in self.requirements.values()),
+            constraints=tuple(req for req, _ in self.constraints.values()),
+            files=tuple(self.files),
+            index_urls=tuple(dict.fromkeys(self.index_urls)),
+            find_links=tuple(dict.fromkeys(self.find_links)),
+            trusted_hosts=tuple(dict.fromkeys(self.trusted_hosts)),
+        )
+
+    def read(self, relpath: str, *, constraint: bool, stack: tuple[str, ...]) -> None:
+        if relpath in self.files:
+            return  # included twice (a diamond, not a cycle): its lines count once
+        self.files.append(relpath)
+        for number, line in logical_lines(self._text(relpath)):
+            if line:
+                where = _Where(self.source.describe(relpath), number, self.origin)
+                self._line(where, line, constraint, (*stack, relpath))
+
+    def _text(self, relpath: str) -> str:
+        start = _Where(self.source.describe(relpath), 0, self.origin)
+        try:
+            text = self.source.read_bytes(relpath).decode("utf-8")
+        except FileNotFoundError:
+            raise start.error("requirements file not found", "create it or fix the path") from None
+        except UnicodeDecodeError as exc:
+            raise start.error(f"not UTF-8 text ({exc.reason})", "save it as UTF-8") from exc
+        except OSError as exc:  # a directory or an unreadable file where a file should be
+            raise start.error(f"cannot read ({exc.strerror})", "make it a plain file") from exc
+        for number, raw in enumerate(text.splitlines(), start=1):
+            if CONTROL.search(raw):
+                raise _Where(start.file, number, self.origin).error(
+                    "control character in line", "remove it: requirement lines are plain text"
+                )
+        return text
+
+    def _line(self, where: _Where, line: str, constraint: bool, stack: tuple[str, ...]) -> None:
+        if "${" in line:
+            raise where.error(
+                "environment variables are not expanded in recipes",
+                "write the value out: a lock must not depend on the environment",
+            )
+        if line.startswith("-"):
+            self._option(where, line, constraint, stack)
+        else:
+            self._requirement(where, line, constraint)
+
+    def _requirement(self, where: _Where, line: str, constraint: bool) -> None:
+        try:
+            requirement = parse_requirement(line)
+        except InvalidRequirement as exc:
+            raise where.error(
+                f"not a PEP 508 requirement: {line!r} ({str(exc).splitlines()[0]})",
+                "write one requirement per line, e.g. 'requests>=2.31' or 'name @ https://…'",
+            ) from exc
+        if requirement.url and "@" in urlsplit(requirement.url).netloc:
+            raise where.error("requirement URL carries credentials", "use a BuildKit secret")
+        seen = self.constraints if constraint else self.requirements
+        name = canonicalize_name(requirement.name)
+        if name in seen:
+            raise where.error(
+                f"{requirement.name!r} is already listed at {seen[name][1]} "
+                "(names that differ only in case, '-', '_' or '.' are one package)",
+                "merge the two lines into one requirement",
+            )
+        seen[name] = (requirement, str(where))
+
+    def _option(self, where: _Where, line: str, constraint: bool, stack: tuple[str, ...]) -> None:
+        name, value = _split_option(where, line)
+        if name in INCLUDE_OPTIONS:
+            self._include(where, value, constraint or name == "--constraint", stack)
+        elif name in INDEX_OPTIONS:
+            self._index_option(where, name, value)
+        elif name == "--trusted-host":
+            self._trusted_host(where, value)
+        else:
+            raise where.error(
+                f"option {name} is not allowed in a recipe requirements file",
+                OPTION_HINTS.get(name, "allowed: -r/-c includes and declared index options"),
+            )
+
+    def _include(self, where: _Where, value: str, constraint: bool, stack: tuple[str, ...]) -> None:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(stack[-1]), value))
+        if value.startswith("/") or not target.startswith(self.folder + "/"):
+            raise where.error(
+                f"include {value!r} is outside {self.folder}/",
+                "keep included files beside the layer's requirements file",
+            )
+        if target in stack:
+            cycle = " -> ".join((*stack[stack.index(target) :], target))
+            raise where.error(f"include cycle: {cycle}", "remove one of the -r/-c lines")
+        if not self.source.exists(target):
+            raise where.error(f"included file not found: {target}", "create it or fix the path")
+        self.read(target, constraint=constraint, stack=stack)
+
+    def _index_option(self, where: _Where, name: str, url: str) -> None:
+        problem = url_problem(url)
+        if problem:
+            raise where.error(
+                f"{name}: {problem}",
+                "index credentials reach pip as BuildKit secrets only (see the README)",
+            )
+        allowed = {normalise_index_url(u) for u in self.allowed_index_urls}
+        if normalise_index_url(url) not in allowed:
+            raise where.error(f"{name} {url} is not declared for this layer", DECLARE_HINT)
+        found = self.find_links if name == "--find-links" else self.index_urls
+        found.append(url)
+
+    def _trusted_host(self, where: _Where, host: str) -> None:
+        hosts = {urlsplit(u).netloc.lower() for u in self.allowed_index_urls}
+        hosts |= {urlsplit(u).hostname or "" for u in self.allowed_index_urls}
+        if host.lower() not in hosts:
+            raise where.error(
+                f"--trusted-host {host} is not the host of a declared index", DECLARE_HINT
+            )
+        self.trusted_hosts.append(host)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """A line of a requirements file (0: the whole file) and the layer that reads it."""
+
+    file: str
+    line: int
+    origin: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    def error(self, problem: str, hint: str) -> RecipeError:
+        layer = f" (read for {self.origin})" if self.origin else ""
+        return RecipeError(str(self), problem, hint + layer)
+
+
+def _split_option(where: _Where, line: str) -> tuple[str, str]:
+    """``("--index-url", "https://…")`` from ``-i URL``, ``--index-url=URL``, ``-rfile.in``…"""
+    try:
+        tokens = shlex.split(line)
+    except ValueError as exc:
+        raise where.error(f"cannot split option line: {exc}", "check its quotes") from exc
+    first = tokens[0]
+    if first.startswith("--"):
+        name, _, attached = first.partition("=")
+    else:
+        name, attached = first[:2], first[2:]
+    name = ALIASES.get(name, name)
+    values = [attached] if attached else []
+    values += tokens[1:]
+    if name in (*INCLUDE_OPTIONS, *INDEX_OPTIONS, "--trusted-host") and len(values) != 1:
+        raise where.error(
+            f"option {name} takes exactly one value, got {len(values)}", "write one option per line"
+        )
+    return name, values[0] if values else ""

@@ -47,6 +47,9 @@ WHEELS = [
     ("cutlass-dsl-libs-base", "4.3.0", ()),
 ]
 
+# One prefix per checkout, so two suites on one Docker engine never share a tag.
+TEST_REPOSITORY = os.environ.get("AUDIT_TEST_REPOSITORY", "layer-audit-test")
+
 
 @dataclass(frozen=True)
 class Index:
@@ -88,7 +91,7 @@ class Project:
 
     @property
     def repository(self) -> str:
-        return f"layer-audit-test/{self.name}"
+        return f"{TEST_REPOSITORY}/{self.name}"
 
     def build(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, LAYER_AUDIT_DOCKER=CLIENT, PYTHONPATH=str(REPO_ROOT))
@@ -116,7 +119,7 @@ def make_project(
     header = (
         f'[image]\nbase = "{base}"\nplatform = "linux/{base.rsplit("-", 1)[1]}"\n'
         f'cuda = "cpu"\ninterpreters = ["{PYTHON}"]\n'
-        f'repository = "layer-audit-test/{name}"\nindex_url = "{index.url}"\n\n'
+        f'repository = "{TEST_REPOSITORY}/{name}"\nindex_url = "{index.url}"\n\n'
     )
     (folder / "image.toml").write_text(header + toml)
     for stage in ("v1", "v2"):

@@ -248,10 +248,8 @@ def test_the_guard_context_is_deterministic_and_drops_stale_files(image: Image) 
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
     assert after == before
     assert (folder / "lib" / "packaging" / "version.py").is_file()
-    assert {p.name for p in (folder / "lib" / "audit" / "core").iterdir()} >= {
-        "verdict.py",
-        "diff.py",
-    }
+    core = folder / "lib" / "audit" / "core"
+    assert {p.name for p in core.iterdir()} >= {"verdict.py", "diff.py"}
 
 
 def test_guard_config_holds_image_interpreters_and_policy(image: Image) -> None:

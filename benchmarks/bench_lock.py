@@ -35,17 +35,18 @@ from audit.cli import lock as cmd_lock  # noqa: E402
 from audit.cli import lock_fast as lock_stamp  # noqa: E402
 from audit.engines import console  # noqa: E402
 from audit.engines import process as commands  # noqa: E402
-from audit.engines.lock_compile import run_compile  # noqa: E402
+from audit.engines.lock_compile import CompileJob, run_compile  # noqa: E402
 from audit.plan.lock import (  # noqa: E402
     base_constraints,
+    existing_pins,
     layer_inputs,
     pip_steps,
     read_base_digest,
-    render_constraints,
 )
 from audit.plan.lockfile import forget_parsed  # noqa: E402
 from audit.plan.recipe_parse import load_recipe  # noqa: E402
 from audit.plan.sources import DirectorySource  # noqa: E402
+from audit.plan.standins import standin_wheels  # noqa: E402
 from tests.support.pkgindex import serve_index  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,
@@ -128,7 +129,7 @@ def rerun_process(image: str, host: bool) -> None:
 
 
 def compile_first_layer(root: Path, image: str, host: bool) -> Callable[[], object]:
-    """One real pip-compile of the first pip layer, with the constraints lock would use."""
+    """One real pip-compile of the first pip layer, with what lock would hand it."""
     source = DirectorySource(root)
     recipe = load_recipe(source, image)
     found = read_base_digest(source, recipe)
@@ -136,14 +137,13 @@ def compile_first_layer(root: Path, image: str, host: bool) -> Callable[[], obje
     record, digest = found
     step = pip_steps(recipe)[0]
     inputs = layer_inputs(source, recipe, step, digest, {})
-    constraints = render_constraints(
-        {c.name: c for c in base_constraints(record, recipe.interpreters[0], "base")}, ()
-    )
+    installed = {c.name: c for c in base_constraints(record, recipe.interpreters[0], "base")}
+    job = CompileJob(inputs, existing_pins(installed), standin_wheels(installed))
     options = cmd_lock.LockOptions(image, None, False, False, host, None)
     target = cmd_lock._target(recipe, record, options)
 
     def compile_once() -> None:
-        if run_compile(target, inputs, constraints).returncode != 0:
+        if run_compile(target, job).returncode != 0:
             raise SystemExit("pip-compile failed")
 
     return compile_once

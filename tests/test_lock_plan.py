@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,14 @@ from audit.engines.lock_compile import ambient_ca_bundle
 from audit.plan.lock import (
     BASE_ORIGIN,
     Constraint,
-    active_waivers,
     check_locks,
+    existing_pins,
     installed_before,
+    moved_pins,
+    pin_blocks,
     pip_steps,
-    render_constraints,
-    waiver_violations,
+    via_parents,
+    who_asks,
 )
 from audit.plan.lockfile import BaseRecord, Lock, Pin, lock_relpath
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
@@ -89,11 +90,12 @@ def test_a_later_edit_leaves_earlier_layers_fresh(project: Path) -> None:
     assert statuses(project, recipe) == ["fresh", "stale", "stale"]
 
 
-def test_waivers_and_the_base_are_inputs(project: Path) -> None:
+def test_the_base_is_an_input_and_waivers_are_not(project: Path) -> None:
     recipe = make_recipe()
     write_all_locks(project, recipe)
     waived = make_recipe((Waiver("alpha", "1.0", "0.9", "because"),))
-    assert check_locks(DirectorySource(project), waived)[0].reason == "inputs changed: waivers"
+    # a waiver changes the verdict on what pip resolves, never the resolution: nothing to re-lock
+    assert [s.status for s in check_locks(DirectorySource(project), waived)] == ["fresh"] * 3
     base = project / "locks/t/base.json"
     base.write_text(base.read_text().replace("sha256:1", "sha256:2"))
     assert check_locks(DirectorySource(project), recipe)[0].reason == "inputs changed: base"
@@ -122,7 +124,7 @@ def lock_of(*pins: tuple[str, str]) -> Lock:
     return Lock("x", "d", {n: Pin(n, v, ("sha256:aa",)) for n, v in pins})
 
 
-def test_constraints_hold_the_base_then_each_earlier_lock_in_order() -> None:
+def test_installed_before_holds_the_base_then_each_earlier_lock_in_order() -> None:
     steps = pip_steps(make_recipe())
     base = [Constraint("alpha", "1.0", BASE_ORIGIN), Constraint("pip", "23.0", BASE_ORIGIN)]
     first = lock_of(("alpha", "2.0"), ("beta", "1.0"))
@@ -130,30 +132,55 @@ def test_constraints_hold_the_base_then_each_earlier_lock_in_order() -> None:
     installed = installed_before(base, earlier)
     assert installed["alpha"] == Constraint("alpha", "2.0", steps[0].label)
     assert installed["beta"].origin == steps[1].label
-    assert render_constraints(installed, ()) == "alpha==2.0\nbeta==1.1\npip==23.0\n"
+    assert existing_pins(installed) == "alpha==2.0\nbeta==1.1\npip==23.0\n"
 
 
-def test_a_waiver_relaxes_exactly_its_package_and_versions() -> None:
+def test_only_what_a_layer_installs_or_moves_is_pinned() -> None:
     installed = {
-        "alpha": Constraint("alpha", "2.0", "v1"),
-        "beta": Constraint("beta", "1.0", "v1"),
-        "gamma": Constraint("gamma", "5.0", "v1"),
+        "torch": Constraint("torch", "2.9.0+cu130", BASE_ORIGIN),
+        "nccl": Constraint("nccl", "2.30.7", BASE_ORIGIN),
     }
-    waivers = (
-        Waiver("alpha", "2.0", "1.5", "r"),
-        Waiver("beta", "0.9", "0.5", "other from-version: no effect"),
-        Waiver("gamma", "*", "*", "any"),
-    )
-    assert render_constraints(installed, waivers) == "alpha>=1.5,<=2.0\nbeta==1.0\n"
-    bad = waiver_violations(installed, {"alpha": "1.7", "gamma": "1.0"}, waivers)
-    assert bad == [(installed["alpha"], "1.7")]
-    assert waiver_violations(installed, {"alpha": "1.5"}, waivers) == []
+    pins = {
+        "torch": Pin("torch", "2.9.0+CU130", ("sha256:aa",)),  # the same version, spelt otherwise
+        "nccl": Pin("nccl", "2.29.7", ("sha256:bb",)),
+        "new": Pin("new", "1.0", ("sha256:cc",)),
+    }
+    assert sorted(moved_pins(installed, pins)) == ["nccl", "new"]
 
 
-def test_an_expired_waiver_relaxes_nothing() -> None:
-    old = Waiver("alpha", "*", "*", "r", expires=dt.date(2020, 1, 1))
-    new = Waiver("beta", "*", "*", "r", expires=dt.date(2999, 1, 1))
-    assert active_waivers((old, new), dt.date(2025, 1, 1)) == (new,)
+COMPILED = """\
+flashinfer-python==0.6.18 \\
+    --hash=sha256:aa
+    # via -r requirements/v2.in
+nvidia-nccl-cu13==2.29.7 \\
+    --hash=sha256:bb
+    # via
+    #   flashinfer-python
+    #   torch
+# a top-level comment belongs to no pin
+"""
+
+
+def test_pip_compile_output_splits_into_pin_blocks_with_their_parents() -> None:
+    blocks = pin_blocks(COMPILED)
+    assert sorted(blocks) == ["flashinfer-python", "nvidia-nccl-cu13"]
+    assert "top-level" not in blocks["nvidia-nccl-cu13"]
+    assert via_parents(blocks["flashinfer-python"]) == ["-r requirements/v2.in"]
+    assert via_parents(blocks["nvidia-nccl-cu13"]) == ["flashinfer-python", "torch"]
+
+
+def test_who_asks_names_the_requirement_of_each_parent() -> None:
+    after = {
+        "flashinfer-python": Constraint(
+            "flashinfer-python", "0.6.18", "v2", ("nvidia-nccl-cu13==2.29.7", "numpy")
+        ),
+        "torch": Constraint("torch", "2.9.0", BASE_ORIGIN, ("nvidia-nccl-cu13; extra == 'x'",)),
+    }
+    asks = who_asks("nvidia-nccl-cu13", ["flashinfer-python", "-r requirements/v2.in"], after)
+    assert asks == [
+        "flashinfer-python 0.6.18 requires nvidia-nccl-cu13==2.29.7",
+        "requirements/v2.in asks for it directly",
+    ]
 
 
 def test_the_ambient_ca_bundle_is_the_first_named_file_that_exists(tmp_path: Path) -> None:

@@ -162,10 +162,10 @@ def test_bad_arguments_exit_2() -> None:
 def test_header_reading_stops_at_the_first_blank_line(tmp_path: Path) -> None:
     metadata = tmp_path / "METADATA"
     metadata.write_bytes(b"Metadata-Version: 2.1\nName: a\n\nVersion: 9\n" + b"x" * 20000)
-    assert script.read_header(str(metadata)) == ("a", "")
+    assert script.read_header(str(metadata)) == ("a", "", [], "")
     late = b"Metadata-Version: 2.1\n" + b"Classifier: x\n" * 2000 + b"Name: b\nVersion: 2\n\n"
     metadata.write_bytes(late)
-    assert script.read_header(str(metadata)) == ("b", "2")
+    assert script.read_header(str(metadata)) == ("b", "2", [], "")
 
 
 names = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,20}[A-Za-z0-9])?", fullmatch=True)

@@ -11,43 +11,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from audit.cli.lock_fast import RecordingSource, fresh_answer, fresh_message, write_stamp
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION, ResolutionConflict, UsageError
-from audit.core.policy import Waiver
+from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.engines import console
 from audit.plan import paths
 from audit.plan.lock import (
-    RESOLVER,
-    Constraint,
     LockState,
     Survey,
-    active_waivers,
     base_constraints,
-    installed_before,
-    layer_inputs,
     pip_steps,
     read_base_digest,
-    render_constraints,
     survey_locks,
-    waiver_violations,
 )
 from audit.plan.lockfile import (
     BaseRecord,
-    Lock,
     base_changes,
     base_relpath,
-    lock_relpath,
-    parse_lock,
     render_base,
-    render_lock,
 )
-from audit.plan.recipe import Recipe, Step
+from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource, Source
 
@@ -55,6 +42,7 @@ from audit.plan.sources import DirectorySource, Source
 # that compile: a re-run on unchanged inputs needs none of them and must not pay for them.
 if TYPE_CHECKING:
     from audit.engines.lock_compile import CompileTarget
+    from audit.engines.lock_run import LockRun
 
 SNAPSHOT_TARGET = "/opt/layer-audit/snapshot.py"
 
@@ -278,13 +266,17 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions)
 
 def _compiler(
     root: Path, source: Source, recipe: Recipe, options: LockOptions, survey: Survey
-) -> _Compiler:
+) -> LockRun:
+    from audit.engines.lock_run import LockRun
+    from audit.plan.predict import StepJudge, base_markers
+
     assert survey.base is not None
     record, base_digest = survey.base
     target = _target(recipe, record, options)
     where = source.describe(base_relpath(recipe))
     base_pins = base_constraints(record, recipe.interpreters[0], where)
-    return _Compiler(root, source, recipe, target, base_pins, base_digest, survey.locks)
+    judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
+    return LockRun(root, source, recipe, target, base_pins, base_digest, survey.locks, judge)
 
 
 def _target(recipe: Recipe, record: BaseRecord, options: LockOptions) -> CompileTarget:
@@ -293,71 +285,6 @@ def _target(recipe: Recipe, record: BaseRecord, options: LockOptions) -> Compile
 
         return host_target(recipe.platform, record, recipe.interpreters[0])
     return image_target(recipe, record)
-
-
-@dataclass
-class _Compiler:
-    """Walks the layers in order, keeping what each earlier layer pinned."""
-
-    root: Path
-    source: Source
-    recipe: Recipe
-    target: CompileTarget
-    base_pins: list[Constraint]
-    base_digest: str
-    fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
-    earlier: list[tuple[Step, Lock]] = dataclasses.field(default_factory=list)
-    done: list[tuple[LockState, str]] = dataclasses.field(default_factory=list)
-
-    def visit(self, state: LockState) -> None:
-        if state.status == "fresh":
-            lock = self.fresh_locks[state.step.slug]
-            self.done.append((state, "kept"))
-        else:
-            lock = self.compile(state.step)
-            self.done.append((state, "compiled"))
-        self.earlier.append((state.step, lock))
-
-    def compile(self, step: Step) -> Lock:
-        from rich.markup import escape
-
-        from audit.engines import atomic
-        from audit.engines.lock_compile import clean_body, explain_failure, run_compile, yanked_pins
-
-        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
-        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier)
-        installed = installed_before(self.base_pins, self.earlier)
-        waivers = active_waivers(self.recipe.policy.waivers, date.today())
-        console.stderr.print(f"compiling {escape(step.label)} for {self.target.platform}")
-        outcome = run_compile(self.target, inputs, render_constraints(installed, waivers))
-        if outcome.returncode != 0:
-            raise explain_failure(outcome.log, inputs, installed)
-        for pin in yanked_pins(outcome.log):
-            console.stderr.print(
-                f"[yellow]warning:[/] {escape(step.label)}: pins {escape(pin)}, a yanked release "
-                "(pinned exactly in the requirements, so pip allows it): move off it if you can"
-            )
-        text = render_lock(
-            self.recipe.name, step, RESOLVER, inputs.digests, clean_body(outcome.output)
-        )
-        relpath = lock_relpath(self.recipe, step)
-        lock = parse_lock(text.encode(), relpath)
-        _refuse_waiver_violations(step, installed, lock, waivers)
-        atomic.write_text(self.root / relpath, text)
-        return lock
-
-
-def _refuse_waiver_violations(
-    step: Step, installed: dict[str, Constraint], lock: Lock, waivers: Sequence[Waiver]
-) -> None:
-    """A waiver widens a constraint to a range: refuse a version strictly inside it."""
-    pins = {name: pin.version for name, pin in lock.pins.items()}
-    for constraint, version in waiver_violations(installed, pins, waivers):
-        raise ResolutionConflict(
-            f"{step.label}: {constraint.name} moved from {constraint.version} "
-            f"(installed by {constraint.origin}) to {version}, which no waiver names",
-            "pin it in the requirements file to the waived version",
-        )
 
 
 def _print_summary(done: list[tuple[LockState, str]]) -> None:

@@ -22,9 +22,11 @@ class Finding:
 
     ``rule`` is one of: added, removed, upgraded, downgraded, variant, rebuilt, shadowed,
     unparsable-version, lockstep, cuda-suffix, requirement, forbidden, waiver-expired,
-    lock-mismatch, stale-lock, missing-lock.
+    override, lock-mismatch, stale-lock, missing-lock.
     ``where`` locates it for a human: ``"<image> v3 layer 2 (requirements/x.in)"``.
-    ``waiver`` is the waiver's reason when a waiver allowed it (then severity is "info").
+    ``waiver`` says which waiver allowed it and why (then severity is "info"), and
+    ``waiver_index`` is that waiver's position in the policy (so a later layer knows it was
+    spent); ``override`` rules report a declared ``--no-deps`` re-pin and what it breaks.
     """
 
     rule: str
@@ -36,6 +38,7 @@ class Finding:
     where: str = ""
     hint: str = ""
     waiver: str | None = None
+    waiver_index: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,9 +22,14 @@ POLICY_SCHEMA = 1
 
 @dataclass(frozen=True)
 class Waiver:
-    """Allows one change of one package: ``from_version``/``to_version`` of ``"*"`` match any.
+    """Allows exactly one change: one rule, one package, ``from_version`` -> ``to_version``
+    (``"*"`` matches any), optionally only in one stage (and one layer of it).
 
-    An expired waiver (``expires`` before today) does not allow anything: it fails with its date.
+    ``rule`` None waives a change rule (downgraded, variant, removed, ...) and never a state rule
+    (cuda-suffix, requirement, forbidden, lockstep): those must be named. A waiver without a
+    stage waives the first stage its change happens in, never a later one (see
+    :class:`audit.core.verdict.WaiverLedger`). An expired waiver (``expires`` before today)
+    allows nothing: it fails with its date.
     """
 
     package: str  # canonical (PEP 503) name
@@ -32,6 +37,17 @@ class Waiver:
     to_version: str
     reason: str
     expires: _dt.date | None = None
+    rule: str | None = None
+    stage: str | None = None
+    layer: int | None = None  # 1-based within ``stage``
+
+    def describe(self) -> str:
+        """``nvidia-nccl-cu13 2.30.7 -> 2.29.7 [downgraded, v2 layer 1]``, for reports."""
+        scope = [s for s in (self.rule, self.stage) if s]
+        if self.layer is not None:
+            scope.append(f"layer {self.layer}")
+        where = f" [{', '.join(scope)}]" if scope else ""
+        return f"{self.package} {self.from_version} -> {self.to_version}{where}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +56,9 @@ class Waiver:
             "to": self.to_version,
             "reason": self.reason,
             "expires": self.expires.isoformat() if self.expires else None,
+            "rule": self.rule,
+            "stage": self.stage,
+            "layer": self.layer,
         }
 
     @classmethod
@@ -51,6 +70,9 @@ class Waiver:
             to_version=data["to"],
             reason=data["reason"],
             expires=_dt.date.fromisoformat(expires) if expires else None,
+            rule=data.get("rule"),
+            stage=data.get("stage"),
+            layer=data.get("layer"),
         )
 
 

@@ -5,15 +5,22 @@ The in-image writer is ``audit/inimage/snapshot.py`` (stdlib only); this module 
 
 File format (``SCHEMA``)::
 
-    {"schema": "layer-audit.snapshot/1",
+    {"schema": "layer-audit.snapshot/2",
      "environments": [{"interpreter": "/usr/bin/python3", "python": "3.11.2",
                         "markers": {...PEP 508 environment markers...},
                         "paths": [site directories in sys.path order],
                         "distributions": [{"name": canonical, "raw_name": as written,
                                            "version": str, "location": site dir,
                                            "installer": str, "digest": str,
-                                           "metadata": "dist-info"|"egg-info"}, ...]}],
+                                           "metadata": "dist-info"|"egg-info",
+                                           "requires_dist": [PEP 508 strings],
+                                           "requires_python": str}, ...]}],
      "digest": "sha256:<hex of the canonical JSON of everything but this key>"}
+
+``requires_dist``/``requires_python`` are what pip's resolver reads of an installed
+distribution: locks resolve later layers against them, so a package no index carries still
+takes part in resolution. Schema 1 (before they were recorded) is still read; its
+distributions have ``requires_dist`` None ("not recorded").
 """
 
 from __future__ import annotations
@@ -42,9 +49,11 @@ if TYPE_CHECKING:
 
     SCRIPT_PATH: Path  # the in-image snapshot script (audit/inimage/snapshot.py)
 
-SCHEMA = "layer-audit.snapshot/1"
+SCHEMA = "layer-audit.snapshot/2"
+SCHEMA_V1 = "layer-audit.snapshot/1"
 METADATA_KINDS = ("dist-info", "egg-info")
-_DIST_FIELDS = ("name", "version", "location", "installer", "digest", "raw_name", "metadata")
+_DIST_FIELDS_V1 = ("name", "version", "location", "installer", "digest", "raw_name", "metadata")
+_DIST_FIELDS = (*_DIST_FIELDS_V1, "requires_dist", "requires_python")
 _ENV_FIELDS = ("interpreter", "python", "markers", "paths", "distributions")
 _RECREATE = "take the snapshot again with `python -m audit snapshot` (never edit one by hand)"
 
@@ -60,6 +69,8 @@ class Distribution:
     digest: str = ""
     raw_name: str = ""
     metadata: str = "dist-info"
+    requires_dist: tuple[str, ...] | None = None  # None: not recorded (schema 1)
+    requires_python: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,13 +127,19 @@ def _digest_of(body: dict[str, Any]) -> str:
     return "sha256:" + hexdigest
 
 
+def _distribution_json(dist: Distribution) -> dict[str, Any]:
+    data = asdict(dist)
+    data["requires_dist"] = None if dist.requires_dist is None else list(dist.requires_dist)
+    return data
+
+
 def _environment_json(env: Environment) -> dict[str, Any]:
     return {
         "interpreter": env.interpreter,
         "python": env.python,
         "markers": dict(env.markers),
         "paths": list(env.paths),
-        "distributions": [asdict(dist) for dist in env.distributions],
+        "distributions": [_distribution_json(dist) for dist in env.distributions],
     }
 
 
@@ -151,7 +168,7 @@ def _load_document(data: bytes, where: str) -> dict[str, Any]:
 
 
 def _check_seal(document: dict[str, Any], where: str) -> None:
-    if document.get("schema") != SCHEMA:
+    if document.get("schema") not in (SCHEMA, SCHEMA_V1):
         raise _fail(where, f"schema: {document.get('schema')!r} is not {SCHEMA!r}")
     if set(document) != {"schema", "environments", "digest"}:
         raise _fail(where, f"keys {sorted(document)}: expected digest, environments, schema")
@@ -165,19 +182,29 @@ def _strings(value: Any, key: str, where: str) -> None:
         raise _fail(where, f"{key}: expected a string, got {type(value).__name__}")
 
 
-def _parse_distribution(item: Any, key: str, where: str) -> Distribution:
-    if not isinstance(item, dict) or set(item) != set(_DIST_FIELDS):
-        raise _fail(where, f"{key}: expected an object with keys {sorted(_DIST_FIELDS)}")
-    for field_name in _DIST_FIELDS:
-        _strings(item[field_name], f"{key}.{field_name}", where)
+def _requires(item: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
+    value = item.get("requires_dist")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(where, f"{key}.requires_dist: expected a list of strings")
+    return tuple(value)
+
+
+def _parse_distribution(item: Any, key: str, where: str, fields: tuple[str, ...]) -> Distribution:
+    if not isinstance(item, dict) or set(item) != set(fields):
+        raise _fail(where, f"{key}: expected an object with keys {sorted(fields)}")
+    for field_name in fields:
+        if field_name != "requires_dist":
+            _strings(item[field_name], f"{key}.{field_name}", where)
     if item["name"] != canonical_name(item["name"]) or not item["name"]:
         raise _fail(where, f"{key}.name: {item['name']!r} is not a canonical (PEP 503) name")
     if item["metadata"] not in METADATA_KINDS:
         raise _fail(where, f"{key}.metadata: {item['metadata']!r} is not one of {METADATA_KINDS}")
-    return Distribution(**item)
+    return Distribution(**dict(item, requires_dist=_requires(item, key, where)))
 
 
-def _parse_environment(item: Any, key: str, where: str) -> Environment:
+def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...]) -> Environment:
     if not isinstance(item, dict) or set(item) != set(_ENV_FIELDS):
         raise _fail(where, f"{key}: expected an object with keys {sorted(_ENV_FIELDS)}")
     _strings(item["interpreter"], f"{key}.interpreter", where)
@@ -190,7 +217,8 @@ def _parse_environment(item: Any, key: str, where: str) -> Environment:
     if not isinstance(dists, list):
         raise _fail(where, f"{key}.distributions: expected a list")
     parsed = tuple(
-        _parse_distribution(d, f"{key}.distributions[{i}]", where) for i, d in enumerate(dists)
+        _parse_distribution(d, f"{key}.distributions[{i}]", where, fields)
+        for i, d in enumerate(dists)
     )
     return Environment(item["interpreter"], item["python"], dict(markers), tuple(paths), parsed)
 
@@ -206,7 +234,10 @@ def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:
     envs = document["environments"]
     if not isinstance(envs, list) or not envs:
         raise _fail(where, "environments: expected a non-empty list")
-    return tuple(_parse_environment(e, f"environments[{i}]", where) for i, e in enumerate(envs))
+    fields = _DIST_FIELDS if document["schema"] == SCHEMA else _DIST_FIELDS_V1
+    return tuple(
+        _parse_environment(e, f"environments[{i}]", where, fields) for i, e in enumerate(envs)
+    )
 
 
 def read_snapshot(path: Path) -> tuple[Environment, ...]:

@@ -11,8 +11,8 @@ matching errors into allowed, reported changes; an expired waiver fails with its
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
@@ -190,9 +190,59 @@ def _version_matches(pattern: str, actual: str | None) -> bool:
     return wanted == found if wanted is not None and found is not None else pattern == actual
 
 
-def waiver_matches(waiver: Waiver, finding: Finding) -> bool:
-    """Same package; ``from`` matches the old version (state findings have none), ``to`` the new."""
+CHANGE_RULES = frozenset(
+    ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed",
+     "unparsable-version")
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where in a recipe a step is: stage name and 1-based layer; None outside a recipe."""
+
+    stage: str | None = None
+    layer: int | None = None
+
+
+class WaiverLedger:
+    """The stage where each unscoped waiver was first used: it waives that stage only.
+
+    Steps are evaluated in build order with one ledger, so a waiver written for the v2 nightly
+    does not also waive the same move when v5 makes it again (the field's regression).
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[int, str] = {}
+
+    def allows(self, index: int, waiver: Waiver, scope: Scope) -> bool:
+        if waiver.stage is not None or scope.stage is None:
+            return True
+        return self.first.get(index, scope.stage) == scope.stage
+
+    def use(self, index: int, scope: Scope) -> None:
+        if scope.stage is not None:
+            self.first.setdefault(index, scope.stage)
+
+    def replay(self, findings: Sequence[Finding], stage: str) -> None:
+        """Record the waivers that earlier findings (of ``stage``) used."""
+        for finding in findings:
+            if finding.waiver_index is not None:
+                self.first.setdefault(finding.waiver_index, stage)
+
+
+def _in_scope(waiver: Waiver, scope: Scope) -> bool:
+    if waiver.stage is not None and scope.stage is not None and waiver.stage != scope.stage:
+        return False
+    return waiver.layer is None or scope.layer is None or waiver.layer == scope.layer
+
+
+def waiver_matches(waiver: Waiver, finding: Finding, scope: Scope = Scope()) -> bool:
+    """Same rule (a rule-less waiver only change rules), same package, ``from`` matches the old
+    version (state findings have none), ``to`` the new, and the step is in its scope."""
     if canonical_name(waiver.package) != canonical_name(finding.package):
+        return False
+    rule_ok = finding.rule in CHANGE_RULES if waiver.rule is None else waiver.rule == finding.rule
+    if not rule_ok or not _in_scope(waiver, scope):
         return False
     from_ok = finding.before is None or _version_matches(waiver.from_version, finding.before)
     return from_ok and _version_matches(waiver.to_version, finding.after)
@@ -202,12 +252,34 @@ def _expired(waiver: Waiver, today: _dt.date) -> bool:
     return waiver.expires is not None and waiver.expires < today
 
 
-def _waive(finding: Finding, waivers: Sequence[Waiver], today: _dt.date) -> list[Finding]:
-    matching = [w for w in waivers if waiver_matches(w, finding)]
-    valid = [w for w in matching if not _expired(w, today)]
+def _waived(finding: Finding, index: int, waiver: Waiver) -> Finding:
+    expiry = f", expires {waiver.expires}" if waiver.expires else ""
+    text = f"{waiver.reason} (waiver {waiver.describe()}{expiry})"
+    return replace(finding, severity=INFO, waiver=text, waiver_index=index)
+
+
+def _waive(
+    finding: Finding, policy: Policy, today: _dt.date, scope: Scope, ledger: WaiverLedger
+) -> list[Finding]:
+    matching = [(i, w) for i, w in enumerate(policy.waivers) if waiver_matches(w, finding, scope)]
+    usable = [(i, w) for i, w in matching if ledger.allows(i, w, scope)]
+    valid = [(i, w) for i, w in usable if not _expired(w, today)]
     if valid:
-        return [replace(finding, severity=INFO, waiver=valid[0].reason)]
-    return [finding, *(_expired_finding(finding, w) for w in matching)]
+        ledger.use(valid[0][0], scope)
+        return [_waived(finding, *valid[0])]
+    notes = [_expired_finding(finding, w) for _, w in usable]
+    notes += [_spent_note(finding, w, ledger, i) for i, w in matching if (i, w) not in usable][:1]
+    return [finding, *notes]
+
+
+def _spent_note(finding: Finding, waiver: Waiver, ledger: WaiverLedger, index: int) -> Finding:
+    stage = ledger.first.get(index, "?")
+    message = (
+        f"the waiver {waiver.describe()} was used in stage {stage}; it does not waive the same "
+        f"change again in a later stage: {finding.message}"
+    )
+    return Finding("waiver-spent", WARNING, finding.package, finding.before, finding.after,
+                   message, finding.where)  # fmt: skip
 
 
 def _expired_finding(finding: Finding, waiver: Waiver) -> Finding:
@@ -226,22 +298,35 @@ def _expired_finding(finding: Finding, waiver: Waiver) -> Finding:
     )
 
 
-def apply_waivers(findings: Sequence[Finding], policy: Policy, today: _dt.date) -> list[Finding]:
-    """Waive matching errors (severity info, ``waiver`` = reason); then give every error a hint."""
+def apply_waivers(
+    findings: Sequence[Finding],
+    policy: Policy,
+    today: _dt.date,
+    scope: Scope = Scope(),
+    ledger: WaiverLedger | None = None,
+) -> list[Finding]:
+    """Waive matching errors (severity info, ``waiver`` says which and why); then give every
+    error a hint. ``ledger`` (one per walk through a recipe's steps) binds unscoped waivers to
+    the first stage that uses them."""
+    book = ledger if ledger is not None else WaiverLedger()
     waived = [
         out
         for finding in findings
-        for out in (_waive(finding, policy.waivers, today) if finding.fails else [finding])
+        for out in (_waive(finding, policy, today, scope, book) if finding.fails else [finding])
     ]
-    return [_with_hint(f) if f.fails and not f.hint else f for f in waived]
+    return [_with_hint(f, scope) if f.fails and not f.hint else f for f in waived]
 
 
-def waiver_snippet(finding: Finding) -> str:
+def waiver_snippet(finding: Finding, scope: Scope = Scope()) -> str:
+    """A ready-to-paste waiver for exactly this finding: its rule, package, versions, stage."""
+    rule = "" if finding.rule in CHANGE_RULES else f'rule = "{finding.rule}"\n'
+    stage = f'stage = "{scope.stage}"\n' if scope.stage else ""
     return (
         "[[policy.waiver]]\n"
         f'package = "{finding.package}"\n'
         f'from = "{finding.before or "*"}"\n'
         f'to = "{finding.after or "*"}"\n'
+        f"{rule}{stage}"
         'reason = "why this is safe"\n'
         "expires = 2099-12-31  # optional"
     )
@@ -260,8 +345,8 @@ def _fix(finding: Finding) -> str:
     return fixes.get(finding.rule, pin)
 
 
-def _with_hint(finding: Finding) -> Finding:
-    hint = f"{_fix(finding)}; or waive it in image.toml:\n{waiver_snippet(finding)}"
+def _with_hint(finding: Finding, scope: Scope = Scope()) -> Finding:
+    hint = f"{_fix(finding)}; or waive it in image.toml:\n{waiver_snippet(finding, scope)}"
     return replace(finding, hint=hint)
 
 
@@ -297,15 +382,86 @@ def _floors_for_moved(policy: Policy, before: Env, after: Env) -> Policy:
 
 
 def evaluate(
-    before: Env, after: Env, policy: Policy, *, where: str, today: _dt.date
+    before: Env,
+    after: Env,
+    policy: Policy,
+    *,
+    where: str,
+    today: _dt.date,
+    scope: Scope = Scope(),
+    ledger: WaiverLedger | None = None,
+    declared: Collection[str] = (),
+    markers: Mapping[str, str] | None = None,
 ) -> list[Finding]:
-    """Findings for the step from ``before`` to ``after``: changes, then new state violations."""
-    findings = [change_finding(c, policy, where) for c in _diff.diff(before, after)]
+    """Findings for the step from ``before`` to ``after``: changes, then new state violations.
+
+    ``declared`` names the packages the step re-pins on purpose (a ``no_deps`` layer): their
+    moves are ``override`` warnings naming the requirements they break (evaluated with
+    ``markers``), not downgrade or variant errors; every state rule still applies to them.
+    """
+    changes = list(_diff.diff(before, after))
+    findings = [
+        _override(c, after, markers, where)
+        if c.name in declared
+        else change_finding(c, policy, where)
+        for c in changes
+    ]
     relevant = _floors_for_moved(policy, before, after)
     known = _state_keys(check_state(before, relevant, where=where))
     state = check_state(after, relevant, where=where)
     findings.extend(f for f in state if (f.rule, f.package) not in known)
-    return apply_waivers(findings, policy, today)
+    return apply_waivers(findings, policy, today, scope, ledger)
+
+
+# --- overrides ----------------------------------------------------------------------------
+
+
+def _override(
+    change: _diff.Change, after: Env, markers: Mapping[str, str] | None, where: str
+) -> Finding:
+    old = change.before.version if change.before else None
+    new = change.after.version if change.after else None
+    broken = broken_requirements(after, change.name, markers or {})
+    moved = f"{old} -> {new}" if old else f"{new}"
+    tail = "; ".join(broken) if broken else "no installed package requires another version"
+    message = f"{change.name} {moved}: re-pinned on purpose (no_deps layer); {tail}"
+    return Finding("override", WARNING, change.name, old, new, message, where)
+
+
+def broken_requirements(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:
+    """What ``pip check`` would say about ``name`` in ``env``: every installed distribution
+    whose recorded ``Requires-Dist`` (for these markers, no extras) excludes its version."""
+    dist = env.get(name)
+    if dist is None:
+        return []
+    found = []
+    for other in sorted(env.values(), key=lambda d: d.name):
+        for text in other.requires_dist or ():
+            requirement = _requirement_on(text, name, markers)
+            if requirement is not None and not requirement.specifier.contains(
+                dist.version, prereleases=True
+            ):
+                found.append(
+                    f"{other.raw_name or other.name} {other.version} has requirement "
+                    f"{requirement}, but you have {dist.raw_name or name} {dist.version}"
+                )
+    return found
+
+
+def _requirement_on(text: str, name: str, markers: Mapping[str, str]) -> Requirement | None:
+    if not _names_any_of(text, [name]):
+        return None
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return None
+    if canonical_name(requirement.name) != name:
+        return None
+    marker = requirement.marker
+    applies = marker is None or not markers or marker.evaluate(dict(markers, extra=""))
+    return requirement if applies else None
 
 
 def evaluate_shadowed(

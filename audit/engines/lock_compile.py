@@ -13,15 +13,17 @@ indexes, and emits no index URL, find-links or trusted host. A CA bundle only re
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
@@ -36,28 +38,33 @@ TOOLS_INDEX_ENV = "LAYER_AUDIT_TOOLS_INDEX_URL"
 DEFAULT_TOOLS_INDEX = "https://pypi.org/simple"
 CACHE_ENV = "LAYER_AUDIT_CACHE"
 CA_TARGET = "/run/layer-audit-ca.pem"
-CONSTRAINTS = "installed-before.txt"
+INSTALLED = "installed.txt"
 OUTPUT = "compiled.txt"
+REPORT = "report.json"
+STANDINS = "standins"
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 # Runs under the target interpreter (Python 3.9+, stdlib only). argv: cache folder, work
-# folder, tools index, CA bundle or "", then pip-compile's arguments. Builds the pip-tools venv
-# once per interpreter (under a file lock: two runs may share the cache), then runs pip-compile
-# in an environment made from nothing, from the recipe folder copy, and exits with its code.
+# folder, tools index, CA bundle or "". Builds the pip-tools venv once per interpreter (under a
+# file lock: two runs may share the cache), then does the job in work/job.json in an
+# environment made from nothing: pip-compile (unless the layer is no_deps), then a pip
+# --dry-run --report of what the layer installs or moves, for its metadata (and, for a no_deps
+# layer, its hashes). Exits with the first failing step's code.
 DRIVER = """\
-import fcntl, os, platform, shutil, subprocess, sys
+import fcntl, json, os, platform, re, shutil, subprocess, sys
 cache, work, tools_index, cert = sys.argv[1:5]
-args = sys.argv[5:]
+job = json.load(open(os.path.join(work, "job.json")))
 tag = "py%d%d-%s" % (sys.version_info[0], sys.version_info[1], platform.machine())
 PIP_TOOLS, PIP = "@PIP_TOOLS@", "@PIP@"
 tools = os.path.join(cache, "pip-tools-%s-pip-%s-%s" % (PIP_TOOLS, PIP, tag))
 env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.path.join(cache, "home"),
        "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-       "LC_ALL": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
+       "LC_ALL": "C.UTF-8", "PYTHONNOUSERSITE": "1", "TMPDIR": os.path.join(cache, "tmp")}
 certs = ["--cert", cert] if cert else []
 if cert:
     env["SSL_CERT_FILE"] = cert
 os.makedirs(env["HOME"], exist_ok=True)
+os.makedirs(env["TMPDIR"], exist_ok=True)
 with open(os.path.join(cache, ".tools.lock"), "w") as guard:
     fcntl.flock(guard, fcntl.LOCK_EX)
     if not os.path.exists(os.path.join(tools, ".complete")):
@@ -69,8 +76,30 @@ with open(os.path.join(cache, ".tools.lock"), "w") as guard:
         open(os.path.join(tools + ".partial", ".complete"), "w").close()
         shutil.rmtree(tools, ignore_errors=True)
         os.rename(tools + ".partial", tools)
-compile_ = [os.path.join(tools, "bin", "python"), "-m", "piptools", "compile"]
-sys.exit(subprocess.call(compile_ + certs + args, env=env, cwd=os.path.join(work, "recipe")))
+python = os.path.join(tools, "bin", "python")
+recipe = os.path.join(work, "recipe")
+if job["compile"]:
+    code = subprocess.call([python, "-m", "piptools", "compile"] + certs + job["compile"],
+                           env=env, cwd=recipe)
+    if code:
+        sys.exit(code)
+def key(line):
+    name, _, version = line.partition("==")
+    return re.sub(r"[-_.]+", "-", name).lower(), version.strip()
+if job["compile"]:
+    installed = set(key(l) for l in open(os.path.join(work, "installed.txt")) if "==" in l)
+    pins = [l.split(" ")[0].strip() for l in open(os.path.join(work, "compiled.txt"))
+            if l[:1].isalnum() and "==" in l]
+    moved = [p for p in pins if key(p) not in installed]
+    with open(os.path.join(work, "moved.txt"), "w") as handle:
+        handle.write("".join(p + "\\n" for p in moved))
+    wanted = ["-r", os.path.join(work, "moved.txt")] if moved else []
+else:
+    wanted = ["-r", job["requirements"]]
+if wanted:
+    report = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+              "--isolated", "--no-input", "--report", os.path.join(work, "report.json")]
+    sys.exit(subprocess.call(report + certs + job["report"] + wanted, env=env, cwd=recipe))
 """
 
 
@@ -86,10 +115,22 @@ class CompileTarget:
 
 
 @dataclass(frozen=True)
+class CompileJob:
+    """One layer to lock: its inputs, what is installed before it (as pip-compile's existing
+    pins and as stand-in wheels), and whether it is a no_deps re-pin (no resolution)."""
+
+    inputs: LayerInputs
+    existing: str  # "name==version" lines of everything installed before the layer
+    standins: Mapping[str, bytes]  # wheel filename -> bytes
+    no_deps: bool = False
+
+
+@dataclass(frozen=True)
 class Outcome:
     returncode: int
-    output: str  # what pip-compile wrote, or "" on failure
-    log: str  # its stderr and stdout
+    output: str  # what pip-compile wrote (empty for a no_deps layer or on failure)
+    report: str  # pip's --report JSON of what the layer installs or moves ("" when nothing)
+    log: str  # stderr and stdout of every step
 
 
 def cache_root() -> Path:
@@ -149,54 +190,75 @@ def driver_source() -> str:
 # -- arguments and work folder --------------------------------------------------------------
 
 
+def index_args(inputs: LayerInputs) -> list[str]:
+    args = ["--index-url", inputs.index_url]
+    if inputs.extra_index_url:
+        args += ["--extra-index-url", inputs.extra_index_url]
+    return [*args, "--pre"] if inputs.pre else args
+
+
 def compile_args(inputs: LayerInputs) -> list[str]:
-    """pip-compile's arguments: hashes, explicit indexes, nothing machine-specific emitted."""
+    """pip-compile's arguments: hashes, explicit indexes, the stand-ins as find-links, the
+    existing output as preferences; nothing machine-specific emitted."""
     args = [
         "--no-header", "--no-config", "--generate-hashes", "--strip-extras",
         "--allow-unsafe", "--no-emit-index-url", "--no-emit-trusted-host",
         "--no-emit-find-links", "--newline", "LF", "--pip-args", "--isolated --no-input",
-        "--index-url", inputs.index_url,
+        "--find-links", f"../{STANDINS}",
     ]  # fmt: skip
-    if inputs.extra_index_url:
-        args += ["--extra-index-url", inputs.extra_index_url]
-    if inputs.pre:
-        args.append("--pre")
-    return [*args, "-c", f"../{CONSTRAINTS}", "-o", f"../{OUTPUT}", inputs.requirements]
+    return [*args, *index_args(inputs), "-o", f"../{OUTPUT}", inputs.requirements]
 
 
-def prepare_work(work: Path, inputs: LayerInputs, constraints: str) -> None:
-    """The folder pip-compile sees: the recipe's files at their recipe-relative paths."""
-    for relpath, data in inputs.files.items():
+def job_document(job: CompileJob) -> dict[str, Any]:
+    return {
+        "compile": [] if job.no_deps else compile_args(job.inputs),
+        "report": index_args(job.inputs),
+        "requirements": job.inputs.requirements,
+    }
+
+
+def prepare_work(work: Path, job: CompileJob) -> None:
+    """The folder the driver sees: the recipe's files at their recipe-relative paths, the
+    stand-in wheels, the existing pins (twice: pip-compile rewrites its copy) and the job."""
+    for relpath, data in job.inputs.files.items():
         target = work / "recipe" / relpath
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    (work / CONSTRAINTS).write_text(constraints)
+    (work / STANDINS).mkdir()
+    for filename, data in job.standins.items():
+        (work / STANDINS / filename).write_bytes(data)
+    (work / INSTALLED).write_text(job.existing)
+    (work / OUTPUT).write_text(job.existing)
+    (work / "job.json").write_text(json.dumps(job_document(job)))
     (work / "driver.py").write_text(driver_source())
 
 
 # -- running --------------------------------------------------------------------------------
 
 
-def _read_output(work: Path, returncode: int, log: str) -> Outcome:
-    output = work / OUTPUT
-    text = output.read_text() if returncode == 0 and output.is_file() else ""
-    return Outcome(returncode, text, log)
+def _read_output(work: Path, job: CompileJob, returncode: int, log: str) -> Outcome:
+    def text(name: str) -> str:
+        path = work / name
+        return path.read_text() if returncode == 0 and path.is_file() else ""
+
+    output = "" if job.no_deps else text(OUTPUT)
+    return Outcome(returncode, output, text(REPORT), log)
 
 
-def _compile_on_host(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
+def _compile_on_host(target: CompileTarget, work: Path) -> tuple[int, str]:
     cache = cache_root() / "host"
     cache.mkdir(parents=True, exist_ok=True)
     cert = str(target.ca_bundle) if target.ca_bundle else ""
     argv = [target.interpreter, "-I", str(work / "driver.py"), str(cache), str(work)]
     done = commands.run(
-        [*argv, tools_index(), cert, *args],
+        [*argv, tools_index(), cert],
         env={"PATH": os.defpath, "HOME": str(cache), "LC_ALL": "C.UTF-8"},
         check=False,
     )
-    return _read_output(work, done.returncode, done.stderr + done.stdout)
+    return done.returncode, done.stderr + done.stdout
 
 
-def _compile_in_image(target: CompileTarget, work: Path, args: Sequence[str]) -> Outcome:
+def _compile_in_image(target: CompileTarget, work: Path) -> tuple[int, str]:
     assert target.image is not None
     cache = cache_root() / target.image_id.removeprefix("sha256:")[:16]
     cache.mkdir(parents=True, exist_ok=True)
@@ -210,23 +272,24 @@ def _compile_in_image(target: CompileTarget, work: Path, args: Sequence[str]) ->
     argv = [target.interpreter, "-I", "/work/driver.py", "/cache", "/work", tools_index(), cert]
     result = docker_host.run_in_image_result(
         target.image,
-        [*argv, *args],
+        argv,
         mounts=mounts,
         network="host",
         platform=target.platform,
         user=f"{os.getuid()}:{os.getgid()}",
     )
-    return _read_output(work, result.exit_code, result.stderr + result.stdout)
+    return result.exit_code, result.stderr + result.stdout
 
 
-def run_compile(target: CompileTarget, inputs: LayerInputs, constraints: str) -> Outcome:
-    """Run pip-compile for one layer in a fresh work folder; the folder is always removed."""
+def run_compile(target: CompileTarget, job: CompileJob) -> Outcome:
+    """Run one layer's job in a fresh work folder; the folder is always removed."""
     work = Path(tempfile.mkdtemp(prefix="layer-audit-lock-"))
     try:
         work.chmod(0o755)
-        prepare_work(work, inputs, constraints)
+        prepare_work(work, job)
         runner = _compile_on_host if target.image is None else _compile_in_image
-        return runner(target, work, compile_args(inputs))
+        returncode, log = runner(target, work)
+        return _read_output(work, job, returncode, log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,7 +50,7 @@ try:
     from audit.core.lockformat import LockFormatError, Pin, parse_pins
     from audit.core.policy import Policy
     from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
-    from audit.core.verdict import evaluate, evaluate_shadowed
+    from audit.core.verdict import Scope, WaiverLedger, evaluate, evaluate_shadowed
 except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
     print(
         f"{GUARD_ERROR} cannot load the guard's modules under Python {sys.version.split()[0]}: "
@@ -223,12 +224,55 @@ def judge(
     before: Optional[Environment],
     after: Environment,
     policy: Policy,
+    *,
     where: str,
     today: datetime.date,
+    context: "StepContext",
 ) -> List[Finding]:
     old = before.winners() if before is not None else {}
-    findings = evaluate(old, after.winners(), policy, where=where, today=today)
-    return findings + evaluate_shadowed(before, after, policy, where=where, today=today)
+    findings = evaluate(
+        old,
+        after.winners(),
+        policy,
+        where=where,
+        today=today,
+        scope=context.scope,
+        ledger=context.ledger,
+        declared=context.declared,
+        markers=after.markers,
+    )
+    shadowed = evaluate_shadowed(before, after, policy, where=where, today=today)
+    return findings + shadowed
+
+
+@dataclass
+class StepContext:
+    """Where the step is (for scoped waivers), the waivers earlier steps spent, and the
+    packages it re-pins on purpose (a no_deps layer: every pin of its lock)."""
+
+    scope: Scope
+    ledger: WaiverLedger
+    declared: Tuple[str, ...]
+
+
+def step_context(config: Dict[str, Any], trail: str, step: str, pins: Sequence[Pin]) -> StepContext:
+    stage, layer = step.split("-")
+    ledger = WaiverLedger()
+    for slug in earlier_findings_slugs(trail, step):
+        document = read_json(os.path.join(trail, slug + FINDINGS_SUFFIX))
+        found = [Finding.from_json(f) for f in document.get("findings", [])]
+        ledger.replay(found, slug.split("-")[0])
+    overrides = config.get("overrides", [])
+    declared = tuple(pin.name for pin in pins) if step in overrides else ()
+    return StepContext(Scope(stage, int(layer)), ledger, declared)
+
+
+def earlier_findings_slugs(trail: str, step: str) -> List[str]:
+    names = os.listdir(trail) if os.path.isdir(trail) else []
+    slugs = [n[: -len(FINDINGS_SUFFIX)] for n in names if n.endswith(FINDINGS_SUFFIX)]
+    return sorted(
+        (s for s in slugs if _SLUG.match(s) and slug_key(s) < slug_key(step)), key=slug_key
+    )
 
 
 def _where(image: str, step: str, interpreter: str, several: bool) -> str:
@@ -243,13 +287,16 @@ def verdict(
     pins: Sequence[Pin],
     step: str,
     today: datetime.date,
+    context: Optional[StepContext] = None,
 ) -> List[Finding]:
     policy = Policy.from_json(config["policy"])
     interpreters = config["interpreters"]
     findings: List[Finding] = []
     for index, env in enumerate(after):
         where = _where(config["image"], step, interpreters[index], len(after) > 1)
-        findings += judge(matching(before, interpreters[index], index), env, policy, where, today)
+        ctx = context or StepContext(Scope(), WaiverLedger(), ())
+        previous = matching(before, interpreters[index], index)
+        findings += judge(previous, env, policy, where=where, today=today, context=ctx)
         if index == 0 and pins:  # pip layers install with the first interpreter
             findings += check_lock(pins, env, where)
     return findings
@@ -365,7 +412,10 @@ def run(args: GuardArgs) -> int:
     after = snapshot_all(config["interpreters"])
     pins = lock_pins(args.lock) if args.lock else []
     today = args.today or datetime.date.today()
-    found = verdict(config, before=before, after=after, pins=pins, step=args.step, today=today)
+    context = step_context(config, args.trail, args.step, pins)
+    found = verdict(
+        config, before=before, after=after, pins=pins, step=args.step, today=today, context=context
+    )
     write_trail(args.trail, args.step, previous, after, found)
     print_verdict(args.step, previous, found)
     return EXIT_VIOLATION if any(f.fails for f in found) else 0

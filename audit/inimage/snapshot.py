@@ -30,7 +30,7 @@ except ImportError:
     except ImportError:  # pragma: no cover
         from hashlib import sha256
 
-SCHEMA = "layer-audit.snapshot/1"
+SCHEMA = "layer-audit.snapshot/2"
 _METADATA_SUFFIXES = {".dist-info": "dist-info", ".egg-info": "egg-info"}
 # Files whose bytes change when the same version is reinstalled from other files, best first.
 _DIGEST_SOURCES = ("RECORD", "installed-files.txt")
@@ -102,22 +102,28 @@ def site_directories(path: list[str], script_dir: str) -> list[str]:
     return found
 
 
-def _header_fields(block: bytes) -> tuple[str, str, bool]:
-    """(Name, Version, header complete?) from the start of a metadata file."""
-    name = version = ""
+def _header_fields(block: bytes) -> tuple[str, str, list[str], str, bool]:
+    """(Name, Version, Requires-Dist values, Requires-Python, header complete?) of a metadata
+    file's start; the header ends at the first blank line (RFC 822, as pip reads it)."""
+    name = version = python = ""
+    requires: list[str] = []
     for raw in block.decode("utf-8", "replace").split("\n"):
         line = raw.rstrip("\r")
         if not line:
-            return name, version, True
+            return name, version, requires, python, True
+        if line[0] in " \t":
+            continue  # a folded continuation (long License: texts); no field we read folds
         key, _, value = line.partition(":")
         key = key.strip().lower()
         if key == "name" and not name:
             name = value.strip()
         elif key == "version" and not version:
             version = value.strip()
-        if name and version:
-            return name, version, True
-    return name, version, False
+        elif key == "requires-dist":
+            requires.append(value.strip())
+        elif key == "requires-python" and not python:
+            python = value.strip()
+    return name, version, requires, python, False
 
 
 def _read(path: str, limit: int = 0) -> bytes | None:
@@ -143,15 +149,33 @@ def _read(path: str, limit: int = 0) -> bytes | None:
         os.close(fd)
 
 
-def read_header(path: str) -> tuple[str, str] | None:
-    """Name and Version from a metadata file, reading only its header block; None if unreadable."""
+def read_header(path: str) -> tuple[str, str, list[str], str] | None:
+    """Name, Version, Requires-Dist and Requires-Python from a metadata file's header block
+    (read whole only when the block is longer than one chunk); None if unreadable."""
     block = _read(path, _HEADER_CHUNK)
     if block is None:
         return None
-    name, version, complete = _header_fields(block)
+    name, version, requires, python, complete = _header_fields(block)
     if not complete and len(block) == _HEADER_CHUNK:
-        name, version, _ = _header_fields(_read(path) or b"")
-    return name, version
+        name, version, requires, python, _ = _header_fields(_read(path) or b"")
+    return name, version, requires, python
+
+
+def _egg_requires(folder: str) -> list[str]:
+    """``requires.txt`` of an ``.egg-info`` folder as PEP 508 strings: ``[extra]`` and
+    ``[extra:marker]``/``[:marker]`` sections become markers."""
+    data = _read(folder + "/requires.txt")
+    found, marker = [], ""
+    for raw in (data or b"").decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            extra, _, condition = line[1:-1].partition(":")
+            parts = ["(%s)" % condition] if condition else []
+            parts += ['extra == "%s"' % extra] if extra else []
+            marker = " and ".join(parts)
+        elif line and not line.startswith("#"):
+            found.append(line + ("; " + marker if marker else ""))
+    return found
 
 
 def _metadata_file(entry: str, kind: str, is_folder: bool) -> str:
@@ -184,12 +208,14 @@ def _name_from_folder(folder: str) -> str:
     return folder.rsplit(".", 1)[0].partition("-")[0]
 
 
-def describe(site: str, folder: str, kind: str, is_folder: bool) -> dict[str, str]:
+def describe(site: str, folder: str, kind: str, is_folder: bool) -> dict[str, object]:
     """One distribution record; unreadable metadata gives an empty version (reported later)."""
     entry = site + "/" + folder
     metadata_file = _metadata_file(entry, kind, is_folder)
-    raw_name, version = read_header(metadata_file) or ("", "")
+    raw_name, version, requires, python = read_header(metadata_file) or ("", "", [], "")
     raw_name = raw_name or _name_from_folder(folder)
+    if kind == "egg-info" and is_folder and not requires:
+        requires = _egg_requires(entry)
     return {
         "name": canonical_name(raw_name),
         "raw_name": raw_name,
@@ -198,6 +224,8 @@ def describe(site: str, folder: str, kind: str, is_folder: bool) -> dict[str, st
         "installer": _installer(entry) if is_folder else "",
         "digest": _digest(entry if is_folder else None, metadata_file),
         "metadata": kind,
+        "requires_dist": requires,
+        "requires_python": python,
     }
 
 
@@ -215,11 +243,11 @@ def metadata_entries(site: str) -> list[tuple[str, str, bool]]:
     return sorted(found)
 
 
-def _sort_key(record: dict[str, str]) -> tuple[str, str, str]:
-    return record["name"], record["raw_name"], record["version"]
+def _sort_key(record: dict[str, object]) -> tuple[str, str, str]:
+    return str(record["name"]), str(record["raw_name"]), str(record["version"])
 
 
-def distributions(sites: list[str]) -> list[dict[str, str]]:
+def distributions(sites: list[str]) -> list[dict[str, object]]:
     """Every distribution in ``sites``, in path order, then by name within one site."""
     found = []
     for site in sites:

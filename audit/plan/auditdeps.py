@@ -14,10 +14,17 @@ from dataclasses import dataclass
 from datetime import date
 
 from audit.core.findings import ERROR, Finding
-from audit.core.verdict import check_state, evaluate
+from audit.core.verdict import check_state
 from audit.plan.lock import Survey, survey_locks
 from audit.plan.lockfile import base_relpath
-from audit.plan.predict import Installed, PredictedStep, base_environment, predict_from
+from audit.plan.predict import (
+    Installed,
+    PredictedStep,
+    StepJudge,
+    base_environment,
+    base_markers,
+    predict_from,
+)
 from audit.plan.recipe import Recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
@@ -49,10 +56,11 @@ def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
         return RecipeAudit(recipe, (), locks.findings, (locks,))
     base = base_environment(survey.base[0], recipe, source)
     steps = tuple(predict_from(base, source, recipe, survey.locks))
+    judge = StepJudge(recipe, today, base_markers(survey.base[0], recipe))
     sections = (
         locks,
         Section(f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps))),
-        *_stage_sections(recipe, steps, today),
+        *_stage_sections(recipe, steps, judge),
     )
     sections = tuple(s for s in sections[:2] if s.findings) + sections[2:]
     findings = tuple(finding for section in sections for finding in section.findings)
@@ -69,23 +77,27 @@ def step_where(recipe: Recipe, predicted: PredictedStep) -> str:
     return f"{recipe.name} {predicted.step.label}"
 
 
-def _stage_sections(recipe: Recipe, steps: tuple[PredictedStep, ...], today: date) -> list[Section]:
+def _stage_sections(
+    recipe: Recipe, steps: tuple[PredictedStep, ...], judge: StepJudge
+) -> list[Section]:
     """Per stage: one section per layer that changes the environment ("v2 -> v3: layer 2 ..")."""
     sections: list[Section] = []
     previous = "base"
     for stage in recipe.stages:
         title = f"{recipe.name} {previous} -> {stage.name}"
         changing = [p for p in steps if p.step.stage is stage and p.before is not p.after]
-        sections += [_layer_section(recipe, title, p, today) for p in changing]
+        sections += [_layer_section(recipe, title, p, judge) for p in changing]
         sections += [] if changing else [Section(title, ())]
         previous = stage.name
     return sections
 
 
-def _layer_section(recipe: Recipe, title: str, predicted: PredictedStep, today: date) -> Section:
+def _layer_section(
+    recipe: Recipe, title: str, predicted: PredictedStep, judge: StepJudge
+) -> Section:
     """The findings of one pip layer, under a title that names the stage and the layer."""
     where = step_where(recipe, predicted)
-    findings = evaluate(predicted.before, predicted.after, recipe.policy, where=where, today=today)
+    findings = judge.judge(predicted.step, predicted.before, predicted.after, where)
     step = predicted.step
     label = step.label.removeprefix(f"{step.stage.name} ")
     return Section(f"{title}: {label}", tuple(findings))

@@ -22,10 +22,17 @@ from types import MappingProxyType
 
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
-from audit.core.verdict import evaluate, waiver_matches
+from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord
-from audit.plan.predict import Installed, PredictedStep, base_environment, predict_from
+from audit.plan.predict import (
+    Installed,
+    PredictedStep,
+    base_environment,
+    base_markers,
+    declared_overrides,
+    predict_from,
+)
 from audit.plan.recipe import PipLayer, Recipe, Stage
 from audit.plan.recipe_parse import load_all
 from audit.plan.report import Report, Section
@@ -59,6 +66,12 @@ class Side:
     @property
     def final_env(self) -> Installed:
         return self.steps[-1].after if self.steps else self.base_env
+
+    @property
+    def markers(self) -> Mapping[str, str]:
+        if self.recipe is None or self.base_record is None:
+            return {}
+        return base_markers(self.base_record, self.recipe)
 
 
 ABSENT = Side(None, None, EMPTY, (), MappingProxyType({}))
@@ -205,17 +218,35 @@ def _stage_sections(
     """One section per head stage with the changes that first show up there."""
     assert new.recipe is not None
     sections: list[Section] = []
+    ledger = WaiverLedger()
     for stage in new.recipe.stages:
         before = old.stages.get(stage.name, old.final_env)  # a new stage extends the last one
         where = f"{name} {stage.name}"
         found = evaluate(
-            before, new.stages[stage.name], new.recipe.policy, where=where, today=today
+            before,
+            new.stages[stage.name],
+            new.recipe.policy,
+            where=where,
+            today=today,
+            scope=Scope(stage.name),
+            ledger=ledger,
+            declared=_overridden_in(new, stage),
+            markers=new.markers,
         )
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
         seen = {finding_key(f) for f in found}
         sections.append(Section(section_title(name, stage.name), tuple(fresh)))
     sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
     return sections
+
+
+def _overridden_in(side: Side, stage: Stage) -> tuple[str, ...]:
+    """What the no_deps layers of ``stage`` re-pin on purpose (at this side)."""
+    names: list[str] = []
+    for predicted in side.steps:
+        if predicted.step.stage is stage:
+            names += declared_overrides(predicted.step, predicted.after, predicted.before)
+    return tuple(names)
 
 
 def finding_key(finding: Finding) -> FindingKey:
@@ -287,6 +318,6 @@ def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
 def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
     if finding.waiver is None or finding.rule == "waiver-added":
         return finding
-    if any(w.reason == finding.waiver and waiver_matches(w, finding) for w in added):
+    if any(finding.waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
         return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")
     return finding

@@ -28,7 +28,7 @@ from packaging.specifiers import SpecifierSet
 
 from audit.core.errors import RecipeError
 from audit.plan.lockfile import base_relpath, parse_base
-from audit.plan.recipe import Recipe
+from audit.plan.recipe import PipLayer, Recipe
 
 GUARD_DIR = "_guard"
 GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
@@ -52,6 +52,9 @@ def guard_config(recipe: Recipe) -> bytes:
         "image": recipe.name,
         "interpreters": list(recipe.interpreters),
         "policy": recipe.policy.to_json(),
+        "overrides": [
+            s.slug for s in recipe.steps() if isinstance(s.layer, PipLayer) and s.layer.no_deps
+        ],
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
 

@@ -5,32 +5,36 @@ No Docker, no network, no compile: every file is read through a :class:`Source`,
 ``lock --check``, audit-deps and the pull-request gate (a git-ref source) share this code.
 
 A layer's inputs are named ``key -> digest`` lines stored in its lock's header: the lock format
-and resolver versions, the recipe's platform and first interpreter, its index settings, the
-bytes of its requirements file and every ``-r``/``-c`` include, the base record, every earlier
-lock's content digest, and the waivers (they relax constraints). A changed input names itself.
+and resolver versions, the recipe's platform and first interpreter, its index settings and
+``no_deps``, the bytes of its requirements file and every ``-r``/``-c`` include, the base record
+and every earlier lock's content digest. A changed input names itself. Waivers are not inputs:
+they never change what pip resolves, only the verdict on it, which lock, audit-deps, the gate
+and the guard each compute afresh.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
 
 from packaging.version import InvalidVersion, Version
 
 from audit.core.errors import LockError
-from audit.core.policy import Waiver
+from audit.core.lockformat import Pin
+from audit.core.snapshot import Distribution, canonical_name
 from audit.plan.lockfile import (
     LOCK_FORMAT,
     BaseRecord,
     Lock,
+    PinMetadata,
     base_relpath,
     digest_inputs,
     lock_relpath,
     parse_base,
     parse_lock,
     read_file,
+    requires_lines,
     sha256,
 )
 from audit.plan.recipe import PipLayer, Recipe, Step
@@ -71,11 +75,15 @@ class LayerInputs:
 
 @dataclass(frozen=True)
 class Constraint:
-    """One package installed before a layer: its version and who installed it."""
+    """One package installed before a layer: its version, who installed it, and what pip's
+    resolver reads of it (so a package no index carries still takes part in resolution)."""
 
-    name: str
+    name: str  # canonical (PEP 503)
     version: str
     origin: str  # BASE_ORIGIN or a step label
+    requires_dist: tuple[str, ...] = ()
+    requires_python: str = ""
+    raw_name: str = ""
 
 
 def pip_steps(recipe: Recipe, until: str | None = None) -> list[Step]:
@@ -106,10 +114,6 @@ def _read_files(source: Source, recipe: Recipe, step: Step) -> dict[str, bytes]:
     return {path.removeprefix(folder + "/"): source.read_bytes(path) for path in parsed.files}
 
 
-def waivers_digest(waivers: Sequence[Waiver]) -> str:
-    return _text_digest(json.dumps([w.to_json() for w in waivers], sort_keys=True))
-
-
 def layer_inputs(
     source: Source, recipe: Recipe, step: Step, base_digest: str, earlier: Mapping[str, str]
 ) -> LayerInputs:
@@ -125,8 +129,8 @@ def layer_inputs(
         "index": _text_digest(recipe.index_url),
         "extra-index": _text_digest(extra or ""),
         "pre": _text_digest(str(layer.pre)),
+        "no-deps": _text_digest(str(layer.no_deps)),
         "base": base_digest,
-        "waivers": waivers_digest(recipe.policy.waivers),
     }
     digests |= {f"file {path}": sha256(data) for path, data in files.items()}
     digests |= {f"after {slug}": content for slug, content in earlier.items()}
@@ -214,16 +218,17 @@ def _no_base(source: Source, recipe: Recipe, step: Step, reason: str) -> LockSta
     return LockState(step, relpath, "stale" if source.exists(relpath) else "missing", reason)
 
 
-# -- constraints ----------------------------------------------------------------------------
+# -- what is installed before a layer -------------------------------------------------------
 
 
 def base_constraints(record: BaseRecord, interpreter: str, where: str) -> list[Constraint]:
-    """The base winners of ``interpreter``; unparsable versions cannot be pinned and are skipped."""
+    """The base winners of ``interpreter`` with their requirements; unparsable versions cannot
+    take part in resolution and are skipped."""
     for environment in record.environments:
         if environment.interpreter == interpreter:
             return [
-                Constraint(name, dist.version, BASE_ORIGIN)
-                for name, dist in sorted(environment.winners().items())
+                _from_distribution(dist, where)
+                for _, dist in sorted(environment.winners().items())
                 if _is_version(dist.version)
             ]
     found = ", ".join(env.interpreter for env in record.environments) or "none"
@@ -231,6 +236,17 @@ def base_constraints(record: BaseRecord, interpreter: str, where: str) -> list[C
         f"{where}: no snapshot of {interpreter} (found: {found})",
         "re-record the base: nox -s lock -- IMAGE --record-base",
     )
+
+
+def _from_distribution(dist: Distribution, where: str) -> Constraint:
+    if dist.requires_dist is None:
+        raise LockError(
+            f"{where}: recorded without requirement metadata (an older layer-audit wrote it)",
+            "re-record the base: nox -s lock -- IMAGE --record-base",
+        )
+    name = dist.raw_name or dist.name
+    return Constraint(dist.name, dist.version, BASE_ORIGIN, dist.requires_dist,
+                      dist.requires_python, name)  # fmt: skip
 
 
 def _is_version(text: str) -> bool:
@@ -248,54 +264,97 @@ def installed_before(
     installed = {c.name: c for c in base}
     for step, lock in earlier:
         for pin in lock.pins.values():
-            installed[pin.name] = Constraint(pin.name, pin.version, step.label)
+            meta = lock.metadata.get(pin.name, PinMetadata(()))
+            installed[pin.name] = Constraint(
+                pin.name, pin.version, step.label, meta.requires_dist, meta.requires_python
+            )
     return installed
 
 
-def waiver_for(constraint: Constraint, waivers: Sequence[Waiver]) -> Waiver | None:
-    """The waiver that lets ``constraint`` move, if any (its package and from-version match)."""
-    for waiver in waivers:
-        if waiver.package == constraint.name and waiver.from_version in ("*", constraint.version):
-            return waiver
+def existing_pins(installed: Mapping[str, Constraint]) -> str:
+    """pip-compile's "existing output": every installed version, preferred while it satisfies
+    every requirement (pip-tools drops a preference only when it makes resolution impossible:
+    ``pip install``'s only-if-needed strategy)."""
+    return "".join(f"{c.name}=={c.version}\n" for _, c in sorted(installed.items()))
+
+
+def moved_pins(installed: Mapping[str, Constraint], pins: Mapping[str, Pin]) -> dict[str, Pin]:
+    """The pins a layer installs or changes: not installed, or at another version."""
+    return {
+        name: pin
+        for name, pin in sorted(pins.items())
+        if name not in installed or not same_version(installed[name].version, pin.version)
+    }
+
+
+def same_version(a: str, b: str) -> bool:
+    """Equal as PEP 440 versions (``2.9.0+CU130`` is ``2.9.0+cu130``), else as text."""
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+_BLOCK_START = re.compile(r"^[A-Za-z0-9]")
+
+
+def pin_blocks(text: str) -> dict[str, str]:
+    """pip-compile output split per pin: canonical name -> its lines (pin, hashes, ``# via``)."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if _BLOCK_START.match(line):
+            name = canonical_name(re.split(r"[=<>!~;\[ ]", line, maxsplit=1)[0])
+            current = blocks.setdefault(name, [])
+        elif not line.startswith((" ", "\t")):
+            current = None  # a top-level comment: not part of any pin
+        if current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) + "\n" for name, lines in blocks.items()}
+
+
+def lock_body(blocks: Mapping[str, str], metadata: Mapping[str, PinMetadata]) -> str:
+    """The lock body: the moved pins' blocks, then what pip reads of each (``# requires``)."""
+    return "".join(blocks[name] for name in sorted(blocks)) + requires_lines(metadata)
+
+
+_VIA = re.compile(r"^\s+# via\s*(?P<first>.*)$")
+_VIA_MORE = re.compile(r"^\s+#   (?P<parent>\S.*)$")
+
+
+def via_parents(block: str) -> list[str]:
+    """Who pulled a pin in, from pip-compile's ``# via`` lines: names or ``-r FILE``."""
+    parents: list[str] = []
+    inside = False
+    for line in block.splitlines():
+        via, more = _VIA.match(line), _VIA_MORE.match(line)
+        if via:
+            inside = True
+            parents += [via["first"].strip()] if via["first"].strip() else []
+        elif more and inside:
+            parents.append(more["parent"].strip())
+    return parents
+
+
+def requirement_on(name: str, requires: Iterable[str]) -> str | None:
+    """The first requirement string in ``requires`` about ``name`` (no markers evaluated)."""
+    for text in requires:
+        head = re.split(r"[\s=<>!~;\[(]", text.strip(), maxsplit=1)[0]
+        if canonical_name(head) == name:
+            return text.strip()
     return None
 
 
-def constraint_line(constraint: Constraint, waiver: Waiver | None) -> str | None:
-    """The pip constraint for one installed package; a waiver widens it to its target version.
-
-    pip constraints cannot say "this version or that one", so a waiver becomes the range
-    spanning both; :func:`waiver_violations` then refuses anything in between.
-    """
-    if waiver is None:
-        return f"{constraint.name}=={constraint.version}"
-    if waiver.to_version == "*":
-        return None
-    low, high = sorted((Version(constraint.version), Version(waiver.to_version)))
-    return f"{constraint.name}>={low},<={high}"
-
-
-def render_constraints(installed: Mapping[str, Constraint], waivers: Sequence[Waiver]) -> str:
-    """The constraints file text: sorted, one line per package, deterministic."""
-    lines = [constraint_line(c, waiver_for(c, waivers)) for _, c in sorted(installed.items())]
-    return "".join(f"{line}\n" for line in lines if line is not None)
-
-
-def waiver_violations(
-    installed: Mapping[str, Constraint], pins: Mapping[str, str], waivers: Sequence[Waiver]
-) -> list[tuple[Constraint, str]]:
-    """Waived packages that landed on a version neither installed nor named by the waiver."""
-    bad = []
-    for name, version in sorted(pins.items()):
-        constraint = installed.get(name)
-        waiver = waiver_for(constraint, waivers) if constraint else None
-        if constraint is None or waiver is None or waiver.to_version == "*":
+def who_asks(name: str, parents: Iterable[str], after: Mapping[str, Constraint]) -> list[str]:
+    """``flashinfer-python 0.6.18 requires nvidia-nccl-cu13==2.29.7`` for each parent."""
+    found = []
+    for parent in parents:
+        if parent.startswith("-r ") or parent.startswith("-c "):
+            found.append(f"{parent.split(' ', 1)[1]} asks for it directly")
             continue
-        allowed = {Version(constraint.version), Version(waiver.to_version)}
-        if Version(version) not in allowed:
-            bad.append((constraint, version))
-    return bad
-
-
-def active_waivers(waivers: Sequence[Waiver], today: date) -> tuple[Waiver, ...]:
-    """Waivers that still relax constraints: an expired one relaxes nothing."""
-    return tuple(w for w in waivers if w.expires is None or w.expires >= today)
+        other = after.get(canonical_name(parent))
+        wanted = requirement_on(name, other.requires_dist) if other else None
+        if other is not None:
+            asks = f"requires {wanted}" if wanted else f"depends on {name}"
+            found.append(f"{other.raw_name or other.name} {other.version} {asks}")
+    return found

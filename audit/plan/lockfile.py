@@ -1,10 +1,13 @@
 """Lock files and the base record under ``locks/<image>/``: their formats, reading and verifying.
 
 A lock is pip-compile output (``--generate-hashes``) wrapped in comment lines, so it stays a
-valid pip requirements file::
+valid pip requirements file. It pins only what its layer installs or changes (what is already
+installed and stays is covered by the input digests of the base record and earlier locks), and
+records, as comments, what pip's resolver reads of each pin, so later layers resolve against
+it without an index::
 
     # layer-audit lock: do not edit; re-create with: nox -s lock -- IMAGE
-    # format: 1
+    # format: 2
     # layer: v2-01
     # requirements: requirements/v2.in
     # resolver: pip-tools==7.6.2 pip==25.2
@@ -14,6 +17,8 @@ valid pip requirements file::
     #
     alpha==2.0 \\
         --hash=sha256:...
+        # via -r requirements/v2.in
+    # requires alpha: {"requires_dist": ["beta>=1"], "requires_python": ">=3.9"}
     # end of layer-audit lock
 
 A truncated file (no end marker) or a hand-edited one (content digest mismatch) is refused
@@ -39,10 +44,12 @@ from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
 
-LOCK_FORMAT = "1"
+LOCK_FORMAT = "2"
+READABLE_FORMATS = ("1", "2")  # format 1 (no requires lines) reads, and is stale by its inputs
 BASE_SCHEMA = "layer-audit.base/1"
 TITLE = "# layer-audit lock: do not edit; re-create with: nox -s lock -- {image}"
 END_MARKER = "# end of layer-audit lock"
+_REQUIRES_LINE = re.compile(r"^# requires (?P<name>[a-z0-9][a-z0-9.-]*): (?P<json>\{.*\})$", re.M)
 _HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
 # Verified locks by the sha256 of their bytes: the gate reads each lock twice (freshness, then
 # prediction) and ``lock`` looks again under its file lock, and a Lock is immutable, so a second
@@ -52,12 +59,28 @@ _PARSED_BASES: dict[bytes, BaseRecord] = {}
 
 
 @dataclass(frozen=True)
+class PinMetadata:
+    """What pip's resolver reads of one pinned distribution."""
+
+    requires_dist: tuple[str, ...]
+    requires_python: str = ""
+
+    def to_json(self) -> str:
+        document = {
+            "requires_dist": list(self.requires_dist),
+            "requires_python": self.requires_python,
+        }
+        return json.dumps(document, sort_keys=True, separators=(", ", ": "))
+
+
+@dataclass(frozen=True)
 class Lock:
     slug: str
     inputs_digest: str
     pins: Mapping[str, Pin]
     content_digest: str = ""
     inputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, PinMetadata] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -186,14 +209,38 @@ def _verify_lock(data: bytes, where: str) -> Lock:
     header, rest = _split_header(text, where)
     body = _checked_body(rest, header, where)
     inputs = {k.removeprefix("input "): v for k, v in header.items() if k.startswith("input ")}
-    if header.get("format") != LOCK_FORMAT or "layer" not in header:
+    if header.get("format") not in READABLE_FORMATS or "layer" not in header:
         raise _refuse(where, f"format {header.get('format')!r}, expected {LOCK_FORMAT}")
     if header.get("inputs") != digest_inputs(inputs):
         raise _refuse(where, "edited by hand: its input lines do not match the inputs digest")
     pins = MappingProxyType(parse_pins(body, where))
+    metadata = MappingProxyType(parse_requires(body, where))
     return Lock(
-        header["layer"], header["inputs"], pins, header["content"], MappingProxyType(inputs)
+        header["layer"],
+        header["inputs"],
+        pins,
+        header["content"],
+        MappingProxyType(inputs),
+        metadata,
     )
+
+
+def requires_lines(metadata: Mapping[str, PinMetadata]) -> str:
+    """The ``# requires NAME: {...}`` comment lines of a lock body, sorted by name."""
+    return "".join(f"# requires {name}: {metadata[name].to_json()}\n" for name in sorted(metadata))
+
+
+def parse_requires(body: str, where: str) -> dict[str, PinMetadata]:
+    """Canonical name -> recorded metadata, from a lock body's ``# requires`` lines."""
+    found: dict[str, PinMetadata] = {}
+    for match in _REQUIRES_LINE.finditer(body):
+        try:
+            document = json.loads(match["json"])
+            requires = tuple(str(item) for item in document["requires_dist"])
+            found[match["name"]] = PinMetadata(requires, str(document["requires_python"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _refuse(where, f"requires {match['name']}: not valid metadata ({exc})") from exc
+    return found
 
 
 def read_file(source: Source, relpath: str, hint: str) -> bytes:

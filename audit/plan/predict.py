@@ -4,17 +4,25 @@ The environment after a layer is the base snapshot's winners for the recipe's fi
 interpreter (the one pip layers install with) with every earlier lock's pins applied in build
 order. A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
 are reported elsewhere (missing locks by ``audit.plan.auditdeps``, run layers by the build guard).
-Predicted distributions carry name and version only, so the "rebuilt" rule never fires here.
+Predicted distributions carry name, version and requirements (from the base record and each
+lock's ``# requires`` lines) but no files, so the "rebuilt" rule never fires here.
+
+:class:`StepJudge` applies the policy to predicted steps in build order, the way the guard
+applies it in the build: scoped waivers, each unscoped waiver spent in the first stage that uses
+it, and a no_deps layer's re-pins reported as overrides with what they break.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import date
 from types import MappingProxyType
 
 from audit.core.errors import LockError
+from audit.core.findings import Finding
 from audit.core.snapshot import Distribution, Environment
+from audit.core.verdict import Scope, WaiverLedger, evaluate
 from audit.plan.lockfile import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
@@ -82,8 +90,48 @@ def apply_lock(before: Installed, lock: Lock) -> Installed:
     for name, pin in lock.pins.items():
         current = after.get(name)
         if current is None or current.version != pin.version:
-            after[name] = Distribution(name=name, version=pin.version, raw_name=pin.name)
+            meta = lock.metadata.get(name)
+            requires = meta.requires_dist if meta else None
+            python = meta.requires_python if meta else ""
+            after[name] = Distribution(name=name, version=pin.version, raw_name=pin.name,
+                                       requires_dist=requires, requires_python=python)  # fmt: skip
     return MappingProxyType(after)
+
+
+def declared_overrides(step: Step, after: Installed, before: Installed) -> tuple[str, ...]:
+    """A no_deps layer re-pins on purpose: the packages it moved."""
+    if not isinstance(step.layer, PipLayer) or not step.layer.no_deps:
+        return ()
+    return tuple(n for n, d in after.items() if n not in before or before[n] is not d)
+
+
+@dataclass
+class StepJudge:
+    """The policy applied to a recipe's steps in build order, with one waiver ledger."""
+
+    recipe: Recipe
+    today: date
+    markers: Mapping[str, str]
+    ledger: WaiverLedger = field(default_factory=WaiverLedger)
+
+    def judge(self, step: Step, before: Installed, after: Installed, where: str) -> list[Finding]:
+        return evaluate(
+            before,
+            after,
+            self.recipe.policy,
+            where=where,
+            today=self.today,
+            scope=Scope(step.stage.name, step.position),
+            ledger=self.ledger,
+            declared=declared_overrides(step, after, before),
+            markers=self.markers,
+        )
+
+
+def base_markers(record: BaseRecord, recipe: Recipe) -> Mapping[str, str]:
+    """The PEP 508 markers of the interpreter pip layers use ({} when it was not recorded)."""
+    environment = _pick_environment(record.environments, recipe.interpreters[0])
+    return environment.markers if environment else {}
 
 
 def _pick_environment(
@@ -108,4 +156,7 @@ def _lock_of(
 
 
 def _bare(dist: Distribution) -> Distribution:
-    return Distribution(name=dist.name, version=dist.version, raw_name=dist.raw_name)
+    """Name, version and requirements: what prediction knows of an installed distribution."""
+    return Distribution(name=dist.name, version=dist.version, raw_name=dist.raw_name,
+                        requires_dist=dist.requires_dist,
+                        requires_python=dist.requires_python)  # fmt: skip

@@ -33,6 +33,9 @@ class PipLayer:
     requirements: str  # relative to the recipe folder, e.g. "requirements/v3-flashinfer.in"
     index: str | None = None  # name of a declared index, added as an extra index
     pre: bool = False  # allow pre-releases (nightlies)
+    # pip's --no-deps re-pin: every line is name==version, installed even though something
+    # installed asks for another version; reported as an override with what it breaks.
+    no_deps: bool = False
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from audit.plan.recipe import (
     RunLayer,
     Stage,
 )
-from audit.plan.requirements_in import parse_requirements, url_problem
+from audit.plan.requirements_in import RequirementsFile, parse_requirements, url_problem
 from audit.plan.sources import Source
 
 TOP_KEYS = ("image", "indexes", "stage", "policy")
@@ -49,7 +49,7 @@ IMAGE_KEYS = (
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
 STAGE_KEYS = ("name", "description", "smoke", "layer")
 LAYER_OPTIONS: dict[str, tuple[str, ...]] = {
-    "pip": ("index", "pre"), "run": (), "copy": (), "env": (),
+    "pip": ("index", "pre", "no_deps"), "run": (), "copy": (), "env": (),
 }  # fmt: skip
 POLICY_ACTIONS = {
     "downgrade": FAIL,
@@ -59,7 +59,11 @@ POLICY_ACTIONS = {
     "shadowed": WARN,
 }
 POLICY_KEYS = (*POLICY_ACTIONS, "cuda_suffix", "require", "forbid", "lockstep", "waiver")
-WAIVER_KEYS = ("package", "from", "to", "reason", "expires")
+WAIVER_KEYS = ("package", "from", "to", "reason", "expires", "rule", "stage", "layer")
+WAIVER_RULES = (
+    "downgraded", "removed", "variant", "rebuilt", "shadowed", "unparsable-version",
+    "lockstep", "cuda-suffix", "requirement", "forbidden",
+)  # fmt: skip
 
 UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -283,8 +287,8 @@ def _recipe(source: Source, image: str, root: _Node) -> Recipe:
         latest_tag_pattern=_tag_pattern(head, "latest_tag_pattern", DEFAULT_LATEST_PATTERN),
         index_url=index_url,
         indexes=indexes,
-        stages=_stages(root, context),
-        policy=_policy(root.table("policy") if "policy" in root.data else None, cuda),
+        stages=(stages := _stages(root, context)),
+        policy=_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
     )
 
 
@@ -413,7 +417,23 @@ def _pip_layer(node: _Node, context: _Context) -> PipLayer:
             f"{context.folder}/{path} names no requirement to install",
             "add a requirement line, or remove this layer",
         )
-    return PipLayer(path, index, node.boolean("pre", False))
+    no_deps = node.boolean("no_deps", False)
+    if no_deps:
+        _exact_pins_only(node, parsed)
+    return PipLayer(path, index, node.boolean("pre", False), no_deps)
+
+
+def _exact_pins_only(node: _Node, parsed: RequirementsFile) -> None:
+    """A no_deps layer re-pins: each of its requirements names one version with ``==``."""
+    for requirement in parsed.requirements:
+        specs = list(requirement.specifier)
+        if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
+            raise node.error(
+                "no_deps",
+                f"{parsed.relpath}: {requirement} does not pin one version of "
+                f"{requirement.name} with ==",
+                "a no_deps layer re-pins packages on purpose: write name==version on each line",
+            )
 
 
 def _recipe_file(node: _Node, key: str, context: _Context, under: str = "") -> str:
@@ -483,7 +503,7 @@ def _check_env_name(table: _Node, name: str) -> None:
 # --- the policy -----------------------------------------------------------------------------
 
 
-def _policy(node: _Node | None, cuda: str) -> Policy:
+def _policy(node: _Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
     recipe_cuda = None if cuda == "cpu" else cuda
     if node is None:
         return Policy(cuda=recipe_cuda)
@@ -496,7 +516,7 @@ def _policy(node: _Node | None, cuda: str) -> Policy:
         lockstep=_lockstep(node.table("lockstep")) if "lockstep" in node.data else (),
         requirements=_requirement_list(node, "require"),
         forbidden=_requirement_list(node, "forbid"),
-        waivers=tuple(_waiver(w) for w in node.tables("waiver")),
+        waivers=tuple(_waiver(w, stages) for w in node.tables("waiver")),
     )
 
 
@@ -551,18 +571,54 @@ def _lockstep(table: _Node) -> tuple[LockstepGroup, ...]:
     return tuple(groups)
 
 
-def _waiver(node: _Node) -> Waiver:
+def _waiver(node: _Node, stages: tuple[Stage, ...]) -> Waiver:
     node.check_keys(WAIVER_KEYS, required=("package", "from", "to", "reason"))
     package = node.text("package")
     if not PACKAGE_GLOB.fullmatch(package) or "*" in package or "?" in package:
         raise node.error("package", f"not a package name: {package!r}")
+    stage, layer = _waiver_scope(node, stages)
     return Waiver(
         package=canonicalize_name(package),
         from_version=_waiver_version(node, "from"),
         to_version=_waiver_version(node, "to"),
         reason=node.text("reason"),
         expires=_expiry(node),
+        rule=_waiver_rule(node),
+        stage=stage,
+        layer=layer,
     )
+
+
+def _waiver_rule(node: _Node) -> str | None:
+    rule = node.optional_text("rule")
+    if rule is not None and rule not in WAIVER_RULES:
+        raise node.error(
+            "rule",
+            f"{rule!r} is not a rule that can be waived{did_you_mean(rule, WAIVER_RULES)}",
+            f"use {one_of(WAIVER_RULES)} (without rule: the change from -> to)",
+        )
+    return rule
+
+
+def _waiver_scope(node: _Node, stages: tuple[Stage, ...]) -> tuple[str | None, int | None]:
+    """The stage (a recipe stage name) and 1-based layer a waiver is limited to, if any."""
+    stage = node.optional_text("stage")
+    names = [s.name for s in stages]
+    if stage is not None and stage not in names:
+        raise node.error(
+            "stage", f"no stage {stage!r}{did_you_mean(stage, names)}", f"use {one_of(names)}"
+        )
+    if "layer" not in node.data:
+        return stage, None
+    layer = node.data["layer"]
+    count = len(next((s.layers for s in stages if s.name == stage), ()))
+    if stage is None or type(layer) is not int or not 1 <= layer <= count:
+        raise node.error(
+            "layer",
+            f"must be a layer number of stage {stage or '(none given)'}: 1 to {count}",
+            'give stage = "vK" and layer = N (1-based) together',
+        )
+    return stage, layer
 
 
 def _waiver_version(node: _Node, key: str) -> str:

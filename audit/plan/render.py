@@ -229,8 +229,8 @@ def pip_command(recipe: Recipe, layer: PipLayer, lock: str | None) -> str:
     args = ["PIP_CONFIG_FILE=/dev/null", recipe.interpreters[0], "-m", "pip", "install"]
     if lock:
         args += ["--require-hashes", "--no-deps"]
-    elif layer.pre:
-        args.append("--pre")
+    else:
+        args += (["--pre"] if layer.pre else []) + (["--no-deps"] if layer.no_deps else [])
     args += ["--index-url", recipe.index_url]
     if layer.index:
         args += ["--extra-index-url", recipe.index(layer.index).url]

@@ -68,7 +68,7 @@ def pip_recipe_toml(
 def installed(packages: Mapping[str, str], site: str) -> tuple[Distribution, ...]:
     """Distributions as a snapshot of a real image records them (location, installer, digest)."""
     return tuple(
-        Distribution(name, version, site, "pip", ZERO_DIGEST, name)
+        Distribution(name, version, site, "pip", ZERO_DIGEST, name, requires_dist=())
         for name, version in sorted(packages.items())
     )
 

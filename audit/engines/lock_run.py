@@ -1,0 +1,280 @@
+"""The lock runner: walk a recipe's pip layers in build order and compile the stale ones.
+
+The mirror of the build runner. Each stale layer is resolved the way ``pip install`` would
+resolve it inside the environment the layers before it leave (:mod:`audit.engines.lock_compile`
+with stand-in wheels for everything installed and that as pip-compile's preferred pins), then
+judged by the policy exactly as audit-deps and the build guard judge it (one waiver ledger for
+the whole walk, no_deps re-pins as overrides). Every violation of one layer is reported in one
+run (exit 1) and nothing is written for it; a clean layer's lock is written atomically and
+holds only what the layer installs or moves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
+from audit.core.findings import Finding
+from audit.core.lockformat import parse_pins
+from audit.core.snapshot import Distribution, canonical_name
+from audit.engines import atomic, console
+from audit.engines.lock_compile import (
+    CompileJob,
+    CompileTarget,
+    Outcome,
+    clean_body,
+    explain_failure,
+    run_compile,
+    yanked_pins,
+)
+from audit.plan.lock import (
+    RESOLVER,
+    Constraint,
+    LockState,
+    existing_pins,
+    installed_before,
+    layer_inputs,
+    lock_body,
+    moved_pins,
+    pin_blocks,
+    via_parents,
+    who_asks,
+)
+from audit.plan.lockfile import Lock, PinMetadata, lock_relpath, parse_lock, render_lock
+from audit.plan.predict import Installed, StepJudge, apply_lock
+from audit.plan.recipe import PipLayer, Recipe, Step
+from audit.plan.sources import Source
+from audit.plan.standins import standin_wheels
+
+
+@dataclass
+class LockRun:
+    """Walks the layers in order, keeping what each earlier layer pinned and the verdicts."""
+
+    root: Path
+    source: Source
+    recipe: Recipe
+    target: CompileTarget
+    base_pins: list[Constraint]
+    base_digest: str
+    fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
+    judge: StepJudge
+    earlier: list[tuple[Step, Lock]] = field(default_factory=list)
+    done: list[tuple[LockState, str]] = field(default_factory=list)
+
+    def visit(self, state: LockState) -> None:
+        """Keep a fresh lock, compile a stale or missing one; judge both (the ledger)."""
+        before = self.environment()
+        if state.status == "fresh":
+            lock = self.fresh_locks[state.step.slug]
+            self.judge_layer(state.step, before, lock, {})
+            self.done.append((state, "kept"))
+        else:
+            lock = self.compile(state.step, before)
+            self.done.append((state, "compiled"))
+        self.earlier.append((state.step, lock))
+
+    def environment(self) -> Installed:
+        """What is installed before the next layer, as prediction sees it."""
+        env: Installed = {c.name: _as_distribution(c) for c in self.base_pins}
+        for _, lock in self.earlier:
+            env = apply_lock(env, lock)
+        return env
+
+    def compile(self, step: Step, before: Installed) -> Lock:
+        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier)
+        installed = installed_before(self.base_pins, self.earlier)
+        assert isinstance(step.layer, PipLayer)
+        job = CompileJob(
+            inputs, existing_pins(installed), standin_wheels(installed), step.layer.no_deps
+        )
+        console.stderr.print(f"resolving {escape(step.label)} for {self.target.platform}")
+        outcome = run_compile(self.target, job)
+        if outcome.returncode != 0:
+            raise explain_failure(outcome.log, inputs, installed)
+        _warn_yanked(step, outcome.log)
+        body, blocks = _body(step, outcome, installed)
+        text = render_lock(self.recipe.name, step, RESOLVER, inputs.digests, body)
+        relpath = lock_relpath(self.recipe, step)
+        lock = parse_lock(text.encode(), relpath)
+        self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
+        atomic.write_text(self.root / relpath, text)
+        return lock
+
+    def judge_layer(
+        self,
+        step: Step,
+        before: Installed,
+        lock: Lock,
+        blocks: Mapping[str, str],
+        *,
+        refuse: bool = False,
+        installed: Mapping[str, Constraint] | None = None,
+    ) -> list[Finding]:
+        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict."""
+        after = apply_lock(before, lock)
+        where = f"{self.recipe.name} {step.label}"
+        found = self.judge.judge(step, before, after, where)
+        errors = [f for f in found if f.fails]
+        if refuse and errors:
+            raise _conflicts(step, errors, blocks, installed or {}, after)
+        for finding in found:
+            if finding.rule == "override":
+                console.stderr.print(f"[yellow]override:[/] {escape(finding.message)}")
+        return found
+
+
+def _as_distribution(constraint: Constraint) -> Distribution:
+    return Distribution(
+        name=constraint.name,
+        version=constraint.version,
+        raw_name=constraint.raw_name,
+        requires_dist=constraint.requires_dist,
+        requires_python=constraint.requires_python,
+    )
+
+
+def _warn_yanked(step: Step, log: str) -> None:
+    for pin in yanked_pins(log):
+        console.stderr.print(
+            f"[yellow]warning:[/] {escape(step.label)}: pins {escape(pin)}, a "
+            "yanked release (pinned exactly in the requirements, so pip allows it): move off it "
+            "if you can"
+        )
+
+
+# -- the lock body --------------------------------------------------------------------------
+
+
+def _body(
+    step: Step, outcome: Outcome, installed: Mapping[str, Constraint]
+) -> tuple[str, dict[str, str]]:
+    """(lock body, moved pin name -> its pip-compile block) from what the driver left."""
+    metadata = report_metadata(outcome.report, step)
+    assert isinstance(step.layer, PipLayer)
+    if step.layer.no_deps:
+        blocks = no_deps_blocks(outcome.report, step)
+        blocks = {n: b for n, b in blocks.items() if n in moved_pins(installed, _pins(b, step))}
+    else:
+        output = clean_body(outcome.output)
+        moved = moved_pins(installed, _pins(output, step))
+        blocks = {n: b for n, b in pin_blocks(output).items() if n in moved}
+    missing = sorted(set(blocks) - set(metadata))
+    if missing:
+        raise EnvironmentProblem(
+            f"{step.label}: pip reported no metadata for {', '.join(missing)}",
+            "re-run the lock; if it persists, check the index serves these files",
+        )
+    return lock_body(blocks, {n: metadata[n] for n in blocks}), blocks
+
+
+def _pins(text: str, step: Step) -> dict[str, Any]:
+    from audit.core.lockformat import LockFormatError
+
+    try:
+        return dict(parse_pins(text))
+    except LockFormatError as exc:
+        raise LockError(f"{step.label}: pip-compile wrote a line we cannot read: {exc}") from exc
+
+
+def _report_items(report: str, step: Step) -> list[dict[str, Any]]:
+    if not report:
+        return []
+    try:
+        items = json.loads(report)["install"]
+        assert isinstance(items, list)
+    except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise EnvironmentProblem(
+            f"{step.label}: pip's --report is not readable ({exc})", "re-run the lock"
+        ) from exc
+    return items
+
+
+def report_metadata(report: str, step: Step) -> dict[str, PinMetadata]:
+    """Canonical name -> what pip read of each distribution it would install."""
+    found = {}
+    for item in _report_items(report, step):
+        meta = item.get("metadata", {})
+        requires = tuple(str(r) for r in meta.get("requires_dist") or ())
+        python = str(meta.get("requires_python") or "")
+        found[canonical_name(str(meta.get("name", "")))] = PinMetadata(requires, python)
+    return found
+
+
+def no_deps_blocks(report: str, step: Step) -> dict[str, str]:
+    """A no_deps layer's lock lines, from pip's report: ``name==version --hash=...``."""
+    blocks = {}
+    for item in _report_items(report, step):
+        meta = item.get("metadata", {})
+        name, version = canonical_name(str(meta.get("name", ""))), str(meta.get("version", ""))
+        digest = _archive_sha256(item)
+        if not digest:
+            raise LockError(
+                f"{step.label}: {name} {version} has no sha256 in pip's report",
+                "a no_deps layer pins files from an index; name versions the index serves",
+            )
+        blocks[name] = f"{name}=={version} \\\n    --hash=sha256:{digest}\n    # via no_deps\n"
+    return blocks
+
+
+def _archive_sha256(item: Mapping[str, Any]) -> str:
+    archive = item.get("download_info", {}).get("archive_info", {})
+    hashes = archive.get("hashes") or {}
+    if "sha256" in hashes:
+        return str(hashes["sha256"])
+    algo, _, value = str(archive.get("hash", "")).partition("=")
+    return value if algo == "sha256" else ""
+
+
+# -- conflicts --------------------------------------------------------------------------------
+
+
+def _conflicts(
+    step: Step,
+    errors: Sequence[Finding],
+    blocks: Mapping[str, str],
+    installed: Mapping[str, Constraint],
+    after: Installed,
+) -> ResolutionConflict:
+    """Every violation of one layer, each with who installed it and who asks otherwise."""
+    lines = [_conflict_line(f, blocks, installed, after) for f in errors]
+    snippets = "\n".join(f.hint for f in errors if f.hint)
+    return ResolutionConflict(
+        f"{step.label}: {len(errors)} violation{'s' if len(errors) > 1 else ''}, "
+        "nothing written:\n" + "\n".join(lines),
+        "re-pin on purpose with a no_deps layer after this one (see docs/recipes.md), relax what "
+        "asks for the other version, or waive exactly this change:\n" + snippets,
+    )
+
+
+def _conflict_line(
+    finding: Finding,
+    blocks: Mapping[str, str],
+    installed: Mapping[str, Constraint],
+    after: Installed,
+) -> str:
+    name = finding.package
+    origin = installed[name].origin if name in installed else "nothing"
+    change = f"{finding.before or '(absent)'} -> {finding.after or '(absent)'}"
+    asks = who_asks(name, via_parents(blocks.get(name, "")), _constraints(after))
+    why = f": {'; '.join(asks)}" if asks else ""
+    return f"  {finding.rule}: {name} {change} (installed by {origin}){why}"
+
+
+def _constraints(env: Installed) -> dict[str, Constraint]:
+    return {
+        name: Constraint(name, d.version, "", d.requires_dist or (), d.requires_python, d.raw_name)
+        for name, d in env.items()
+    }
+
+
+def escape(text: str) -> str:
+    """Text shown through rich as itself (``[x]`` and ``:x:`` are not markup or emoji)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)

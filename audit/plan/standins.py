@@ -1,0 +1,100 @@
+"""Stand-in wheels: what is installed before a layer, offered to pip's resolver as metadata.
+
+A vendor base holds packages no index carries (a source-built ``vllm 0.11.1.dev5+g…cu130``,
+``torch 2.9.0+cu130`` from another index). For a layer to resolve the way ``pip install``
+would inside the image, every installed distribution must be a candidate at its installed
+version with its recorded ``Requires-Dist`` and ``Requires-Python``. Each becomes a wheel that
+holds only ``METADATA``, ``WHEEL`` and ``RECORD``, served to the resolver from a local
+find-links folder while the layer compiles. A stand-in is never installed: a pin that stays at
+its installed version is dropped from the lock, and a pin that moves comes from an index.
+
+Pure: the wheels are bytes, byte-identical for the same input (fixed zip timestamps, sorted
+entries). Requirement strings packaging cannot parse are left out (pip would refuse the whole
+stand-in for one of them), and so are unparsable ``Requires-Python`` values.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from collections.abc import Iterable, Mapping
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from audit.plan.lock import Constraint
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+SUMMARY = "layer-audit stand-in for an installed distribution (metadata only)"
+
+
+def wheel_name(name: str) -> str:
+    """The distribution part of a wheel filename: runs of ``-``, ``_``, ``.`` become ``_``."""
+    return re.sub(r"[-_.]+", "_", name)
+
+
+def _valid_requirements(texts: Iterable[str]) -> list[str]:
+    valid = []
+    for text in texts:
+        try:
+            Requirement(text)
+        except InvalidRequirement:
+            continue
+        valid.append(text)
+    return valid
+
+
+def _valid_python(text: str) -> str:
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        return ""
+    return text
+
+
+def metadata_text(constraint: Constraint, version: str) -> str:
+    """``METADATA`` (core metadata 2.1) with the recorded requirements of ``constraint``."""
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {constraint.raw_name or constraint.name}",
+        f"Version: {version}",
+        f"Summary: {SUMMARY}",
+    ]
+    python = _valid_python(constraint.requires_python)
+    if python:
+        lines.append(f"Requires-Python: {python}")
+    lines += [f"Requires-Dist: {text}" for text in _valid_requirements(constraint.requires_dist)]
+    return "\n".join(lines) + "\n\n"
+
+
+def _zip(files: Mapping[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(files):
+            info = zipfile.ZipInfo(path, _EPOCH)
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, files[path], zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+def standin_wheel(constraint: Constraint) -> tuple[str, bytes]:
+    """(filename, bytes) of the stand-in wheel for one installed distribution."""
+    version = str(Version(constraint.version))  # pip checks filename and METADATA agree
+    stem = f"{wheel_name(constraint.name)}-{version}"
+    info = f"{stem}.dist-info"
+    files = {
+        f"{info}/METADATA": metadata_text(constraint, version),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: layer-audit\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = (
+        "".join(f"{path},,\n" for path in sorted(files)) + f"{info}/RECORD,,\n"
+    )
+    return f"{stem}-py3-none-any.whl", _zip(files)
+
+
+def standin_wheels(installed: Mapping[str, Constraint]) -> dict[str, bytes]:
+    """Filename -> bytes for every installed distribution (versions are PEP 440 already)."""
+    return dict(standin_wheel(c) for _, c in sorted(installed.items()))

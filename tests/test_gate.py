@@ -137,7 +137,10 @@ def test_the_same_downgrade_with_a_waiver_passes_and_shows_it(repo: Path, tmp_pa
     assert code == EXIT_OK
     [downgrade] = findings(report, "downgraded")
     assert downgrade["severity"] == "info"
-    assert downgrade["waiver"] == "2.0 miscompiles our kernels (waiver alpha 2.0 -> 1.0) (added by this pull request)"
+    assert (
+        downgrade["waiver"]
+        == "2.0 miscompiles our kernels (waiver alpha 2.0 -> 1.0) (added by this pull request)"
+    )
     [added] = findings(report, "waiver-added")
     assert added["severity"] == "warning"
     assert "**✅ PASS**" in markdown

@@ -400,7 +400,9 @@ def evaluate(
     ``markers``), not downgrade or variant errors; every state rule still applies to them.
     """
     changes = list(_diff.diff(before, after))
-    findings = [
+    moved = {c.name for c in changes}
+    kept = [_kept_override(n, after, markers, where) for n in declared if n not in moved]
+    findings = [f for f in kept if f is not None] + [
         _override(c, after, markers, where)
         if c.name in declared
         else change_finding(c, policy, where)
@@ -424,8 +426,20 @@ def _override(
     broken = broken_requirements(after, change.name, markers or {})
     moved = f"{old} -> {new}" if old else f"{new}"
     tail = "; ".join(broken) if broken else "no installed package requires another version"
-    message = f"{change.name} {moved}: re-pinned on purpose (no_deps layer); {tail}"
+    message = f"{change.name} {moved}: re-pinned on purpose (override); {tail}"
     return Finding("override", WARNING, change.name, old, new, message, where)
+
+
+def _kept_override(
+    name: str, after: Env, markers: Mapping[str, str] | None, where: str
+) -> Finding | None:
+    """An override that keeps what was installed, reported when it breaks a requirement."""
+    broken = broken_requirements(after, name, markers or {})
+    dist = after.get(name)
+    if not broken or dist is None:
+        return None
+    message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
+    return Finding("override", WARNING, name, dist.version, dist.version, message, where)
 
 
 def broken_requirements(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:

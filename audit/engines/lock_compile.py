@@ -90,6 +90,8 @@ if job["compile"]:
     installed = set(key(l) for l in open(os.path.join(work, "installed.txt")) if "==" in l)
     pins = [l.split(" ")[0].strip() for l in open(os.path.join(work, "compiled.txt"))
             if l[:1].isalnum() and "==" in l]
+    overridden = set(key(o)[0] for o in job["overrides"])
+    pins = [p for p in pins if key(p)[0] not in overridden] + job["overrides"]
     moved = [p for p in pins if key(p) not in installed]
     with open(os.path.join(work, "moved.txt"), "w") as handle:
         handle.write("".join(p + "\\n" for p in moved))
@@ -123,6 +125,7 @@ class CompileJob:
     existing: str  # "name==version" lines of everything installed before the layer
     standins: Mapping[str, bytes]  # wheel filename -> bytes
     no_deps: bool = False
+    overrides: tuple[str, ...] = ()  # "name==version" pins that win over the resolution
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ def job_document(job: CompileJob) -> dict[str, Any]:
         "compile": [] if job.no_deps else compile_args(job.inputs),
         "report": index_args(job.inputs),
         "requirements": job.inputs.requirements,
+        "overrides": list(job.overrides),
     }
 
 

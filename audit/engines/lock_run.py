@@ -21,6 +21,7 @@ from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.core.findings import Finding
 from audit.core.lockformat import parse_pins
 from audit.core.snapshot import Distribution, canonical_name
+from audit.core.verdict import CHANGE_RULES
 from audit.engines import atomic, console
 from audit.engines.lock_compile import (
     CompileJob,
@@ -90,8 +91,13 @@ class LockRun:
         inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier)
         installed = installed_before(self.base_pins, self.earlier)
         assert isinstance(step.layer, PipLayer)
+        layer = step.layer
         job = CompileJob(
-            inputs, existing_pins(installed), standin_wheels(installed), step.layer.no_deps
+            inputs,
+            existing_pins(installed),
+            standin_wheels(installed),
+            layer.no_deps,
+            layer.override,
         )
         console.stderr.print(f"resolving {escape(step.label)} for {self.target.platform}")
         outcome = run_compile(self.target, job)
@@ -162,8 +168,12 @@ def _body(
         blocks = {n: b for n, b in blocks.items() if n in moved_pins(installed, _pins(b, step))}
     else:
         output = clean_body(outcome.output)
-        moved = moved_pins(installed, _pins(output, step))
-        blocks = {n: b for n, b in pin_blocks(output).items() if n in moved}
+        overridden = set(step.layer.override_names)
+        resolved = pin_blocks(output)
+        repins = {n: b for n, b in no_deps_blocks(outcome.report, step).items() if n in overridden}
+        merged = {n: b for n, b in resolved.items() if n not in overridden} | repins
+        moved = moved_pins(installed, _pins("".join(merged.values()), step))
+        blocks = {n: b for n, b in merged.items() if n in moved}
     missing = sorted(set(blocks) - set(metadata))
     if missing:
         raise EnvironmentProblem(
@@ -218,7 +228,7 @@ def no_deps_blocks(report: str, step: Step) -> dict[str, str]:
                 f"{step.label}: {name} {version} has no sha256 in pip's report",
                 "a no_deps layer pins files from an index; name versions the index serves",
             )
-        blocks[name] = f"{name}=={version} \\\n    --hash=sha256:{digest}\n    # via no_deps\n"
+        blocks[name] = f"{name}=={version} \\\n    --hash=sha256:{digest}\n    # via override\n"
     return blocks
 
 
@@ -247,8 +257,9 @@ def _conflicts(
     return ResolutionConflict(
         f"{step.label}: {len(errors)} violation{'s' if len(errors) > 1 else ''}, "
         "nothing written:\n" + "\n".join(lines),
-        "re-pin on purpose with a no_deps layer after this one (see docs/recipes.md), relax what "
-        "asks for the other version, or waive exactly this change:\n" + snippets,
+        'keep what must not move with override = ["name==version"] on this layer (see '
+        "docs/recipes.md), relax what asks for the other version, or waive exactly this "
+        "change:\n" + snippets,
     )
 
 
@@ -259,6 +270,8 @@ def _conflict_line(
     after: Installed,
 ) -> str:
     name = finding.package
+    if finding.rule not in CHANGE_RULES:
+        return f"  {finding.rule}: {finding.message}"
     origin = installed[name].origin if name in installed else "nothing"
     change = f"{finding.before or '(absent)'} -> {finding.after or '(absent)'}"
     asks = who_asks(name, via_parents(blocks.get(name, "")), _constraints(after))

@@ -248,7 +248,7 @@ def judge(
 @dataclass
 class StepContext:
     """Where the step is (for scoped waivers), the waivers earlier steps spent, and the
-    packages it re-pins on purpose (a no_deps layer: every pin of its lock)."""
+    packages it re-pins on purpose (``override`` names; a no_deps layer: every pin)."""
 
     scope: Scope
     ledger: WaiverLedger
@@ -262,9 +262,10 @@ def step_context(config: Dict[str, Any], trail: str, step: str, pins: Sequence[P
         document = read_json(os.path.join(trail, slug + FINDINGS_SUFFIX))
         found = [Finding.from_json(f) for f in document.get("findings", [])]
         ledger.replay(found, slug.split("-")[0])
-    overrides = config.get("overrides", [])
-    declared = tuple(pin.name for pin in pins) if step in overrides else ()
-    return StepContext(Scope(stage, int(layer)), ledger, declared)
+    declared = config.get("overrides", {}).get(step, [])
+    if declared == ["*"]:  # a no_deps layer: every pin of its lock is a re-pin
+        declared = [pin.name for pin in pins]
+    return StepContext(Scope(stage, int(layer)), ledger, tuple(declared))
 
 
 def earlier_findings_slugs(trail: str, step: str) -> List[str]:

@@ -52,11 +52,20 @@ def guard_config(recipe: Recipe) -> bytes:
         "image": recipe.name,
         "interpreters": list(recipe.interpreters),
         "policy": recipe.policy.to_json(),
-        "overrides": [
-            s.slug for s in recipe.steps() if isinstance(s.layer, PipLayer) and s.layer.no_deps
-        ],
+        "overrides": overrides_config(recipe),
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+def overrides_config(recipe: Recipe) -> dict[str, list[str]]:
+    """Step slug -> what the layer re-pins on purpose: override names, or "*" (a no_deps
+    layer: every pin of its lock)."""
+    found = {}
+    for step in recipe.steps():
+        layer = step.layer
+        if isinstance(layer, PipLayer) and (layer.no_deps or layer.override):
+            found[step.slug] = ["*"] if layer.no_deps else list(layer.override_names)
+    return found
 
 
 def vendored_requires_python() -> str:

@@ -1,15 +1,15 @@
-"""The lock plan, pure: what each pip layer's lock depends on, which locks are stale, and the
-constraints that hold everything installed before a layer.
+"""The lock plan, pure: what each pip layer's lock depends on, which locks are stale, what is
+installed before a layer, and which of a resolution's pins the layer moves.
 
 No Docker, no network, no compile: every file is read through a :class:`Source`, so
 ``lock --check``, audit-deps and the pull-request gate (a git-ref source) share this code.
 
 A layer's inputs are named ``key -> digest`` lines stored in its lock's header: the lock format
-and resolver versions, the recipe's platform and first interpreter, its index settings and
-``no_deps``, the bytes of its requirements file and every ``-r``/``-c`` include, the base record
-and every earlier lock's content digest. A changed input names itself. Waivers are not inputs:
-they never change what pip resolves, only the verdict on it, which lock, audit-deps, the gate
-and the guard each compute afresh.
+and resolver versions, the recipe's platform and first interpreter, its index settings,
+``no_deps`` and ``override``, the bytes of its requirements file and every ``-r``/``-c``
+include, the base record and every earlier lock's content digest. A changed input names
+itself. Waivers are not inputs: they never change what pip resolves, only the verdict on it,
+which lock, audit-deps, the gate and the guard each compute afresh.
 """
 
 from __future__ import annotations
@@ -130,6 +130,7 @@ def layer_inputs(
         "extra-index": _text_digest(extra or ""),
         "pre": _text_digest(str(layer.pre)),
         "no-deps": _text_digest(str(layer.no_deps)),
+        "override": _text_digest(" ".join(layer.override)),
         "base": base_digest,
     }
     digests |= {f"file {path}": sha256(data) for path, data in files.items()}
@@ -275,7 +276,7 @@ def existing_pins(installed: Mapping[str, Constraint]) -> str:
     """pip-compile's "existing output": every installed version, preferred while it satisfies
     every requirement (pip-tools drops a preference only when it makes resolution impossible:
     ``pip install``'s only-if-needed strategy)."""
-    return "".join(f"{c.name}=={c.version}\n" for _, c in sorted(installed.items()))
+    return "".join(f"{c.name}=={Version(c.version)}\n" for _, c in sorted(installed.items()))
 
 
 def moved_pins(installed: Mapping[str, Constraint], pins: Mapping[str, Pin]) -> dict[str, Pin]:

@@ -99,9 +99,12 @@ def apply_lock(before: Installed, lock: Lock) -> Installed:
 
 
 def declared_overrides(step: Step, after: Installed, before: Installed) -> tuple[str, ...]:
-    """A no_deps layer re-pins on purpose: the packages it moved."""
-    if not isinstance(step.layer, PipLayer) or not step.layer.no_deps:
+    """What a layer re-pins on purpose: its ``override`` names; a no_deps layer, every
+    package it moved."""
+    if not isinstance(step.layer, PipLayer):
         return ()
+    if not step.layer.no_deps:
+        return step.layer.override_names
     return tuple(n for n, d in after.items() if n not in before or before[n] is not d)
 
 

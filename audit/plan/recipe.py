@@ -36,6 +36,13 @@ class PipLayer:
     # pip's --no-deps re-pin: every line is name==version, installed even though something
     # installed asks for another version; reported as an override with what it breaks.
     no_deps: bool = False
+    # the field's fix in one layer: these exact pins ("name==version", canonical names) win over
+    # what the layer's resolution asks for, as a --no-deps re-pin right after it would
+    override: tuple[str, ...] = ()
+
+    @property
+    def override_names(self) -> tuple[str, ...]:
+        return tuple(pin.split("==", 1)[0] for pin in self.override)
 
 
 @dataclass(frozen=True)

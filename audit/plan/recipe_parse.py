@@ -49,7 +49,7 @@ IMAGE_KEYS = (
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
 STAGE_KEYS = ("name", "description", "smoke", "layer")
 LAYER_OPTIONS: dict[str, tuple[str, ...]] = {
-    "pip": ("index", "pre", "no_deps"), "run": (), "copy": (), "env": (),
+    "pip": ("index", "pre", "no_deps", "override"), "run": (), "copy": (), "env": (),
 }  # fmt: skip
 POLICY_ACTIONS = {
     "downgrade": FAIL,
@@ -420,7 +420,32 @@ def _pip_layer(node: _Node, context: _Context) -> PipLayer:
     no_deps = node.boolean("no_deps", False)
     if no_deps:
         _exact_pins_only(node, parsed)
-    return PipLayer(path, index, node.boolean("pre", False), no_deps)
+    override = _override(node) if "override" in node.data else ()
+    return PipLayer(path, index, node.boolean("pre", False), no_deps, override)
+
+
+def _override(node: _Node) -> tuple[str, ...]:
+    """``override = ["name==version", ...]``: exact pins, one per package, canonical names."""
+    pins: dict[str, str] = {}
+    for index, text in enumerate(node.texts("override"), start=1):
+        key = f"override[{index}]"
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            raise node.error(key, f"not a requirement: {text!r}", "write name==version") from exc
+        specs = list(requirement.specifier)
+        exact = len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version
+        if not exact or requirement.marker or requirement.url or requirement.extras:
+            raise node.error(
+                key,
+                f"{text!r} is not one exact version",
+                "an override installs one version on purpose: write name==version",
+            )
+        name = canonicalize_name(requirement.name)
+        if name in pins:
+            raise node.error(key, f"{name} is overridden twice", "keep one entry per package")
+        pins[name] = f"{name}=={Version(specs[0].version)}"
+    return tuple(pins.values())
 
 
 def _exact_pins_only(node: _Node, parsed: RequirementsFile) -> None:

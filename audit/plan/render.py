@@ -195,7 +195,7 @@ def step_view(recipe: Recipe, step: Step, layers: LayerFiles) -> dict[str, Any]:
         lock = layers.lock(step)
         mounts = pip_mounts(lock, layers.requirements[step.slug])
         view |= {"kind": "pip", "origin": f"{origin} pip {layer.requirements}", "lock": lock}
-        view |= {"mounts": mounts, "commands": [pip_command(recipe, layer, lock)]}
+        view |= {"mounts": mounts, "commands": pip_commands(recipe, layer, lock)}
     elif isinstance(layer, RunLayer):
         view |= {"kind": "run", "origin": f"{origin} run", "commands": [layer.command]}
     elif isinstance(layer, CopyLayer):
@@ -222,6 +222,19 @@ def pip_mounts(lock: str | None, requirements: tuple[str, ...]) -> list[str]:
         for path in requirements
     ]
     return [*binds, PIP_CACHE_MOUNT]
+
+
+def pip_commands(recipe: Recipe, layer: PipLayer, lock: str | None) -> list[str]:
+    """The layer's install; unlocked with an ``override``, the --no-deps re-pin after it (a
+    lock already holds the overridden versions)."""
+    commands = [pip_command(recipe, layer, lock)]
+    if layer.override and not lock:
+        repin = ["PIP_CONFIG_FILE=/dev/null", recipe.interpreters[0], "-m", "pip", "install"]
+        repin += ["--no-deps", "--index-url", recipe.index_url]
+        if layer.index:
+            repin += ["--extra-index-url", recipe.index(layer.index).url]
+        commands.append(" ".join(shlex.quote(arg) for arg in [*repin, *layer.override]))
+    return commands
 
 
 def pip_command(recipe: Recipe, layer: PipLayer, lock: str | None) -> str:

@@ -1,0 +1,295 @@
+"""Real ML bases: the field's vLLM route replayed with real pip-tools against tiny wheels.
+
+The base record holds what a vendor image holds: a source-built ``vllm …dev5+gabc1234.cu130``
+and ``torch 2.9.0+cu130`` that no index carries, ``nvidia-nccl-cu13 2.30.7`` and
+``nvidia-cutlass-dsl`` 4.3.1 with its libs. The local index serves the FlashInfer nightly, which
+asks ``nvidia-nccl-cu13==2.29.7`` and cutlass-dsl >= 4.4. Compiled on the host (``--host``:
+the base record names this machine's Python); ``tests/test_real_bases_docker.py`` replays the
+same route in a real image and a real build.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from audit.cli import main as cli
+from audit.core.snapshot import Distribution
+from audit.plan.lockfile import parse_lock
+from tests.support.fixtures import Wheelhouse
+from tests.support.project import ProjectSpec, base_record, write_project
+
+NIGHTLY = "0.6.18.dev20261120"
+SITE = "/usr/local/lib/python3/dist-packages"
+ZERO = "sha256:" + "0" * 64
+VLLM = "0.11.1.dev5+gabc1234.cu130"
+TORCH = "2.9.0+cu130"
+POLICY = """
+[policy]
+require = ["nvidia-nccl-cu13>=2.30"]
+[policy.lockstep]
+cutlass-dsl = ["nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-*"]
+"""
+
+# What the vendor base image holds (name, version, Requires-Dist).
+BASE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("vllm", VLLM, (f"torch=={TORCH}", "nvidia-nccl-cu13>=2.27", "flashinfer-python>=0.6")),
+    ("torch", TORCH, ("nvidia-nccl-cu13>=2.27",)),
+    ("nvidia-nccl-cu13", "2.30.7", ()),
+    ("nvidia-cutlass-dsl", "4.3.1", ("nvidia-cutlass-dsl-libs-base==4.3.1",)),
+    ("nvidia-cutlass-dsl-libs-base", "4.3.1", ()),
+    ("flashinfer-python", "0.6.13", ("nvidia-nccl-cu13>=2.27",)),
+)
+
+
+def field_index(wheelhouse: Wheelhouse) -> None:
+    """What the indexes serve: never vllm or a +cu130 torch (those exist only in the image)."""
+    wheelhouse("torch", "2.9.0")  # the plain PyPI build: must never replace the +cu130 one
+    wheelhouse("torch", "2.9.1")
+    wheelhouse("torch", "2.9.0+cpu")
+    wheelhouse("nvidia-nccl-cu13", "2.29.7")
+    wheelhouse("nvidia-nccl-cu13", "2.30.7")
+    wheelhouse("nvidia-cutlass-dsl", "4.3.1", requires=["nvidia-cutlass-dsl-libs-base==4.3.1"])
+    wheelhouse("nvidia-cutlass-dsl", "4.4.0", requires=["nvidia-cutlass-dsl-libs-base>=4.3"])
+    wheelhouse("nvidia-cutlass-dsl-libs-base", "4.3.1")
+    wheelhouse("nvidia-cutlass-dsl-libs-base", "4.4.0")
+    wheelhouse("flashinfer-python", "0.6.13", requires=["nvidia-nccl-cu13>=2.27"])
+    wheelhouse(
+        "flashinfer-python",
+        NIGHTLY,
+        requires=["nvidia-nccl-cu13==2.29.7", "nvidia-cutlass-dsl>=4.4"],
+    )
+    wheelhouse("vllm-router", "1.0", requires=["vllm>=0.11.1.dev0", f"torch=={TORCH}"])
+    wheelhouse("sglang-kernel", "0.3.0", requires=[f"flashinfer-python>={NIGHTLY}"])
+
+
+def field_base() -> tuple[Distribution, ...]:
+    return tuple(
+        Distribution(name, version, SITE, "pip", ZERO, name, requires_dist=requires)
+        for name, version, requires in BASE
+    )
+
+
+def recipe(index: str, stages: Mapping[str, str], policy: str = POLICY) -> str:
+    """``stages``: stage name -> the TOML of its one pip layer (after ``pip = ...``)."""
+    head = (
+        '[image]\nbase = "example/vllm-openai:glm53-flash"\nplatform = "linux/amd64"\n'
+        f'cuda = "cu130"\ninterpreters = ["/opt/venv/bin/python"]\nrepository = "local/field"\n'
+        f'index_url = "{index}"\n{policy}'
+    )
+    body = "".join(
+        f'\n[[stage]]\nname = "{name}"\n  [[stage.layer]]\n  pip = "requirements/{name}.in"\n'
+        f"{layer}\n"
+        for name, layer in stages.items()
+    )
+    return head + body
+
+
+REQUIREMENTS = {
+    "v1.in": "vllm-router\n",
+    "v2.in": f"flashinfer-python=={NIGHTLY}\n",
+    "v3.in": "sglang-kernel\n",
+}
+OVERRIDE = '  pre = true\n  override = ["nvidia-nccl-cu13==2.30.7", "nvidia-cutlass-dsl==4.3.1"]'
+
+
+def make_field_project(
+    root: Path, index: str, stages: Mapping[str, str], policy: str = POLICY
+) -> Path:
+    spec = ProjectSpec(
+        "field",
+        recipe(index, stages, policy),
+        REQUIREMENTS,
+        base_record(*field_base(), python=platform.python_version()),
+    )
+    return write_project(root, spec)
+
+
+@pytest.fixture
+def field(
+    tmp_path: Path, wheelhouse: Wheelhouse, local_index: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, str]:
+    field_index(wheelhouse)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, local_index
+
+
+def lock(*argv: str) -> int:
+    return cli.main(["lock", "field", "--host", *argv])
+
+
+def pins(root: Path, slug: str) -> dict[str, str]:
+    lock_file = parse_lock((root / f"locks/field/{slug}.txt").read_bytes(), slug)
+    return {name: pin.version for name, pin in lock_file.pins.items()}
+
+
+def audit_json(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    capsys.readouterr()
+    report = root / "report.json"
+    code = cli.main(["audit-deps", "field", "--format", "json", "--output", str(report)])
+    return code, json.loads(report.read_text())
+
+
+def findings(document: Mapping[str, object]) -> list[dict[str, str]]:
+    sections = document["sections"]
+    assert isinstance(sections, list)
+    return [f for section in sections for f in section["findings"]]
+
+
+def test_a_layer_on_off_index_packages_locks_and_pins_neither(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    make_field_project(root, index, {"v1": ""})
+    assert lock() == 0, capsys.readouterr().err
+    # vllm-router asks for the installed vllm (on no index) and torch==2.9.0+cu130: both stay
+    assert pins(root, "v1-01") == {"vllm-router": "1.0"}
+    text = (root / "locks/field/v1-01.txt").read_text()
+    assert "# requires vllm-router: " in text and f"torch=={TORCH}" in text
+
+
+def test_the_nightly_layer_reports_every_conflict_in_one_run(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    make_field_project(root, index, {"v1": "", "v2": "  pre = true"})
+    assert lock() == 1
+    err = capsys.readouterr().err
+    assert "v2 layer 1 (requirements/v2.in): 3 violations, nothing written" in err
+    assert "downgraded: nvidia-nccl-cu13 2.30.7 -> 2.29.7 (installed by the base image)" in err
+    assert f"flashinfer-python {NIGHTLY} requires nvidia-nccl-cu13==2.29.7" in err
+    assert "lockstep" in err and "requirement: nvidia-nccl-cu13" in err
+    assert "Traceback" not in err
+    assert (root / "locks/field/v1-01.txt").exists()
+    assert not (root / "locks/field/v2-01.txt").exists()
+
+
+def test_the_re_pin_override_locks_and_audits_with_zero_waivers(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE})
+    assert lock() == 0, capsys.readouterr().err
+    # the nightly moves; NCCL and cutlass-dsl stay where the base has them: not pinned
+    assert pins(root, "v2-01") == {"flashinfer-python": NIGHTLY}
+    code, report = audit_json(root, capsys)
+    assert code == 0, report
+    overrides = [f for f in findings(report) if f["rule"] == "override"]
+    assert {f["package"] for f in overrides} == {"nvidia-nccl-cu13", "nvidia-cutlass-dsl"}
+    nccl = next(f for f in overrides if f["package"] == "nvidia-nccl-cu13")
+    assert (
+        f"flashinfer-python {NIGHTLY} has requirement nvidia-nccl-cu13==2.29.7, "
+        "but you have nvidia-nccl-cu13 2.30.7" in nccl["message"]
+    )
+    assert nccl["severity"] == "warning"
+
+
+def test_an_override_to_another_version_is_pinned_and_still_judged(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str], wheelhouse: Wheelhouse
+) -> None:
+    root, index = field
+    skewed = '  pre = true\n  override = ["nvidia-nccl-cu13==2.30.7", "nvidia-cutlass-dsl==4.4.0"]'
+    make_field_project(root, index, {"v1": "", "v2": skewed})
+    # cutlass-dsl 4.4.0 against its libs 4.3.1: an override does not excuse the lockstep rule
+    assert lock() == 1
+    assert "lockstep" in capsys.readouterr().err
+    both = skewed.replace('4.4.0"]', '4.4.0", "nvidia-cutlass-dsl-libs-base==4.4.0"]')
+    make_field_project(root, index, {"v1": "", "v2": both})
+    assert lock() == 0, capsys.readouterr().err
+    assert pins(root, "v2-01") == {
+        "flashinfer-python": NIGHTLY,
+        "nvidia-cutlass-dsl": "4.4.0",
+        "nvidia-cutlass-dsl-libs-base": "4.4.0",
+    }
+    libs = parse_lock((root / "locks/field/v2-01.txt").read_bytes(), "v2").pins
+    wheel = wheelhouse.path / "nvidia_cutlass_dsl_libs_base-4.4.0-py3-none-any.whl"
+    assert libs["nvidia-cutlass-dsl-libs-base"].hashes == (f"sha256:{sha256_of(wheel)}",)
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_later_stage_that_drags_nccl_back_fails_lock(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""})
+    assert lock() == 1
+    err = capsys.readouterr().err
+    assert "v3 layer 1 (requirements/v3.in)" in err
+    assert "downgraded: nvidia-nccl-cu13 2.30.7 -> 2.29.7" in err
+    assert f"flashinfer-python {NIGHTLY} requires nvidia-nccl-cu13==2.29.7" in err
+    assert not (root / "locks/field/v3-01.txt").exists()
+
+
+def test_a_waiver_is_a_verdict_not_an_input_and_audit_deps_applies_it(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    waiver = (
+        '[[policy.waiver]]\npackage = "nvidia-nccl-cu13"\nfrom = "2.30.7"\nto = "2.29.7"\n'
+        'stage = "v3"\nreason = "sglang-kernel needs it"\n'
+        '[[policy.waiver]]\npackage = "nvidia-nccl-cu13"\nfrom = "*"\nto = "2.29.7"\n'
+        'rule = "requirement"\nstage = "v3"\nreason = "sglang-kernel needs it"\n'
+        '[[policy.waiver]]\npackage = "cutlass-dsl"\nfrom = "*"\nto = "*"\n'
+        'rule = "lockstep"\nstage = "v3"\nreason = "the nightly needs it"\n'
+    )
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""}, POLICY + waiver)
+    assert lock() == 0, capsys.readouterr().err
+    assert pins(root, "v3-01")["nvidia-nccl-cu13"] == "2.29.7"
+    code, report = audit_json(root, capsys)
+    assert code == 0
+    waived = [f for f in findings(report) if f["waiver"]]
+    assert {f["rule"] for f in waived} == {"downgraded", "requirement", "lockstep"}
+    # without the waivers the locks stay fresh (pip resolves the same) and audit-deps fails
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""})
+    assert cli.main(["lock", "field", "--check"]) == 0
+    code, report = audit_json(root, capsys)
+    assert code == 1
+    failing = [f for f in findings(report) if f["severity"] == "error"]
+    assert {f["where"] for f in failing} == {"field v3 layer 1 (requirements/v3.in)"}
+
+
+def test_a_downgrade_waiver_does_not_waive_the_floor(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    waiver = (
+        '[[policy.waiver]]\npackage = "nvidia-nccl-cu13"\nfrom = "2.30.7"\nto = "2.29.7"\n'
+        'reason = "only the downgrade"\n'
+    )
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""}, POLICY + waiver)
+    assert lock() == 1
+    err = capsys.readouterr().err
+    listed = err.split("nothing written")[1].split("hint")[0]
+    assert "requirement: nvidia-nccl-cu13" in listed and "downgraded" not in listed
+
+
+def test_a_waiver_between_local_versions_works_and_not_for_the_cuda_rule(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    variant = (
+        '[[policy.waiver]]\npackage = "torch"\nfrom = "2.9.0+cu130"\nto = "2.9.0+cpu"\n'
+        'reason = "CPU smoke image"\n'
+    )
+    spec_v1 = {"v1": ""}
+    make_field_project(root, index, spec_v1, POLICY + variant)
+    (root / "images/field/requirements/v1.in").write_text("torch==2.9.0+cpu\n")
+    assert lock() == 1  # the variant is waived, the CUDA suffix rule is not
+    err = capsys.readouterr().err
+    assert (
+        "cuda-suffix" in err and "variant" not in err.split("nothing written")[1].split("hint")[0]
+    )
+    cuda = variant.replace('reason = "CPU smoke image"', 'rule = "cuda-suffix"\nreason = "ok"')
+    make_field_project(root, index, spec_v1, POLICY + variant + cuda)
+    (root / "images/field/requirements/v1.in").write_text("torch==2.9.0+cpu\n")
+    assert lock() == 0, capsys.readouterr().err
+    assert pins(root, "v1-01") == {"torch": "2.9.0+cpu"}

@@ -183,3 +183,34 @@ def test_script_canonical_name_agrees_with_packaging(name: str) -> None:
 def test_script_json_matches_json_dumps(value: Any) -> None:
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     assert script.canonical_json(value) == expected
+
+
+def test_requirements_are_read_from_the_header(tmp_path: Path) -> None:
+    metadata = tmp_path / "METADATA"
+    metadata.write_bytes(
+        b"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.18\n"
+        b"License: Apache\n        a folded: continuation line\n"
+        b"Requires-Python: >=3.9\nRequires-Dist: nvidia-nccl-cu13==2.29.7\n"
+        b'Requires-Dist: pytest ; extra == "test"\n\nRequires-Dist: not-a-header\n'
+    )
+    assert script.read_header(str(metadata)) == (
+        "flashinfer-python",
+        "0.6.18",
+        ["nvidia-nccl-cu13==2.29.7", 'pytest ; extra == "test"'],
+        ">=3.9",
+    )
+
+
+def test_an_egg_info_folder_gives_its_requires_txt_as_pep_508(tmp_path: Path) -> None:
+    egg = tmp_path / "legacy-1.0.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: legacy\nVersion: 1.0\n\n")
+    (egg / "requires.txt").write_text(
+        "six>=1\n\n[socks]\nPySocks\n\n[:python_version < '3.8']\nx\n"
+    )
+    record = script.describe(str(tmp_path), egg.name, "egg-info", True)
+    assert record["requires_dist"] == [
+        "six>=1",
+        'PySocks; extra == "socks"',
+        "x; (python_version < '3.8')",
+    ]

@@ -10,7 +10,15 @@ from audit.core.errors import BadInput
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import ALLOW, WARN, LockstepGroup, Policy, Waiver
 from audit.core.snapshot import Distribution, Environment
-from audit.core.verdict import check_state, cuda_major, evaluate, evaluate_shadowed
+from audit.core.verdict import (
+    Scope,
+    WaiverLedger,
+    broken_requirements,
+    check_state,
+    cuda_major,
+    evaluate,
+    evaluate_shadowed,
+)
 
 TODAY = datetime.date(2026, 6, 1)
 CU130 = Policy(cuda="cu130")
@@ -198,3 +206,100 @@ def test_new_shadowed_copies_only() -> None:
         and "1.17 in /a wins" in finding.message
     )
     assert evaluate_shadowed(new, new, Policy(), where="x", today=TODAY) == []
+
+
+# --- scoped waivers and overrides (the real-bases issue) ------------------------------------
+
+NCCL_BACK = Waiver("nvidia-nccl-cu13", "2.30.7", "2.29.7", "the v2 nightly needs it")
+
+
+def staged(stage: str, ledger: WaiverLedger, policy: Policy) -> list[Finding]:
+    before, after = env(nvidia_nccl_cu13="2.30.7"), env(nvidia_nccl_cu13="2.29.7")
+    return evaluate(
+        before, after, policy, where=f"x {stage}", today=TODAY, scope=Scope(stage, 1),
+        ledger=ledger,
+    )  # fmt: skip
+
+
+def test_an_unscoped_waiver_waives_the_first_stage_only() -> None:
+    ledger, policy = WaiverLedger(), Policy(waivers=(NCCL_BACK,))
+    assert only(staged("v2", ledger, policy), "downgraded").severity == INFO
+    assert only(staged("v2", ledger, policy), "downgraded").severity == INFO  # same stage: yes
+    later = staged("v5", ledger, policy)
+    assert only(later, "downgraded").severity == ERROR
+    assert "was used in stage v2" in only(later, "waiver-spent").message
+
+
+def test_a_waiver_scoped_to_a_stage_or_layer_waives_only_there() -> None:
+    scoped = Waiver("nvidia-nccl-cu13", "2.30.7", "2.29.7", "r", stage="v5", layer=1)
+    policy = Policy(waivers=(scoped,))
+    assert only(staged("v2", WaiverLedger(), policy), "downgraded").severity == ERROR
+    assert only(staged("v5", WaiverLedger(), policy), "downgraded").severity == INFO
+    other_layer = Waiver("nvidia-nccl-cu13", "2.30.7", "2.29.7", "r", stage="v5", layer=2)
+    policy = Policy(waivers=(other_layer,))
+    assert only(staged("v5", WaiverLedger(), policy), "downgraded").severity == ERROR
+
+
+def test_the_ledger_replays_what_earlier_findings_used() -> None:
+    ledger = WaiverLedger()
+    ledger.replay([Finding("downgraded", INFO, "x", "2", "1", "m", waiver_index=0)], "v2")
+    policy = Policy(waivers=(NCCL_BACK,))
+    assert only(staged("v3", ledger, policy), "downgraded").severity == ERROR
+
+
+def test_a_downgrade_waiver_never_waives_a_floor() -> None:
+    policy = Policy(requirements=("nvidia-nccl-cu13>=2.30",), waivers=(NCCL_BACK,))
+    found = staged("v2", WaiverLedger(), policy)
+    assert only(found, "downgraded").severity == INFO
+    assert only(found, "requirement").severity == ERROR
+
+
+def with_requires(name: str, version: str, *requires: str) -> Distribution:
+    return Distribution(name, version, "/site", "pip", "", name, requires_dist=requires)
+
+
+def test_an_override_reports_what_it_breaks_as_pip_check_would() -> None:
+    before = {
+        "flashinfer-python": with_requires(
+            "flashinfer-python", "0.6.18", "nvidia-nccl-cu13==2.29.7"
+        ),
+        "nvidia-nccl-cu13": with_requires("nvidia-nccl-cu13", "2.29.7"),
+    }
+    after = dict(before, **{"nvidia-nccl-cu13": with_requires("nvidia-nccl-cu13", "2.30.7")})
+    markers = {"python_version": "3.12", "sys_platform": "linux"}
+    found = evaluate(
+        before, after, Policy(), where="x v3", today=TODAY, declared=("nvidia-nccl-cu13",),
+        markers=markers,
+    )  # fmt: skip
+    override = only(found, "override")
+    assert override.severity == WARNING
+    assert (
+        "flashinfer-python 0.6.18 has requirement nvidia-nccl-cu13==2.29.7, but you have "
+        "nvidia-nccl-cu13 2.30.7" in override.message
+    )
+
+
+def test_an_override_is_still_subject_to_floors_and_lockstep() -> None:
+    policy = Policy(
+        requirements=("nvidia-nccl-cu13>=2.30",),
+        lockstep=(LockstepGroup("cutlass", ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-*")),),
+    )
+    before = env(nvidia_nccl_cu13="2.30.7", nvidia_cutlass_dsl="4.3.1",
+                 nvidia_cutlass_dsl_libs_base="4.3.1")  # fmt: skip
+    after = dict(before, **env(nvidia_nccl_cu13="2.29.7", nvidia_cutlass_dsl="4.4.0"))
+    found = evaluate(
+        before, after, policy, where="x", today=TODAY,
+        declared=("nvidia-nccl-cu13", "nvidia-cutlass-dsl"),
+    )  # fmt: skip
+    assert {f.rule for f in found if f.fails} == {"requirement", "lockstep"}
+    assert not [f for f in found if f.rule == "downgraded"]
+
+
+def test_broken_requirements_honour_markers_and_extras() -> None:
+    env_ = {
+        "a": with_requires("a", "1.0", "b<2; python_version < '3.0'", "b<2; extra == 'x'"),
+        "b": with_requires("b", "2.0"),
+        "c": with_requires("c", "1.0", "B (<2)"),
+    }
+    broken = broken_requirements(env_, "b", {"python_version": "3.12"})
+    assert broken == ["c 1.0 has requirement B<2, but you have b 2.0"]

@@ -341,7 +341,7 @@ def _fix(finding: Finding) -> str:
         "forbidden": f"remove {name} (or the requirement that pulls it in)",
         "waiver-expired": "fix the change, or extend `expires` of the waiver in image.toml",
     }
-    pin = f'add "{name}=={old}" to this layer\'s requirements' if old else f"pin {name}"
+    pin = f'keep it with override = ["{name}=={old}"] on this layer' if old else f"pin {name}"
     return fixes.get(finding.rule, pin)
 
 

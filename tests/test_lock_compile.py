@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +258,48 @@ def test_two_concurrent_runs_produce_one_valid_lock(project: Path) -> None:
         parse_lock(data, name)
     assert sum("resolving" in err for _, err in results) == 1  # the second found them fresh
     assert not list((project / "locks/t").glob(".*.tmp"))
+
+
+class _Unavailable(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(503, "Service Unavailable")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def index_503() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/simple/"
+
+
+@pytest.mark.parametrize("which", ["503", "refused"])
+def test_an_index_that_fails_is_an_environment_problem_naming_it(
+    which: str,
+    index_503: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = index_503 if which == "503" else closed_port_url()
+    root = write_project(tmp_path, url, "alpha\n", "delta\n")
+    monkeypatch.chdir(root)
+    assert run_lock("t", "--host") == 3
+    err = capsys.readouterr().err
+    assert "the index did not answer" in err and url.rsplit("/simple", 1)[0] in err
+    assert ("HTTP 503" in err) == (which == "503")
+    assert "full log: build/.layer-audit/lock-logs/t/v1-01.log" in err
+    assert (root / "build/.layer-audit/lock-logs/t/v1-01.log").is_file()
+    assert not (root / "locks/t/v1-01.txt").exists()

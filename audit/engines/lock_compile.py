@@ -100,7 +100,8 @@ else:
     wanted = ["-r", job["requirements"]]
 if wanted:
     report = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
-              "--isolated", "--no-input", "--report", os.path.join(work, "report.json")]
+              "--isolated", "--no-input", "--retries", "2", "--timeout", "30",
+              "--report", os.path.join(work, "report.json")]
     sys.exit(subprocess.call(report + certs + job["report"] + wanted, env=env, cwd=recipe))
 """
 
@@ -206,7 +207,8 @@ def compile_args(inputs: LayerInputs) -> list[str]:
     args = [
         "--no-header", "--no-config", "--generate-hashes", "--strip-extras",
         "--allow-unsafe", "--no-emit-index-url", "--no-emit-trusted-host",
-        "--no-emit-find-links", "--newline", "LF", "--pip-args", "--isolated --no-input",
+        "--no-emit-find-links", "--newline", "LF",
+        "--pip-args", "--isolated --no-input --retries 2 --timeout 30",
         "--find-links", f"../{STANDINS}",
     ]  # fmt: skip
     return [*args, *index_args(inputs), "-o", f"../{OUTPUT}", inputs.requirements]
@@ -368,18 +370,124 @@ def _blocked(requirement: str, installed: Mapping[str, Constraint]) -> Constrain
 
 
 def explain_failure(
-    log: str, inputs: LayerInputs, installed: Mapping[str, Constraint]
+    log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str = ""
 ) -> LockError | EnvironmentProblem:
-    """A failed compile as one clear error: a conflict with what is installed, or why not."""
+    """A failed compile as one clear error: the machine (exit 3), a base that cannot run the
+    tools, a conflict with what is installed, or a name no index has; the tail of pip's output
+    and where the whole log is."""
     where = f"{inputs.step.label}"
+    error = _environment(where, log, inputs) or _explained(where, log, inputs, installed)
+    tail = _tail(log)
+    detail = f"\n{tail}" if tail and not isinstance(error, ResolutionConflict) else ""
+    saved = f" (full log: {log_path})" if log_path else ""
+    return type(error)(error.message + detail, error.hint + saved)
+
+
+def _explained(
+    where: str, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint]
+) -> LockError | EnvironmentProblem:
     for requirement, who in resolver_causes(log, inputs.requirements):
         constraint = _blocked(requirement, installed)
         if constraint:
             return _conflict(where, constraint, f"{who} asks for {requirement}")
     missing = _NOT_FOUND.search(log)
     if missing:
-        return _not_found(where, missing["req"], installed)
+        down = _unreachable(inputs) if "(from versions: none)" in log else None
+        return down or _not_found(where, missing["req"], installed)
     return _generic(where, log)
+
+
+def _unreachable(inputs: LayerInputs) -> EnvironmentProblem | None:
+    """When pip saw no version at all, ask each index once: an index that does not answer (pip
+    hides its 5xx and refusals behind "from versions: none") is the machine's problem."""
+    for url in (inputs.index_url, inputs.extra_index_url):
+        cause = probe_index(url) if url else None
+        if cause:
+            return EnvironmentProblem(
+                f"{inputs.step.label}: the index did not answer ({cause}): {_host_of(url or '')}",
+                "check the network (lock containers use --network host), the index and the CA "
+                "bundle (SSL_CERT_FILE), then run lock again",
+            )
+    return None
+
+
+def probe_index(url: str, timeout: float = 10.0) -> str | None:
+    """Why ``url`` does not answer (``HTTP 503``, ``connection refused``), or None when it does."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    bundle = ambient_ca_bundle()
+    context = ssl.create_default_context(cafile=str(bundle) if bundle else None)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context):  # noqa: S310 (http(s) only: the recipe refuses other schemes)
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}" if exc.code >= 500 else None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return "connection refused" if "refused" in str(reason).lower() else f"{reason}"
+
+
+def _tail(log: str, lines: int = 8) -> str:
+    """The last lines pip printed, indented: what a user would have seen had it run here."""
+    kept = [line.rstrip() for line in log.strip().splitlines() if line.strip()][-lines:]
+    return "\n".join(f"  | {line}" for line in kept)
+
+
+_HTTP_STATUS = re.compile(
+    r"(?:HTTP error|status code|response) ?(?P<code>5\d\d)"
+    r"|(?P<code2>5\d\d) (?:Server Error|Service Unavailable|Bad Gateway|Gateway Time)"
+)
+_REFUSED = re.compile(
+    r"Connection refused|NewConnectionError|Name or service not known"
+    r"|Temporary failure in name resolution|Network is unreachable"
+)
+_NO_VENV = re.compile(r"ensurepip is not available|No module named (?:venv|ensurepip)")
+
+
+def _environment(
+    where: str, log: str, inputs: LayerInputs
+) -> LockError | EnvironmentProblem | None:
+    """Failures of the machine or the base, whatever pip concluded from them afterwards."""
+    if "No space left on device" in log:
+        return EnvironmentProblem(
+            f"{where}: the disk filled up while pip downloaded or built",
+            f"free space where the lock cache lives ({cache_root()}) and run lock again",
+        )
+    if _NO_VENV.search(log):
+        return LockError(
+            f"{where}: the base image's interpreter cannot make a virtual environment "
+            "(no venv/ensurepip), so pip-tools cannot run inside it",
+            "use a base with python3-venv installed (Debian/Ubuntu: apt-get install "
+            "python3-venv), or lock on this machine with --host when it matches the base",
+        )
+    if _HTTP_STATUS.search(log) or _REFUSED.search(log) or _NETWORK.search(log):
+        indexes = ", ".join(_host_of(u) for u in (inputs.index_url, inputs.extra_index_url) if u)
+        return EnvironmentProblem(
+            f"{where}: the index did not answer ({_network_cause(log)}): {indexes}",
+            "check the network (lock containers use --network host), the index and the CA "
+            "bundle (SSL_CERT_FILE), then run lock again; the tools come from "
+            + _host_of(tools_index()),
+        )
+    return None
+
+
+def _network_cause(log: str) -> str:
+    status = _HTTP_STATUS.search(log)
+    if status:
+        return f"HTTP {status['code'] or status['code2']}"
+    return "connection refused or unreachable" if _REFUSED.search(log) else "connection failed"
+
+
+def _host_of(url: str) -> str:
+    """An index as scheme://host[:port]/path, never with credentials."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _not_found(where: str, requirement: str, installed: Mapping[str, Constraint]) -> LockError:
@@ -409,11 +517,11 @@ _NETWORK = re.compile(
 
 
 def _generic(where: str, log: str) -> LockError | EnvironmentProblem:
-    if _NETWORK.search(log) or "CalledProcessError" in log:
+    if "CalledProcessError" in log:
         return EnvironmentProblem(
-            f"{where}: pip-compile could not reach an index or install pip-tools",
-            "check the network (containers use --network host) and the CA bundle "
-            "(SSL_CERT_FILE); the tools come from " + tools_index(),
+            f"{where}: pip-tools could not be installed into the lock environment",
+            "check the network and the CA bundle (SSL_CERT_FILE); the tools come from "
+            + _host_of(tools_index()),
         )
     errors = [line.strip() for line in log.splitlines() if line.strip().startswith("ERROR:")]
     detail = errors[0] if errors else (log.strip().splitlines() or ["no output"])[-1]

@@ -101,8 +101,9 @@ class LockRun:
         )
         console.stderr.print(f"resolving {escape(step.label)} for {self.target.platform}")
         outcome = run_compile(self.target, job)
+        log_path = self.save_log(step, outcome.log)
         if outcome.returncode != 0:
-            raise explain_failure(outcome.log, inputs, installed)
+            raise explain_failure(outcome.log, inputs, installed, log_path)
         _warn_yanked(step, outcome.log)
         body, blocks = _body(step, outcome, installed)
         text = render_lock(self.recipe.name, step, RESOLVER, inputs.digests, body)
@@ -111,6 +112,12 @@ class LockRun:
         self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
         atomic.write_text(self.root / relpath, text)
         return lock
+
+    def save_log(self, step: Step, log: str) -> str:
+        """pip's whole output for this layer, kept under build/ (project-relative path)."""
+        relpath = f"build/.layer-audit/lock-logs/{self.recipe.name}/{step.slug}.log"
+        atomic.write_text(self.root / relpath, log)
+        return relpath
 
     def judge_layer(
         self,

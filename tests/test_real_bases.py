@@ -74,12 +74,14 @@ def field_base() -> tuple[Distribution, ...]:
     )
 
 
-def recipe(index: str, stages: Mapping[str, str], policy: str = POLICY) -> str:
+def recipe(
+    index: str, stages: Mapping[str, str], policy: str = POLICY, resolver: str = "pip-tools"
+) -> str:
     """``stages``: stage name -> the TOML of its one pip layer (after ``pip = ...``)."""
     head = (
         '[image]\nbase = "example/vllm-openai:glm53-flash"\nplatform = "linux/amd64"\n'
         f'cuda = "cu130"\ninterpreters = ["/opt/venv/bin/python"]\nrepository = "local/field"\n'
-        f'index_url = "{index}"\n{policy}'
+        f'index_url = "{index}"\nresolver = "{resolver}"\n{policy}'
     )
     body = "".join(
         f'\n[[stage]]\nname = "{name}"\n  [[stage.layer]]\n  pip = "requirements/{name}.in"\n'
@@ -98,11 +100,15 @@ OVERRIDE = '  pre = true\n  override = ["nvidia-nccl-cu13==2.30.7", "nvidia-cutl
 
 
 def make_field_project(
-    root: Path, index: str, stages: Mapping[str, str], policy: str = POLICY
+    root: Path,
+    index: str,
+    stages: Mapping[str, str],
+    policy: str = POLICY,
+    resolver: str = "pip-tools",
 ) -> Path:
     spec = ProjectSpec(
         "field",
-        recipe(index, stages, policy),
+        recipe(index, stages, policy, resolver),
         REQUIREMENTS,
         base_record(*field_base(), python=platform.python_version()),
     )
@@ -118,8 +124,17 @@ def field(
     return tmp_path, local_index
 
 
-def lock(*argv: str) -> int:
-    return cli.main(["lock", "field", "--host", *argv])
+BACKENDS = {"pip-tools": ["--host"], "uv": []}  # uv: [image] resolver = "uv" in the recipe
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> str:
+    """Both resolver backends replay the route: their locks must agree."""
+    return str(request.param)
+
+
+def lock(*argv: str, backend: str = "pip-tools") -> int:
+    return cli.main(["lock", "field", *BACKENDS[backend], *argv])
 
 
 def pins(root: Path, slug: str) -> dict[str, str]:
@@ -141,11 +156,11 @@ def findings(document: Mapping[str, object]) -> list[dict[str, str]]:
 
 
 def test_a_layer_on_off_index_packages_locks_and_pins_neither(
-    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     root, index = field
-    make_field_project(root, index, {"v1": ""})
-    assert lock() == 0, capsys.readouterr().err
+    make_field_project(root, index, {"v1": ""}, resolver=backend)
+    assert lock(backend=backend) == 0, capsys.readouterr().err
     # vllm-router asks for the installed vllm (on no index) and torch==2.9.0+cu130: both stay
     assert pins(root, "v1-01") == {"vllm-router": "1.0"}
     text = (root / "locks/field/v1-01.txt").read_text()
@@ -153,11 +168,11 @@ def test_a_layer_on_off_index_packages_locks_and_pins_neither(
 
 
 def test_the_nightly_layer_reports_every_conflict_in_one_run(
-    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     root, index = field
-    make_field_project(root, index, {"v1": "", "v2": "  pre = true"})
-    assert lock() == 1
+    make_field_project(root, index, {"v1": "", "v2": "  pre = true"}, resolver=backend)
+    assert lock(backend=backend) == 1
     err = capsys.readouterr().err
     assert "v2 layer 1 (requirements/v2.in): 3 violations, nothing written" in err
     assert "downgraded: nvidia-nccl-cu13 2.30.7 -> 2.29.7 (installed by the base image)" in err
@@ -169,11 +184,11 @@ def test_the_nightly_layer_reports_every_conflict_in_one_run(
 
 
 def test_the_re_pin_override_locks_and_audits_with_zero_waivers(
-    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     root, index = field
-    make_field_project(root, index, {"v1": "", "v2": OVERRIDE})
-    assert lock() == 0, capsys.readouterr().err
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE}, resolver=backend)
+    assert lock(backend=backend) == 0, capsys.readouterr().err
     # the nightly moves; NCCL and cutlass-dsl stay where the base has them: not pinned
     assert pins(root, "v2-01") == {"flashinfer-python": NIGHTLY}
     code, report = audit_json(root, capsys)
@@ -217,11 +232,11 @@ def sha256_of(path: Path) -> str:
 
 
 def test_a_later_stage_that_drags_nccl_back_fails_lock(
-    field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     root, index = field
-    make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""})
-    assert lock() == 1
+    make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""}, resolver=backend)
+    assert lock(backend=backend) == 1
     err = capsys.readouterr().err
     assert "v3 layer 1 (requirements/v3.in)" in err
     assert "downgraded: nvidia-nccl-cu13 2.30.7 -> 2.29.7" in err
@@ -293,3 +308,24 @@ def test_a_waiver_between_local_versions_works_and_not_for_the_cuda_rule(
     (root / "images/field/requirements/v1.in").write_text("torch==2.9.0+cpu\n")
     assert lock() == 0, capsys.readouterr().err
     assert pins(root, "v1-01") == {"torch": "2.9.0+cpu"}
+
+
+def test_uv_locks_for_an_arm64_target_on_this_host_with_aarch64_hashes(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wheelhouse("native", "1.0")
+    arm = wheelhouse("native", "2.0", tag="py3-none-manylinux2014_aarch64")
+    wheelhouse("native", "3.0", tag="py3-none-manylinux2014_x86_64")  # not for the target
+    markers = {"platform_machine": "aarch64", "python_version": "3.12", "sys_platform": "linux"}
+    toml = recipe(local_index, {"v1": ""}, "", "uv").replace("linux/amd64", "linux/arm64")
+    record = base_record(python="3.12.3", markers=markers)
+    write_project(tmp_path, ProjectSpec("field", toml, {"v1.in": "native\n"}, record))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["lock", "field"]) == 0, capsys.readouterr().err
+    lock_file = parse_lock((tmp_path / "locks/field/v1-01.txt").read_bytes(), "v1")
+    assert {n: p.version for n, p in lock_file.pins.items()} == {"native": "2.0"}
+    assert lock_file.pins["native"].hashes == (f"sha256:{sha256_of(arm)}",)

@@ -42,7 +42,7 @@ from audit.plan.sources import DirectorySource, Source
 # that compile: a re-run on unchanged inputs needs none of them and must not pay for them.
 if TYPE_CHECKING:
     from audit.engines.lock_compile import CompileTarget
-    from audit.engines.lock_run import LockRun
+    from audit.engines.lock_run import Backend, LockRun
 
 SNAPSHOT_TARGET = "/opt/layer-audit/snapshot.py"
 
@@ -55,10 +55,14 @@ class LockOptions:
     record_base: bool
     host: bool
     docker: str | None
+    resolver: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LockOptions:
-        return cls(args.image, args.stage, args.check, args.record_base, args.host, args.docker)
+        return cls(
+            args.image, args.stage, args.check, args.record_base, args.host, args.docker,
+            args.resolver,
+        )  # fmt: skip
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +95,12 @@ def register(subparsers: Any) -> None:
         help="compile with this machine's Python instead of inside the base image "
         "(only when its platform and Python version match the base)",
     )
+    parser.add_argument(
+        "--resolver",
+        choices=("pip-tools", "uv"),
+        help="resolve with this backend for this run instead of image.toml's [image] resolver "
+        "(uv runs here for the target's Python and platform: no image, no emulation)",
+    )
     from audit.engines import docker_host  # light, but off the import path of a fresh re-run
 
     docker_host.add_client_option(parser)
@@ -106,6 +116,8 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_OK
     source = RecordingSource(DirectorySource(root))
     recipe = load_recipe(source, options.image)
+    if options.resolver:
+        recipe = dataclasses.replace(recipe, resolver=options.resolver)
     if options.stage and options.stage not in [s.name for s in recipe.stages]:
         names = ", ".join(s.name for s in recipe.stages)
         raise UsageError(
@@ -134,7 +146,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _stamped_answer(root: Path, options: LockOptions) -> str | None:
     """The verified-fresh stamp's answer; --record-base always does the work it asks for."""
-    if options.record_base:
+    if options.record_base or options.resolver:
         return None
     return fresh_answer(str(root), options.image, options.stage, check=options.check)
 
@@ -272,11 +284,21 @@ def _compiler(
 
     assert survey.base is not None
     record, base_digest = survey.base
-    target = _target(recipe, record, options)
     where = source.describe(base_relpath(recipe))
     base_pins = base_constraints(record, recipe.interpreters[0], where)
     judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
-    return LockRun(root, source, recipe, target, base_pins, base_digest, survey.locks, judge)
+    backend = _backend(recipe, record, options)
+    return LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend)
+
+
+def _backend(recipe: Recipe, record: BaseRecord, options: LockOptions) -> Backend:
+    """uv on this machine for the target, or pip-tools in the image (or on a matching host)."""
+    from audit.engines.lock_run import PipToolsBackend, UvBackend
+    from audit.engines.uv_compile import uv_target
+
+    if recipe.resolver == "uv":
+        return UvBackend(uv_target(record, recipe.interpreters[0], recipe.platform))
+    return PipToolsBackend(_target(recipe, record, options))
 
 
 def _target(recipe: Recipe, record: BaseRecord, options: LockOptions) -> CompileTarget:

@@ -14,7 +14,8 @@ File format (``SCHEMA``)::
                                            "installer": str, "digest": str,
                                            "metadata": "dist-info"|"egg-info",
                                            "requires_dist": [PEP 508 strings],
-                                           "requires_python": str}, ...]}],
+                                           "requires_python": str}, ...],
+                        "libc": "glibc 2.36" (optional)}],
      "digest": "sha256:<hex of the canonical JSON of everything but this key>"}
 
 ``requires_dist``/``requires_python`` are what pip's resolver reads of an installed
@@ -85,6 +86,7 @@ class Environment:
     markers: dict[str, str]
     paths: tuple[str, ...]
     distributions: tuple[Distribution, ...]
+    libc: str = ""  # "glibc 2.36" (os.confstr), "" when unknown: a lock's target for wheel tags
 
     def winners(self) -> dict[str, Distribution]:
         """Canonical name -> the copy that wins the import (first on the path)."""
@@ -140,6 +142,7 @@ def _environment_json(env: Environment) -> dict[str, Any]:
         "markers": dict(env.markers),
         "paths": list(env.paths),
         "distributions": [_distribution_json(dist) for dist in env.distributions],
+        **({"libc": env.libc} if env.libc else {}),
     }
 
 
@@ -205,8 +208,10 @@ def _parse_distribution(item: Any, key: str, where: str, fields: tuple[str, ...]
 
 
 def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...]) -> Environment:
-    if not isinstance(item, dict) or set(item) != set(_ENV_FIELDS):
+    if not isinstance(item, dict) or set(item) - {"libc"} != set(_ENV_FIELDS):
         raise _fail(where, f"{key}: expected an object with keys {sorted(_ENV_FIELDS)}")
+    libc = item.get("libc", "")
+    _strings(libc, f"{key}.libc", where)
     _strings(item["interpreter"], f"{key}.interpreter", where)
     _strings(item["python"], f"{key}.python", where)
     markers, paths, dists = item["markers"], item["paths"], item["distributions"]
@@ -220,7 +225,9 @@ def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...])
         _parse_distribution(d, f"{key}.distributions[{i}]", where, fields)
         for i, d in enumerate(dists)
     )
-    return Environment(item["interpreter"], item["python"], dict(markers), tuple(paths), parsed)
+    return Environment(
+        item["interpreter"], item["python"], dict(markers), tuple(paths), parsed, libc
+    )
 
 
 def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:

@@ -135,6 +135,9 @@ class Outcome:
     output: str  # what pip-compile wrote (empty for a no_deps layer or on failure)
     report: str  # pip's --report JSON of what the layer installs or moves ("" when nothing)
     log: str  # stderr and stdout of every step
+    # hash-pinned override / no_deps lines when the backend compiled them (uv); None: take them
+    # from pip's report (pip-tools, one hash: the file chosen for the target)
+    repins: str | None = None
 
 
 def cache_root() -> Path:

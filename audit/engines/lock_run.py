@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.core.findings import Finding
@@ -32,8 +32,12 @@ from audit.engines.lock_compile import (
     run_compile,
     yanked_pins,
 )
+from audit.engines.uv_compile import RESOLVER as UV_RESOLVER
+from audit.engines.uv_compile import UvTarget, run_uv
 from audit.plan.lock import (
-    RESOLVER,
+    RESOLVER as PIP_TOOLS_RESOLVER,
+)
+from audit.plan.lock import (
     Constraint,
     LockState,
     existing_pins,
@@ -52,6 +56,37 @@ from audit.plan.sources import Source
 from audit.plan.standins import standin_wheels
 
 
+class Backend(Protocol):
+    """A resolver: runs one layer's :class:`CompileJob` and says what it is (lock inputs)."""
+
+    @property
+    def label(self) -> str: ...
+
+    def compile(self, job: CompileJob) -> Outcome: ...
+
+
+@dataclass(frozen=True)
+class PipToolsBackend:
+    """pip-compile inside the base image (emulated when foreign) or on a matching host."""
+
+    target: CompileTarget
+    label: str = PIP_TOOLS_RESOLVER
+
+    def compile(self, job: CompileJob) -> Outcome:
+        return run_compile(self.target, job)
+
+
+@dataclass(frozen=True)
+class UvBackend:
+    """uv on this machine, for the base's Python and platform: no image, no emulation."""
+
+    target: UvTarget
+    label: str = UV_RESOLVER
+
+    def compile(self, job: CompileJob) -> Outcome:
+        return run_uv(self.target, job)
+
+
 @dataclass
 class LockRun:
     """Walks the layers in order, keeping what each earlier layer pinned and the verdicts."""
@@ -59,11 +94,11 @@ class LockRun:
     root: Path
     source: Source
     recipe: Recipe
-    target: CompileTarget
     base_pins: list[Constraint]
     base_digest: str
     fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
     judge: StepJudge
+    backend: Backend
     earlier: list[tuple[Step, Lock]] = field(default_factory=list)
     done: list[tuple[LockState, str]] = field(default_factory=list)
 
@@ -88,7 +123,9 @@ class LockRun:
 
     def compile(self, step: Step, before: Installed) -> Lock:
         earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
-        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier)
+        inputs = layer_inputs(
+            self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
+        )
         installed = installed_before(self.base_pins, self.earlier)
         assert isinstance(step.layer, PipLayer)
         layer = step.layer
@@ -99,14 +136,14 @@ class LockRun:
             layer.no_deps,
             layer.override,
         )
-        console.stderr.print(f"resolving {escape(step.label)} for {self.target.platform}")
-        outcome = run_compile(self.target, job)
+        console.stderr.print(f"resolving {escape(step.label)} with {self.backend.label}")
+        outcome = self.backend.compile(job)
         log_path = self.save_log(step, outcome.log)
         if outcome.returncode != 0:
             raise explain_failure(outcome.log, inputs, installed, log_path)
         _warn_yanked(step, outcome.log)
         body, blocks = _body(step, outcome, installed)
-        text = render_lock(self.recipe.name, step, RESOLVER, inputs.digests, body)
+        text = render_lock(self.recipe.name, step, self.backend.label, inputs.digests, body)
         relpath = lock_relpath(self.recipe, step)
         lock = parse_lock(text.encode(), relpath)
         self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
@@ -170,14 +207,16 @@ def _body(
     """(lock body, moved pin name -> its pip-compile block) from what the driver left."""
     metadata = report_metadata(outcome.report, step)
     assert isinstance(step.layer, PipLayer)
+    repinned = pin_blocks(outcome.repins) if outcome.repins is not None else None
     if step.layer.no_deps:
-        blocks = no_deps_blocks(outcome.report, step)
+        blocks = repinned if repinned is not None else no_deps_blocks(outcome.report, step)
         blocks = {n: b for n, b in blocks.items() if n in moved_pins(installed, _pins(b, step))}
     else:
         output = clean_body(outcome.output)
         overridden = set(step.layer.override_names)
         resolved = pin_blocks(output)
-        repins = {n: b for n, b in no_deps_blocks(outcome.report, step).items() if n in overridden}
+        found = repinned if repinned is not None else _report_repins(outcome, step, overridden)
+        repins = {n: b for n, b in found.items() if n in overridden}
         merged = {n: b for n, b in resolved.items() if n not in overridden} | repins
         moved = moved_pins(installed, _pins("".join(merged.values()), step))
         blocks = {n: b for n, b in merged.items() if n in moved}
@@ -188,6 +227,15 @@ def _body(
             "re-run the lock; if it persists, check the index serves these files",
         )
     return lock_body(blocks, {n: metadata[n] for n in blocks}), blocks
+
+
+def _report_repins(outcome: Outcome, step: Step, overridden: set[str]) -> dict[str, str]:
+    """Override lines from pip's report, for the overridden names only (they carry hashes)."""
+    if not overridden:
+        return {}
+    items = [i for i in _report_items(outcome.report, step)
+             if canonical_name(str(i.get("metadata", {}).get("name", ""))) in overridden]  # fmt: skip
+    return no_deps_blocks(json.dumps({"install": items}), step)
 
 
 def _pins(text: str, step: Step) -> dict[str, Any]:

@@ -256,15 +256,26 @@ def distributions(sites: list[str]) -> list[dict[str, object]]:
     return found
 
 
+def libc_version() -> str:
+    """``glibc 2.36`` as the C library reports it (no ``platform`` import); "" elsewhere."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        return ""
+
+
 def snapshot(path: list[str], script_dir: str) -> dict[str, object]:
     sites = site_directories(path, script_dir)
-    environment = {
+    environment: dict[str, object] = {
         "interpreter": sys.executable,
         "python": python_version(),
         "markers": environment_markers(),
         "paths": sites,
         "distributions": distributions(sites),
     }
+    libc = libc_version()
+    if libc:
+        environment["libc"] = libc
     return {"schema": SCHEMA, "environments": [environment]}
 
 

@@ -44,6 +44,15 @@ from audit.plan.sources import Source
 PIP_TOOLS_VERSION = "7.6.2"
 PIP_VERSION = "25.2"
 RESOLVER = f"pip-tools=={PIP_TOOLS_VERSION} pip=={PIP_VERSION}"
+UV_VERSION = "0.13.9"  # audit.engines.uv_compile installs exactly this one
+RESOLVERS = {"pip-tools": RESOLVER, "uv": f"uv=={UV_VERSION}"}
+
+
+def resolver_label(recipe: Recipe) -> str:
+    """What compiles the recipe's locks, with its version: part of every lock's inputs."""
+    return RESOLVERS[recipe.resolver]
+
+
 BASE_ORIGIN = "the base image"
 
 
@@ -115,7 +124,13 @@ def _read_files(source: Source, recipe: Recipe, step: Step) -> dict[str, bytes]:
 
 
 def layer_inputs(
-    source: Source, recipe: Recipe, step: Step, base_digest: str, earlier: Mapping[str, str]
+    source: Source,
+    recipe: Recipe,
+    step: Step,
+    base_digest: str,
+    earlier: Mapping[str, str],
+    *,
+    resolver: str | None = None,
 ) -> LayerInputs:
     """The inputs of ``step`` given the base record's digest and earlier locks' content digests."""
     layer = _layer(step)
@@ -123,7 +138,7 @@ def layer_inputs(
     extra = recipe.index(layer.index).url if layer.index else None
     digests = {
         "format": _text_digest(LOCK_FORMAT),
-        "resolver": _text_digest(RESOLVER),
+        "resolver": _text_digest(resolver or resolver_label(recipe)),
         "platform": _text_digest(recipe.platform),
         "interpreter": _text_digest(recipe.interpreters[0]),
         "index": _text_digest(recipe.index_url),

@@ -123,6 +123,7 @@ class Recipe:
     indexes: tuple[Index, ...]  # extra indexes a layer may name
     stages: tuple[Stage, ...]
     policy: Policy
+    resolver: str = "pip-tools"  # "pip-tools" (in the image) or "uv" (here, for the target)
 
     @property
     def source(self) -> Path:

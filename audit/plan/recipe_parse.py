@@ -44,8 +44,9 @@ from audit.plan.sources import Source
 TOP_KEYS = ("image", "indexes", "stage", "policy")
 IMAGE_KEYS = (
     "base", "base_digest", "platform", "cuda", "interpreters", "repository",
-    "tag_pattern", "latest_tag_pattern", "index_url",
+    "tag_pattern", "latest_tag_pattern", "index_url", "resolver",
 )  # fmt: skip
+RESOLVER_NAMES = ("pip-tools", "uv")
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
 STAGE_KEYS = ("name", "description", "smoke", "layer")
 LAYER_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -289,7 +290,19 @@ def _recipe(source: Source, image: str, root: _Node) -> Recipe:
         indexes=indexes,
         stages=(stages := _stages(root, context)),
         policy=_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
+        resolver=_resolver(head),
     )
+
+
+def _resolver(head: _Node) -> str:
+    name = head.text("resolver", "pip-tools")
+    if name not in RESOLVER_NAMES:
+        raise head.error(
+            "resolver",
+            f"{name!r} is not a resolver{did_you_mean(name, RESOLVER_NAMES)}",
+            f"use {one_of(RESOLVER_NAMES)}",
+        )
+    return name
 
 
 def _base(head: _Node) -> str:

@@ -101,6 +101,12 @@ def project_page(root: Path, project: str) -> bytes | None:
 
 def _handler_for(root: Path, delivery: Delivery) -> type[BaseHTTPRequestHandler]:
     class IndexHandler(BaseHTTPRequestHandler):
+        head_only = False
+
+        def do_HEAD(self) -> None:  # uv asks for a file's headers before it downloads it
+            self.head_only = True
+            self.do_GET()
+
         def do_GET(self) -> None:
             parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
             if parts == ["simple"]:
@@ -126,6 +132,8 @@ def _handler_for(root: Path, delivery: Delivery) -> type[BaseHTTPRequestHandler]
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            if self.head_only:
+                return
             self.wfile.write(body[: len(body) // 2] if drop else body)
             if drop:
                 self.close_connection = True  # the rest of the body never comes

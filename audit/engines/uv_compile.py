@@ -1,0 +1,237 @@
+"""The uv resolver backend: the same job as pip-compile in the image, on this machine, for the
+target's Python and platform, with no image and no emulation.
+
+``uv pip compile`` gets what pip-compile gets (the layer's requirements, the stand-in wheels of
+everything installed as find-links, the installed versions as the existing output, whose pins uv
+prefers while they satisfy), plus ``--python-version`` and ``--python-platform`` taken from the
+base record (``python``, ``platform_machine``, ``libc``), so an arm64 / Python 3.12 lock is made
+on an amd64 host and carries aarch64 wheel hashes. Overrides and no_deps pins are compiled with
+``--no-deps --generate-hashes``; the metadata of what moves comes from ``uv pip install
+--target --no-deps`` of exactly those pins, read from their ``METADATA``.
+
+Index semantics differ from pip's on purpose: uv's default ``first-index`` strategy takes a
+package from the first index that has it, and a layer's declared extra index comes first, so a
+name that exists on the nightly index can never be taken from the primary one (dependency
+confusion); pip merges every index and takes the highest version anywhere.
+
+uv is installed from the tools index into a cached virtual environment, version pinned
+(:data:`UV_VERSION`, part of every uv lock's inputs).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from audit.core.errors import EnvironmentProblem
+from audit.core.snapshot import canonical_name
+from audit.engines import atomic
+from audit.engines import process as commands
+from audit.engines.lock_compile import (
+    OUTPUT,
+    STANDINS,
+    CompileJob,
+    Outcome,
+    ambient_ca_bundle,
+    cache_root,
+    clean_body,
+    prepare_work,
+    tools_index,
+)
+from audit.plan.lock import RESOLVERS, UV_VERSION
+from audit.plan.lockfile import BaseRecord
+
+RESOLVER = RESOLVERS["uv"]
+REPINS = "repins.txt"
+MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+@dataclass(frozen=True)
+class UvTarget:
+    """What uv resolves for: the base interpreter's Python version and platform triple."""
+
+    python_version: str  # 3.12.3
+    python_platform: str  # aarch64-manylinux_2_39
+
+
+def uv_target(record: BaseRecord, interpreter: str, platform: str) -> UvTarget:
+    """The target of ``interpreter`` in the base record (its markers and C library)."""
+    env = next((e for e in record.environments if e.interpreter == interpreter), None)
+    envs = record.environments
+    env = env or (envs[0] if len(envs) == 1 else None)
+    machine = (env.markers.get("platform_machine") if env else "") or platform.rsplit(
+        "/", maxsplit=1
+    )[-1]
+    arch = MACHINES.get(machine, machine)
+    libc = env.libc if env else ""
+    glibc = libc.split()[-1].replace(".", "_") if libc.startswith("glibc ") else "2_28"
+    python = env.python if env else f"{sys.version_info.major}.{sys.version_info.minor}"
+    return UvTarget(python, f"{arch}-manylinux_{glibc}")
+
+
+# -- the tool ----------------------------------------------------------------------------------
+
+
+def uv_binary() -> Path:
+    """uv, installed once into ``<cache>/host/uv-<version>`` (under a file lock)."""
+    home = cache_root() / "host"
+    venv = home / f"uv-{UV_VERSION}"
+    binary = venv / "bin" / "uv"
+    if binary.is_file():
+        return binary
+    home.mkdir(parents=True, exist_ok=True)
+    with atomic.exclusive(home / ".uv.lock"):
+        if not binary.is_file():
+            _install_uv(venv)
+    return binary
+
+
+def _install_uv(venv: Path) -> None:
+    partial = venv.with_name(venv.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    commands.run([sys.executable, "-m", "venv", str(partial)], capture=True)
+    pip = [str(partial / "bin" / "python"), "-m", "pip", "install", "--isolated", "-q"]
+    bundle = ambient_ca_bundle()
+    certs = ["--cert", str(bundle)] if bundle else []
+    done = commands.run(
+        [*pip, *certs, "--index-url", tools_index(), f"uv=={UV_VERSION}"], check=False
+    )
+    if done.returncode != 0:
+        raise EnvironmentProblem(
+            f"could not install uv {UV_VERSION} from {tools_index()}",
+            "check the network and the CA bundle (SSL_CERT_FILE), or lock with "
+            "--resolver pip-tools",
+        )
+    partial.rename(venv)
+
+
+# -- one layer ---------------------------------------------------------------------------------
+
+
+def _common(job: CompileJob, target: UvTarget) -> list[str]:
+    inputs = job.inputs
+    args = ["--no-config", "--index-url", inputs.index_url]
+    if inputs.extra_index_url:
+        args += ["--extra-index-url", inputs.extra_index_url]
+    if inputs.pre:
+        args += ["--prerelease", "allow"]
+    return [*args, "--python-version", target.python_version,
+            "--python-platform", target.python_platform]  # fmt: skip
+
+
+def _environment() -> dict[str, str]:
+    """uv's environment, made from nothing: no UV_*/PIP_* configuration of this machine."""
+    env = {"PATH": os.defpath, "HOME": str(cache_root() / "host" / "home"), "LC_ALL": "C.UTF-8"}
+    env["UV_CACHE_DIR"] = str(cache_root() / "host" / "uv-cache")
+    bundle = ambient_ca_bundle()
+    if bundle:
+        env["SSL_CERT_FILE"] = str(bundle)
+    return env
+
+
+def _key(line: str) -> tuple[str, str]:
+    name, _, version = line.partition("==")
+    return canonical_name(name.strip()), version.split()[0].strip() if version else ""
+
+
+def _pin_lines(text: str) -> list[str]:
+    return [line.split(" ")[0].strip() for line in text.splitlines() if line[:1].isalnum()]
+
+
+def moved_lines(job: CompileJob, compiled: str, requirements: str) -> list[str]:
+    """``name==version`` of what the layer installs or moves (the driver's rule, on the host)."""
+    installed = {_key(line) for line in job.existing.splitlines() if "==" in line}
+    overridden = {_key(o)[0] for o in job.overrides}
+    if job.no_deps:
+        pins = [p for p in _pin_lines(requirements) if "==" in p]
+    else:
+        pins = [p for p in _pin_lines(compiled) if _key(p)[0] not in overridden]
+        pins += list(job.overrides)
+    return [p for p in pins if _key(p) not in installed]
+
+
+def run_uv(target: UvTarget, job: CompileJob) -> Outcome:
+    """One layer's job with uv in a fresh work folder; the folder is always removed."""
+    work = Path(tempfile.mkdtemp(prefix="layer-audit-uv-"))
+    try:
+        prepare_work(work, job)
+        return _run(work, target, job)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _uv(work: Path, argv: list[str], log: list[str]) -> int:
+    done = commands.run(
+        [str(uv_binary()), *argv], cwd=work / "recipe", env=_environment(), check=False
+    )
+    log.append(done.stderr + done.stdout)
+    return done.returncode
+
+
+def _run(work: Path, target: UvTarget, job: CompileJob) -> Outcome:
+    log: list[str] = []
+    common = _common(job, target)
+    compiled = ""
+    if not job.no_deps:
+        argv = ["pip", "compile", job.inputs.requirements, "-o", f"../{OUTPUT}",
+                "--generate-hashes", "--no-header", "--find-links", f"../{STANDINS}"]  # fmt: skip
+        code = _uv(work, [*argv, *common], log)
+        if code:
+            return Outcome(code, "", "", "\n".join(log))
+        compiled = (work / OUTPUT).read_text()
+    requirements = (work / "recipe" / job.inputs.requirements).read_text()
+    moved = moved_lines(job, compiled, requirements)
+    repins = _repins(work, job, common, moved, log)
+    if repins is None:
+        return Outcome(1, "", "", "\n".join(log))
+    report = _metadata(work, common, moved, log)
+    if report is None:
+        return Outcome(1, "", "", "\n".join(log))
+    return Outcome(0, compiled, report, "\n".join(log), repins)
+
+
+def _repins(
+    work: Path, job: CompileJob, common: list[str], moved: list[str], log: list[str]
+) -> str | None:
+    """Hash-pinned lines of the override / no_deps pins that move ("" when none do)."""
+    names = {_key(o)[0] for o in job.overrides}
+    wanted = [m for m in moved if job.no_deps or _key(m)[0] in names]
+    if not wanted:
+        return ""
+    (work / "repins.in").write_text("".join(f"{line}\n" for line in wanted))
+    argv = ["pip", "compile", "../repins.in", "-o", f"../{REPINS}", "--no-deps",
+            "--generate-hashes", "--no-header", "--no-annotate"]  # fmt: skip
+    if _uv(work, [*argv, *common], log):
+        return None
+    return clean_body((work / REPINS).read_text())
+
+
+def _metadata(work: Path, common: list[str], moved: list[str], log: list[str]) -> str | None:
+    """pip's --report shape (``install[].metadata``) for the moved pins, from their METADATA."""
+    if not moved:
+        return json.dumps({"install": []})
+    (work / "moved.txt").write_text("".join(f"{line}\n" for line in moved))
+    target = work / "meta"
+    argv = ["pip", "install", "--target", str(target), "--no-deps", "-r", "../moved.txt",
+            "--quiet", "--find-links", f"../{STANDINS}"]  # fmt: skip
+    if _uv(work, [*argv, *common], log):
+        return None
+    return json.dumps({"install": [_read_metadata(p) for p in sorted(target.glob("*.dist-info"))]})
+
+
+def _read_metadata(folder: Path) -> dict[str, object]:
+    message = email.parser.Parser().parsestr((folder / "METADATA").read_text(errors="replace"))
+    return {
+        "metadata": {
+            "name": message.get("Name", ""),
+            "version": message.get("Version", ""),
+            "requires_dist": message.get_all("Requires-Dist") or [],
+            "requires_python": message.get("Requires-Python") or "",
+        }
+    }

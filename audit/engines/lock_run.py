@@ -233,9 +233,12 @@ def _report_repins(outcome: Outcome, step: Step, overridden: set[str]) -> dict[s
     """Override lines from pip's report, for the overridden names only (they carry hashes)."""
     if not overridden:
         return {}
-    items = [i for i in _report_items(outcome.report, step)
-             if canonical_name(str(i.get("metadata", {}).get("name", ""))) in overridden]  # fmt: skip
+    items = [i for i in _report_items(outcome.report, step) if _item_name(i) in overridden]
     return no_deps_blocks(json.dumps({"install": items}), step)
+
+
+def _item_name(item: Mapping[str, Any]) -> str:
+    return canonical_name(str(item.get("metadata", {}).get("name", "")))
 
 
 def _pins(text: str, step: Step) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from audit.core.policy import Policy
 from audit.core.snapshot import SCRIPT_PATH, Environment, parse_snapshot
 from audit.core.verdict import check_state, evaluate, evaluate_shadowed
 from audit.engines import console, docker_host
+from audit.engines.container import BindMount
 from audit.plan.report import Report, Section
 
 MOUNT_POINT = "/layer-audit"
@@ -213,5 +214,5 @@ def _union(before: Mapping[str, Environment], after: Mapping[str, Environment]) 
 
 
 def _run(ref: str, argv: list[str]) -> str:
-    mount = docker_host.BindMount(SCRIPT_PATH.parent, MOUNT_POINT, read_only=True)
+    mount = BindMount(SCRIPT_PATH.parent, MOUNT_POINT, read_only=True)
     return docker_host.run_in_image(ref, argv, mounts=(mount,), network="none")

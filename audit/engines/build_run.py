@@ -28,10 +28,12 @@ from audit.core.errors import (
     BuildFailed,
     CommandFailed,
     EnvironmentProblem,
+    LockError,
 )
 from audit.engines import atomic, console, docker_host, process
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
+from audit.engines.context import render
 from audit.plan.build import (
     SECRET_CA,
     SECRET_NETRC,
@@ -44,9 +46,14 @@ from audit.plan.build import (
     netrc_text,
     plan_build,
     secret_sources,
+    target_stages,
 )
-from audit.plan.recipe import Recipe
+from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
+from audit.plan.paths import build_dir
+from audit.plan.recipe import PipLayer, Recipe
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import summary_line
+from audit.plan.sources import DirectorySource, Source
 
 LOG_TAIL_LINES = 25
 DISK_FULL = "no space left on device"
@@ -247,6 +254,30 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
         remove_temporary(plan)
     console.stderr.print(f"build log: {log.path}")
     return 0
+
+
+def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> None:
+    """Every pip layer up to the target needs its lock; the guard needs the base snapshot."""
+    last = target_stages(recipe, options.stage)[0]
+    for step in (s for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)):
+        relpath = lock_relpath(recipe, step)
+        if not source.exists(relpath):
+            raise LockError(
+                f"{relpath}: missing (the lock of {step.label})",
+                f"compile the locks: nox -s lock -- {recipe.name}",
+            )
+        read_lock(source, relpath)  # truncated or edited: exit 2 now, not inside the build
+    if options.guard:
+        read_base(source, base_relpath(recipe))
+
+
+def build_image(root: Path, options: BuildOptions) -> int:
+    """The build command: load the recipe, check its locks, render it, then :func:`run_build`."""
+    source = DirectorySource(root)
+    recipe = load_recipe(source, options.image)
+    check_locks(source, recipe, options)
+    render(root, recipe, stage=options.stage)
+    return run_build(root, recipe, options, build_dir(root, recipe.name))
 
 
 def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from audit.core.errors import EnvironmentProblem
 from audit.plan.base_image import make_command
@@ -46,6 +46,22 @@ class ContainerResult:
     exit_code: int
     stdout: str
     stderr: str
+
+
+class ContainerSettings(TypedDict, total=False):
+    """How a :class:`Container` runs; each key optional, its default in brackets.
+
+    ``mounts`` bind mounts [none]; ``network`` a network mode [``"none"``]; ``platform``
+    (e.g. ``linux/arm64``, emulated when foreign) [the image's]; ``environment`` [empty];
+    ``user`` [the image's]; ``workdir`` [the image's].
+    """
+
+    mounts: Sequence[BindMount]
+    network: str
+    platform: str | None
+    environment: Mapping[str, str] | None
+    user: str | None
+    workdir: str | None
 
 
 # ----------------------------------------------------------------------------- the daemon
@@ -101,29 +117,20 @@ class Container:
     """
 
     def __init__(
-        self,
-        ref: str,
-        argv: Sequence[str] = ("true",),
-        *,
-        mounts: Sequence[BindMount] = (),
-        network: str = "none",
-        platform: str | None = None,
-        environment: Mapping[str, str] | None = None,
-        user: str | None = None,
-        workdir: str | None = None,
+        self, ref: str, argv: Sequence[str] = ("true",), **settings: Unpack[ContainerSettings]
     ) -> None:
         self.ref = ref
         self.options: dict[str, Any] = {
             "entrypoint": [argv[0]],
             "command": list(argv[1:]),
-            "mounts": _sdk_mounts(mounts),
-            "network_mode": network,
-            "platform": platform,
+            "mounts": _sdk_mounts(settings.get("mounts", ())),
+            "network_mode": settings.get("network", "none"),
+            "platform": settings.get("platform"),
             "read_only": True,
             "tmpfs": dict(TMPFS),
-            "environment": dict(environment or {}),
-            "user": user or "",
-            "working_dir": workdir,
+            "environment": dict(settings.get("environment") or {}),
+            "user": settings.get("user") or "",
+            "working_dir": settings.get("workdir"),
             "detach": True,
         }
         self._handle: Any = None

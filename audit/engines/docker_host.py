@@ -17,13 +17,19 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, Unpack
+from typing import Unpack
 
 from packaging.version import InvalidVersion, Version
 
 from audit.core.errors import CommandFailed, EnvironmentProblem
 from audit.engines import process
-from audit.engines.container import BindMount, Container, ContainerResult, daemon
+from audit.engines.container import (
+    BindMount,
+    Container,
+    ContainerResult,
+    ContainerSettings,
+    daemon,
+)
 from audit.engines.container import missing_image as _missing_image
 from audit.plan.build import DockerClient
 
@@ -202,15 +208,11 @@ def remove_image(ref: str) -> None:
 # ----------------------------------------------------------------------------- throwaway runs
 
 
-class ContainerOptions(TypedDict, total=False):
-    """The keyword options of :func:`run_in_image_result` (see its defaults there)."""
+class ContainerOptions(ContainerSettings, total=False):
+    """The keyword options of :func:`run_in_image_result`: a container's settings (see
+    :class:`audit.engines.container.ContainerSettings` for them and their defaults) and
+    ``timeout``, seconds before the container is killed [no limit]."""
 
-    mounts: Sequence[BindMount]
-    network: str
-    platform: str | None
-    environment: Mapping[str, str] | None
-    user: str | None
-    workdir: str | None
     timeout: float | None
 
 
@@ -218,13 +220,8 @@ def run_in_image_result(
     ref: str,
     argv: Sequence[str],
     *,
-    mounts: Sequence[BindMount] = (),
-    network: str = "none",
-    platform: str | None = None,
-    environment: Mapping[str, str] | None = None,
-    user: str | None = None,
-    workdir: str | None = None,
     timeout: float | None = None,
+    **settings: Unpack[ContainerSettings],
 ) -> ContainerResult:
     """Run ``argv`` in a throwaway :class:`Container` of ``ref``; it is always removed.
 
@@ -232,16 +229,7 @@ def run_in_image_result(
     entrypoint overridden. For callers that interpret a failure themselves (a resolver's
     conflict message); :func:`run_in_image` is the usual entry point.
     """
-    with Container(
-        ref,
-        argv,
-        mounts=mounts,
-        network=network,
-        platform=platform,
-        environment=environment,
-        user=user,
-        workdir=workdir,
-    ) as container:
+    with Container(ref, argv, **settings) as container:
         return container.run(timeout)
 
 

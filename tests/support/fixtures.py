@@ -74,11 +74,12 @@ def _user_cache_home() -> Path:
 
 
 def _keep_machine_rootfs(cache_home: Path) -> None:
-    """Link the machine's Debian root file systems into the session's cache home."""
+    """Link the machine's Debian root file systems, when it has any, into the session's cache
+    home (without them a session that must make a base image keeps its own)."""
     machine = _user_cache_home() / ROOTFS
-    machine.mkdir(parents=True, exist_ok=True)
-    (cache_home / ROOTFS).parent.mkdir(parents=True, exist_ok=True)
-    (cache_home / ROOTFS).symlink_to(machine, target_is_directory=True)
+    if machine.is_dir():
+        (cache_home / ROOTFS).parent.mkdir(parents=True, exist_ok=True)
+        (cache_home / ROOTFS).symlink_to(machine, target_is_directory=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

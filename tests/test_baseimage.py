@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,7 @@ def test_cli_builds_a_tag_from_the_cached_root_fs(
     base_image: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base_image()  # makes sure the rootfs tarball is cached
-    tag = "layer-audit/test-base:cli"
+    tag = f"{os.environ.get('AUDIT_TEST_REPOSITORY', 'layer-audit-test')}/base:cli"
     try:
         assert main(["base-image", "--tag", tag]) == 0
         assert f"{tag}  sha256:" in capsys.readouterr().out

@@ -14,7 +14,8 @@ from rich.console import Console
 from audit.engines import docker_host
 from audit.engines import process as commands
 from audit.engines.build_progress import parse, step_labels, step_table
-from audit.engines.build_run import move_tags, shown_command
+from audit.engines.build_run import move_tags
+from audit.engines.process import shown_command
 from audit.plan.build import BuildOptions
 from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer, Stage
 from tests.test_build_plan import LEGACY, make_recipe, plan

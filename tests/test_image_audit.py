@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,7 +81,8 @@ def build_image(base: str, wheels: list[Path], context: Path) -> str:
     for wheel in wheels:
         (context / "wheels" / wheel.name).write_bytes(wheel.read_bytes())
     (context / "Dockerfile").write_text(DOCKERFILE.format(base=base))
-    tag = f"layer-audit/test-image-audit:{uuid.uuid4().hex[:12]}"
+    repository = os.environ.get("AUDIT_TEST_REPOSITORY", "layer-audit-test")
+    tag = f"{repository}/image-audit:{uuid.uuid4().hex[:12]}"
     client = docker_host.detect_client()
     argv = [*build_command(client), "--network", "none", "-t", tag, str(context)]
     commands.run(argv, env=docker_host.client_env(client))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import platform
@@ -20,6 +21,7 @@ import pytest
 from audit.cli import lock_fast as lock_stamp
 from audit.cli import main as cli
 from audit.core.snapshot import Distribution
+from audit.engines import atomic
 from audit.engines import process as commands
 from audit.plan.lockfile import parse_lock
 from tests.support.cli import REPO, spawn_audit
@@ -240,6 +242,8 @@ def test_a_run_killed_mid_write_leaves_the_old_lock_intact(project: Path, tmp_pa
     time.sleep(0.3)  # well inside pip-compile, before the rename
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):  # the orphaned pip-compile, if still there
+        os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == -signal.SIGKILL
     assert lock_bytes(project) == before
     for data in before.values():
@@ -248,8 +252,31 @@ def test_a_run_killed_mid_write_leaves_the_old_lock_intact(project: Path, tmp_pa
     assert run_lock("t", "--host") == 0  # the file lock died with the killed run
 
 
+def waiting_for_a_file_lock(pid: int) -> bool:
+    """True while ``pid`` sleeps between two tries of a file lock.
+
+    Before it compiles, ``lock`` sleeps nowhere else: a run seen here has looked at the
+    locks, found them stale, and queued for ``locks/<image>/.lock``.
+    """
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() in {"hrtimer_nanosleep", "do_nanosleep"}
+    except OSError:
+        return False
+
+
 def test_two_concurrent_runs_produce_one_valid_lock(project: Path) -> None:
-    runs = [spawn_audit(project, "lock", "t", "--host") for _ in range(2)]
+    """Both runs find the locks missing and queue for the image's file lock, held here until
+    both wait (no race left to chance); the first to get it compiles, the other then finds
+    every lock fresh."""
+    with atomic.exclusive(project / "locks/t/.lock"):
+        runs = [spawn_audit(project, "lock", "t", "--host") for _ in range(2)]
+        queued: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(queued) < len(runs):
+            assert time.monotonic() < deadline, "the runs never queued for the file lock"
+            assert all(run.poll() is None for run in runs), [r.communicate() for r in runs]
+            queued |= {run.pid for run in runs if waiting_for_a_file_lock(run.pid)}
+            time.sleep(0.005)
     results = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], results
     locks = lock_bytes(project)
@@ -257,6 +284,7 @@ def test_two_concurrent_runs_produce_one_valid_lock(project: Path) -> None:
     for name, data in locks.items():
         parse_lock(data, name)
     assert sum("resolving" in err for _, err in results) == 1  # the second found them fresh
+    assert sum("nothing to compile" in out for out, _ in results) == 1
     assert not list((project / "locks/t").glob(".*.tmp"))
 
 

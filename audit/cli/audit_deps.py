@@ -15,16 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from audit.core.errors import UsageError
-from audit.core.policy import Policy
 from audit.engines import console
-from audit.engines.image_audit import ImageTarget, audit_image, compare_images
+from audit.engines.image_audit import audit_images
 from audit.engines.reports import write_report
-from audit.plan.auditdeps import audit_recipe, audit_report
-from audit.plan.paths import find_root, list_images
-from audit.plan.recipe import Recipe
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.report import Report, add_report_arguments, check_output, report_exit_code
-from audit.plan.sources import DirectorySource
+from audit.plan.auditdeps import audit_recipes
+from audit.plan.report import add_report_arguments, check_output, report_exit_code
 
 
 @dataclass(frozen=True)
@@ -51,6 +46,7 @@ class AuditDepsOptions:
             output=args.output,
         )
         options.validate()
+        check_output(options.output)  # before any work: an image audit runs containers
         return options
 
     def validate(self) -> None:
@@ -102,45 +98,20 @@ def register(subparsers: Any) -> None:
         help="with --image: also audit this Python inside the image (repeatable)",
     )
     add_report_arguments(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=handle)
 
 
-def run(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     options = AuditDepsOptions.from_args(args)
-    check_output(options.output)  # before any work: an image audit runs containers
-    report = image_report(options) if options.image else recipes_report(options.images)
+    if options.image:
+        report = audit_images(
+            options.image,
+            options.against,
+            recipe=options.recipe,
+            interpreters=options.interpreters,
+            today=date.today(),
+        )
+    else:
+        report = audit_recipes(options.images, today=date.today())
     write_report(report, options.fmt, options.output, console.stdout)
     return report_exit_code(report)
-
-
-def recipes_report(names: tuple[str, ...]) -> Report:
-    """Audit the named recipes (all under images/ when none) of the project around the cwd."""
-    source = DirectorySource(find_root())
-    selected = names or tuple(list_images(source.root))
-    if not selected:
-        raise UsageError(
-            f"no recipes under {source.root / 'images'}", "add images/<name>/image.toml"
-        )
-    today = date.today()
-    audits = [audit_recipe(source, load_recipe(source, name), today=today) for name in selected]
-    return audit_report(audits)
-
-
-def image_report(options: AuditDepsOptions) -> Report:
-    assert options.image is not None  # validate() guarantees it
-    recipe = _load_optional_recipe(options.recipe)
-    interpreters = (*(recipe.interpreters if recipe else ()), *options.interpreters)
-    policy = recipe.policy if recipe else Policy()
-    target = ImageTarget(options.image, interpreters)
-    if options.against:
-        against = ImageTarget(options.against, interpreters)
-        return compare_images(target, against, policy, today=date.today())
-    return audit_image(target, policy, today=date.today())
-
-
-def _load_optional_recipe(name: str | None) -> Recipe | None:
-    if name is None:
-        return None
-    root = find_root()
-    image = Path(name).name if "/" in name else name  # accept images/X as well as X
-    return load_recipe(DirectorySource(root), image)

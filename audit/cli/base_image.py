@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from rich.markup import escape
@@ -45,9 +46,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=handle)
 
 
-def options_from(args: argparse.Namespace) -> base_image.BaseImageOptions:
-    return base_image.validate(
-        base_image.BaseImageOptions(
+@dataclass(frozen=True)
+class BaseImageCommandOptions:
+    """The command line, parsed and checked once (an unknown arch or suite: exit 2)."""
+
+    make: base_image.BaseImageOptions
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BaseImageCommandOptions:
+        make = base_image.BaseImageOptions(
             suite=args.suite,
             arch=args.arch,
             tag=args.tag,
@@ -55,11 +62,12 @@ def options_from(args: argparse.Namespace) -> base_image.BaseImageOptions:
             mirror=args.mirror,
             docker=args.docker,
         )
-    )
+        return cls(base_image.validate(make))
 
 
 def handle(args: argparse.Namespace) -> int:
-    made = baseimage.build_base_image(options_from(args))
+    options = BaseImageCommandOptions.from_args(args)
+    made = baseimage.build_base_image(options.make)
     console.stdout.print(
         f"{escape(made.tag)}  {made.image_id[:19]}  python {made.python} ({made.machine})"
         f"  {made.seconds:.1f}s"

@@ -8,19 +8,14 @@ disk full). A failed build moves no tag.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.core.errors import LockError
 from audit.engines import docker_host
-from audit.engines.build_run import run_build
-from audit.engines.context import render
+from audit.engines.build_run import build_image
 from audit.plan import paths
-from audit.plan.build import NETWORK_AUTO, BuildOptions, target_stages
-from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
-from audit.plan.recipe import PipLayer, Recipe
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.plan.build import NETWORK_AUTO, BuildOptions
 
 DEFAULT_IMAGE = "demo"
 
@@ -80,41 +75,30 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=handle)
 
 
-def options_from(args: argparse.Namespace) -> BuildOptions:
-    return BuildOptions(
-        image=args.image,
-        stage=args.stage,
-        platform=args.platform,
-        push=args.push,
-        builder=args.builder,
-        docker=args.docker,
-        network=args.network,
-        ca_bundle=args.ca_bundle,
-        guard=not args.no_guard,
-        no_cache=args.no_cache,
-    )
+@dataclass(frozen=True)
+class BuildCommandOptions:
+    """The command line, parsed once, and the project it runs in."""
 
+    root: Path  # the project around the working folder
+    build: BuildOptions
 
-def check_locks(source: DirectorySource, recipe: Recipe, options: BuildOptions) -> None:
-    """Every pip layer up to the target needs its lock; the guard needs the base snapshot."""
-    last = target_stages(recipe, options.stage)[0]
-    for step in (s for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)):
-        relpath = lock_relpath(recipe, step)
-        if not source.exists(relpath):
-            raise LockError(
-                f"{relpath}: missing (the lock of {step.label})",
-                f"compile the locks: nox -s lock -- {recipe.name}",
-            )
-        read_lock(source, relpath)  # truncated or edited: exit 2 now, not inside the build
-    if options.guard:
-        read_base(source, base_relpath(recipe))
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BuildCommandOptions:
+        build = BuildOptions(
+            image=args.image,
+            stage=args.stage,
+            platform=args.platform,
+            push=args.push,
+            builder=args.builder,
+            docker=args.docker,
+            network=args.network,
+            ca_bundle=args.ca_bundle,
+            guard=not args.no_guard,
+            no_cache=args.no_cache,
+        )
+        return cls(paths.find_root(), build)
 
 
 def handle(args: argparse.Namespace) -> int:
-    options = options_from(args)
-    root = paths.find_root()
-    source = DirectorySource(root)
-    recipe = load_recipe(source, options.image)
-    check_locks(source, recipe, options)
-    render(root, recipe, stage=options.stage)
-    return run_build(root, recipe, options, paths.build_dir(root, recipe.name))
+    options = BuildCommandOptions.from_args(args)
+    return build_image(options.root, options.build)

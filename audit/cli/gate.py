@@ -18,9 +18,8 @@ from typing import Any
 
 from audit.core.errors import EnvironmentProblem
 from audit.engines import atomic, console
-from audit.engines.gitsource import GitSource
+from audit.engines.gitsource import gate_refs
 from audit.engines.reports import write_report
-from audit.plan.gate import gate
 from audit.plan.gate_markdown import gate_markdown
 from audit.plan.report import FORMATS, Report, check_output, render_text, report_exit_code
 
@@ -41,6 +40,8 @@ class GateOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
+        check_output(args.markdown, "--markdown")  # before reading two commits
+        check_output(args.json, "--json")
         summary = os.environ.get(SUMMARY_ENV)
         return cls(
             base=args.base,
@@ -86,29 +87,16 @@ def register(subparsers: Any) -> None:
         default="table",
         help="report format on stdout (default: table)",
     )
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=handle)
 
 
-def run(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
-    check_output(options.markdown, "--markdown")  # before reading two commits
-    check_output(options.json, "--json")
-    report = gate_report(options, today=date.today())
+    report = gate_refs(options.repo, options.base, options.head, today=date.today())
     markdown = gate_markdown(report)
     _print(report, options.fmt, markdown)
     _write_files(report, options, markdown)
     return report_exit_code(report)
-
-
-def gate_report(options: GateOptions, *, today: date) -> Report:
-    base = GitSource(options.repo, options.base)
-    head = GitSource(options.repo, options.head)
-    title = f"dependency gate: {_label(base)} → {_label(head)}"
-    return gate(base, head, today=today, title=title)
-
-
-def _label(source: GitSource) -> str:
-    return f"{source.ref} ({source.commit[:12]})"
 
 
 def _print(report: Report, fmt: str, markdown: str) -> None:

@@ -1,9 +1,11 @@
 """``python -m audit``: the command line under the nox sessions, and the only error boundary.
 
-Each subcommand lives in its own ``audit/cmd_*.py`` module exposing
-``register(subparsers) -> None``, which adds a parser whose default ``handler`` takes the
-parsed arguments and returns an exit code. Errors from :mod:`audit.core.errors` are caught here and
-only here: printed as "error: what and where" plus "hint: what to do", never as a traceback.
+Each subcommand lives in its own ``audit/cli/<name>.py`` module exposing
+``register(subparsers) -> None``, which adds a parser whose default ``handler`` is the module's
+``handle(args) -> int``: it builds the command's frozen options (``Options.from_args(args)``),
+makes one call into :mod:`audit.plan` or :mod:`audit.engines`, and returns an exit code.
+Errors from :mod:`audit.core.errors` are caught here and only here: printed as "error: what
+and where" plus "hint: what to do", never as a traceback.
 """
 
 from __future__ import annotations

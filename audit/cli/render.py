@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,22 @@ from rich.table import Table
 
 from audit.core.errors import EXIT_OK
 from audit.engines import console
-from audit.engines.context import render
+from audit.engines.context import render_image
 from audit.plan.paths import find_root
-from audit.plan.recipe_parse import load_recipe
 from audit.plan.render import RenderResult
-from audit.plan.sources import DirectorySource
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """The command line, parsed once, and the project it runs in."""
+
+    root: Path  # the project around the working folder
+    image: str
+    stage: str | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RenderOptions:
+        return cls(find_root(), args.image, args.stage)
 
 
 def register(subparsers: Any) -> None:
@@ -29,14 +41,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--stage", metavar="vK", help="render stages v1 up to vK only (default: every stage)"
     )
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=handle)
 
 
-def run(args: argparse.Namespace) -> int:
-    root = find_root()
-    recipe = load_recipe(DirectorySource(root), args.image)
-    result = render(root, recipe, stage=args.stage)
-    show(result, root)
+def handle(args: argparse.Namespace) -> int:
+    options = RenderOptions.from_args(args)
+    result = render_image(options.root, options.image, stage=options.stage)
+    show(result, options.root)
     return EXIT_OK
 
 

@@ -8,16 +8,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.core.snapshot import SCRIPT_PATH, dump_snapshot, parse_snapshot
+from audit.core.errors import EXIT_OK
 from audit.engines import atomic, console
-from audit.engines import process as commands
+from audit.engines.host_snapshot import take_snapshot
 from audit.plan.report import check_output
 
 
 @dataclass(frozen=True)
 class SnapshotOptions:
+    """The command line, parsed and checked once (an unwritable --output: exit 2)."""
+
     python: str
     output: Path | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SnapshotOptions:
+        check_output(args.output)  # before running anything
+        return cls(python=args.python, output=args.output)
 
 
 def register(subparsers: Any) -> None:
@@ -39,22 +46,11 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="write the snapshot to FILE (atomically) instead of stdout",
     )
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=handle)
 
 
-def take_snapshot(python: str) -> bytes:
-    """Run the in-image script with ``python``; verify and re-seal what it printed."""
-    done = commands.run(
-        [python, str(SCRIPT_PATH)],
-        hint=f"check that {python} is a Python >= 3.9 interpreter",
-    )
-    envs = parse_snapshot(done.stdout.encode("utf-8"), f"output of {python} {SCRIPT_PATH.name}")
-    return dump_snapshot(envs)
-
-
-def run(args: argparse.Namespace) -> int:
-    options = SnapshotOptions(python=args.python, output=args.output)
-    check_output(options.output)
+def handle(args: argparse.Namespace) -> int:
+    options = SnapshotOptions.from_args(args)
     data = take_snapshot(options.python)
     if options.output is None:
         sys.stdout.buffer.write(data)
@@ -62,4 +58,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         atomic.write_bytes(options.output, data)
         console.stderr.print(f"wrote {options.output}")
-    return 0
+    return EXIT_OK

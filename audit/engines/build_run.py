@@ -14,9 +14,8 @@ import datetime as _dt
 import hashlib
 import os
 import shlex
-import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +28,12 @@ from audit.core.errors import (
     BuildFailed,
     CommandFailed,
     EnvironmentProblem,
+    LockError,
 )
-from audit.engines import atomic, console, docker_host
-from audit.engines import process as commands
+from audit.engines import atomic, console, docker_host, process
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
+from audit.engines.context import render
 from audit.plan.build import (
     SECRET_CA,
     SECRET_NETRC,
@@ -46,58 +46,20 @@ from audit.plan.build import (
     netrc_text,
     plan_build,
     secret_sources,
+    target_stages,
 )
-from audit.plan.recipe import Recipe
+from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
+from audit.plan.paths import build_dir
+from audit.plan.recipe import PipLayer, Recipe
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import summary_line
+from audit.plan.sources import DirectorySource, Source
 
 LOG_TAIL_LINES = 25
 DISK_FULL = "no space left on device"
 DISK_HINT = "free disk space (docker builder prune; docker image prune), then build again"
 BUILDKIT_MISSING = ("requires BuildKit", "the --mount option requires", "unknown flag: --secret")
-
-
-# ----------------------------------------------------------------------------- streaming
-
-
-@dataclass(frozen=True)
-class Streamed:
-    returncode: int
-    lines: tuple[str, ...]
-
-
-def shown_command(args: Sequence[str]) -> str:
-    """The command as printed: its ``--label`` pairs (all in build.log) counted, not listed."""
-    kept = [a for i, a in enumerate(args) if "--label" not in (a, args[i - 1] if i else "")]
-    labels = args.count("--label")
-    if not labels:
-        return shlex.join(kept)
-    return f"{shlex.join(kept[:-1])} --label … ({labels} labels, in build.log) {kept[-1]}"
-
-
-def stream(argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str], None]) -> Streamed:
-    """Run a program like :func:`audit.engines.process.run`; each output line goes to ``on_line``.
-
-    Prints the command, finds the program, raises :class:`CommandFailed` when it cannot start;
-    the exit code is returned (the caller knows what a failed build means).
-    """
-    args = [commands.find_program(argv[0]), *argv[1:]]
-    if not os.environ.get(commands.QUIET_ENV):
-        console.stderr.print(f"[dim]$ {escape(shown_command(args))}[/dim]")
-    lines: list[str] = []
-    try:
-        with subprocess.Popen(
-            args, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as proc:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                lines.append(raw.rstrip("\n"))
-                on_line(lines[-1])
-    except OSError as exc:
-        raise CommandFailed(
-            f"cannot run {args[0]}: {exc.strerror}",
-            "name a working docker client with --docker PATH or $LAYER_AUDIT_DOCKER",
-        ) from exc
-    return Streamed(proc.returncode, tuple(lines))
+CLIENT_HINT = "name a working docker client with --docker PATH or $LAYER_AUDIT_DOCKER"
 
 
 # ----------------------------------------------------------------------------- facts
@@ -113,7 +75,7 @@ def tree_digest(folder: Path) -> str:
 
 
 def _git(root: Path, *args: str) -> str:
-    done = commands.run(["git", "-C", str(root), *args], check=False)
+    done = process.run(["git", "-C", str(root), *args], check=False)
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
@@ -231,7 +193,7 @@ def run_stage_build(
 ) -> None:
     log.lines.append(f"### {shlex.join(build.argv)}")
     with LiveView(console.stderr, f"{recipe.name} {build.stage}", step_labels(recipe)) as view:
-        done = stream(build.argv, env, view.feed)
+        done = process.stream(build.argv, view.feed, env=env, check=False, hint=CLIENT_HINT)
     log.lines.extend(done.lines)
     if done.returncode != 0:
         raise build_failure(recipe, build.stage, view.progress, done.lines)
@@ -263,7 +225,7 @@ def move_tags(client: DockerClient, plan: BuildPlan) -> None:
             console.stdout.print(f"tagged {ref}")
     if plan.push:
         for ref in plan.tags:
-            commands.run([client.path, "push", ref], capture=False)
+            process.run([client.path, "push", ref], capture=False)
 
 
 def remove_temporary(plan: BuildPlan) -> None:
@@ -292,6 +254,30 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
         remove_temporary(plan)
     console.stderr.print(f"build log: {log.path}")
     return 0
+
+
+def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> None:
+    """Every pip layer up to the target needs its lock; the guard needs the base snapshot."""
+    last = target_stages(recipe, options.stage)[0]
+    for step in (s for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)):
+        relpath = lock_relpath(recipe, step)
+        if not source.exists(relpath):
+            raise LockError(
+                f"{relpath}: missing (the lock of {step.label})",
+                f"compile the locks: nox -s lock -- {recipe.name}",
+            )
+        read_lock(source, relpath)  # truncated or edited: exit 2 now, not inside the build
+    if options.guard:
+        read_base(source, base_relpath(recipe))
+
+
+def build_image(root: Path, options: BuildOptions) -> int:
+    """The build command: load the recipe, check its locks, render it, then :func:`run_build`."""
+    source = DirectorySource(root)
+    recipe = load_recipe(source, options.image)
+    check_locks(source, recipe, options)
+    render(root, recipe, stage=options.stage)
+    return run_build(root, recipe, options, build_dir(root, recipe.name))
 
 
 def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> int:

@@ -1,60 +1,26 @@
 """The audit trail of a built image, extracted into ``build/reports/<image>/<stage>/``.
 
 The guard leaves ``<slug>.snapshot.json`` and ``<slug>.findings.json`` per guarded layer under
-``/var/lib/layer-audit/trail`` in the image. This copies them out through the docker SDK
-(``get_archive`` of a created, never started container: works for foreign architectures too)
-into ``trail/`` and renders every layer's findings as ``report.json`` and ``report.md``.
+``/var/lib/layer-audit/trail`` in the image. This copies them out of a created, never
+started :class:`audit.engines.container.Container` (works for foreign architectures too) into
+``trail/`` and renders every layer's findings as ``report.json`` and ``report.md``.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from audit.core.errors import EnvironmentProblem
 from audit.core.findings import Finding
-from audit.engines import atomic, docker_host
+from audit.engines import atomic
+from audit.engines.container import Container
 from audit.plan.build import TRAIL_DIR, StageBuild
 from audit.plan.paths import reports_dir
 from audit.plan.recipe import Recipe
 from audit.plan.report import Report, Section, report_json, report_markdown
 
 FINDINGS_SUFFIX = ".findings.json"
-
-
-def _read_archive(image: str) -> dict[str, bytes]:
-    """File name -> bytes of every regular file in the image's trail folder."""
-    import docker
-
-    daemon = docker_host.daemon()
-    try:
-        container = daemon.containers.create(image, command=["true"], entrypoint=[])
-    except docker.errors.APIError as exc:
-        raise EnvironmentProblem(
-            f"cannot read the trail of {image}: {exc}",
-            "check that the Docker daemon is up (docker info) and the image exists (docker images)",
-        ) from exc
-    try:
-        chunks, _ = container.get_archive(TRAIL_DIR)
-        data = b"".join(chunks)
-    except docker.errors.NotFound:
-        return {}
-    finally:
-        container.remove(force=True)
-    return _members(data)
-
-
-def _members(data: bytes) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        for member in archive.getmembers():
-            handle = archive.extractfile(member) if member.isfile() else None
-            if handle is not None:
-                files[PurePosixPath(member.name).name] = handle.read()
-    return files
 
 
 def _labels(recipe: Recipe, stage: str) -> dict[str, str]:
@@ -74,8 +40,12 @@ def trail_report(recipe: Recipe, stage: str, files: dict[str, bytes]) -> Report:
 
 
 def read_trail(build: StageBuild) -> dict[str, bytes]:
-    """The trail files of ``build``'s image (the target's holds every earlier stage's too)."""
-    return _read_archive(build.temp_ref)
+    """The trail files of ``build``'s image (the target's holds every earlier stage's too).
+
+    Copied out of a created, never started container: a foreign architecture needs no qemu.
+    """
+    with Container(build.temp_ref) as container:
+        return container.files(TRAIL_DIR)
 
 
 def write_trail_reports(

@@ -15,7 +15,14 @@ from audit.engines import atomic
 from audit.plan.guard_context import FILE_MODE, GUARD_DIR, guard_files
 from audit.plan.paths import build_dir
 from audit.plan.recipe import Recipe
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.render import MANIFEST, ContextFile, RenderResult, plan_context, select_stages
+from audit.plan.sources import DirectorySource
+
+
+def render_image(root: Path, image: str, *, stage: str | None = None) -> RenderResult:
+    """Load ``images/<image>/`` of the project at ``root`` and render it (see :func:`render`)."""
+    return render(root, load_recipe(DirectorySource(root), image), stage=stage)
 
 
 def render(root: Path, recipe: Recipe, *, stage: str | None = None) -> RenderResult:

@@ -2,7 +2,8 @@
 
 Builds go through a docker *client* program (``audit.engines.process.run``), because BuildKit
 secrets, cache mounts and ``--platform`` live there; everything else (is the daemon up,
-inspect, run a throwaway container) goes through the docker SDK.
+inspect, run a throwaway container) goes through the docker SDK; the connection and the one
+:class:`audit.engines.container.Container` live in :mod:`audit.engines.container`.
 
 Client choice: ``--docker PATH`` or ``$LAYER_AUDIT_DOCKER`` when given, else the first of
 ``docker`` on PATH and ``/usr/bin/docker`` that has a working ``buildx`` plugin, else the first
@@ -16,15 +17,39 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Unpack
 
 from packaging.version import InvalidVersion, Version
 
 from audit.core.errors import CommandFailed, EnvironmentProblem
-from audit.engines import process as commands
-from audit.plan.base_image import make_command
+from audit.engines import process
+from audit.engines.container import (
+    BindMount,
+    Container,
+    ContainerResult,
+    ContainerSettings,
+    daemon,
+)
+from audit.engines.container import missing_image as _missing_image
 from audit.plan.build import DockerClient
+
+__all__ = [  # BindMount, ContainerResult and daemon live in audit.engines.container
+    "DOCKER_ENV",
+    "INSTALL_HINT",
+    "BindMount",
+    "ContainerOptions",
+    "ContainerResult",
+    "ImageInfo",
+    "add_client_option",
+    "client_env",
+    "daemon",
+    "detect_client",
+    "image_exists",
+    "image_info",
+    "remove_image",
+    "run_in_image",
+    "run_in_image_result",
+]
 
 DOCKER_ENV = "LAYER_AUDIT_DOCKER"
 CANDIDATES = ("docker", "/usr/bin/docker")
@@ -33,10 +58,6 @@ INSTALL_HINT = (
     "install the buildx plugin (apt-get install docker-buildx, or docker-buildx-plugin), or a "
     "docker client older than 23 (apt-get install docker.io on Debian 12 gives 20.10 at "
     f"/usr/bin/docker), then pass --docker PATH or set {DOCKER_ENV}"
-)
-DAEMON_HINT = (
-    "start dockerd (as root: dockerd --iptables=false &, then wait for /var/run/docker.sock), "
-    "or point DOCKER_HOST at a running daemon"
 )
 
 
@@ -49,15 +70,6 @@ class ImageInfo:
     architecture: str
     os: str
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class BindMount:
-    """A host path mounted into a throwaway container (read-only unless said otherwise)."""
-
-    source: Path
-    target: str
-    read_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ def _locate(programs: Sequence[str]) -> list[str]:
     found: dict[str, str] = {}
     for program in programs:
         try:
-            path = commands.find_program(program)
+            path = process.find_program(program)
         except CommandFailed:
             continue
         found.setdefault(os.path.realpath(path), path)
@@ -85,8 +97,8 @@ def _locate(programs: Sequence[str]) -> list[str]:
 def _probe(path: str) -> _Probe:
     """Ask one docker program for its version and whether ``buildx`` works."""
     # The client prints its own version even when the daemon is down (exit code 1 then).
-    shown = commands.run([path, "version", "--format", "{{.Client.Version}}"], check=False)
-    buildx = commands.run([path, "buildx", "version"], check=False)
+    shown = process.run([path, "version", "--format", "{{.Client.Version}}"], check=False)
+    buildx = process.run([path, "buildx", "version"], check=False)
     return _Probe(path, shown.stdout.strip(), buildx.returncode == 0)
 
 
@@ -151,31 +163,7 @@ def client_env(client: DockerClient, base: Mapping[str, str] | None = None) -> d
     return env
 
 
-# ----------------------------------------------------------------------------- the daemon
-
-
-def daemon() -> Any:
-    """A docker SDK client for a daemon that answers; exit 3 with a hint when none does."""
-    import docker
-    import requests
-
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise EnvironmentProblem(
-            f"the Docker daemon at {where} does not answer: {_no_answer(where, exc)}", DAEMON_HINT
-        ) from exc
-    return client
-
-
-def _no_answer(where: str, exc: Exception) -> str:
-    """Why the daemon did not answer, in words: the SDK's text nests three exceptions deep."""
-    socket = where.removeprefix("unix://")
-    if where.startswith("unix://") and not Path(socket).exists():
-        return f"no socket at {socket}"
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+# ----------------------------------------------------------------------------- local images
 
 
 def image_exists(ref: str) -> bool:
@@ -187,18 +175,6 @@ def image_exists(ref: str) -> bool:
     except docker.errors.ImageNotFound:
         return False
     return True
-
-
-def _missing_image(ref: str) -> EnvironmentProblem:
-    command = make_command(ref)
-    if command:
-        hint = f"make it offline from Debian packages: {command}"
-    else:
-        hint = (
-            "pull or load it (docker pull / docker load), or make an offline base image with "
-            "python -m audit base-image"
-        )
-    return EnvironmentProblem(f"image not found in the local Docker image store: {ref}", hint)
 
 
 def image_info(ref: str) -> ImageInfo:
@@ -232,120 +208,29 @@ def remove_image(ref: str) -> None:
 # ----------------------------------------------------------------------------- throwaway runs
 
 
-@dataclass(frozen=True)
-class ContainerResult:
-    """What a finished throwaway container left: exit code, stdout and stderr."""
+class ContainerOptions(ContainerSettings, total=False):
+    """The keyword options of :func:`run_in_image_result`: a container's settings (see
+    :class:`audit.engines.container.ContainerSettings` for them and their defaults) and
+    ``timeout``, seconds before the container is killed [no limit]."""
 
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def _mounts(mounts: Sequence[BindMount]) -> list[Any]:
-    from docker.types import Mount
-
-    return [
-        Mount(m.target, str(Path(m.source).resolve()), type="bind", read_only=m.read_only)
-        for m in mounts
-    ]
-
-
-def _run_options(
-    argv: Sequence[str], mounts: Sequence[BindMount], network: str, platform: str | None
-) -> dict[str, Any]:
-    """Entrypoint overridden, read-only root (a small /tmp), no network unless asked for."""
-    return {
-        "entrypoint": [argv[0]],
-        "command": list(argv[1:]),
-        "mounts": _mounts(mounts),
-        "network_mode": network,
-        "platform": platform,
-        "read_only": True,
-        "tmpfs": {"/tmp": "rw,exec,size=512m"},  # noqa: S108 (a path inside the container)
-        "detach": True,
-    }
-
-
-def _wait(container: Any, timeout: float | None, ref: str) -> int:
-    import requests
-
-    try:
-        status: dict[str, Any] = container.wait(timeout=timeout)
-    except requests.exceptions.RequestException as exc:
-        container.kill()
-        raise EnvironmentProblem(
-            f"container from {ref} did not finish within {timeout}s", "raise the timeout"
-        ) from exc
-    return int(status.get("StatusCode", 1))
+    timeout: float | None
 
 
 def run_in_image_result(
     ref: str,
     argv: Sequence[str],
     *,
-    mounts: Sequence[BindMount] = (),
-    network: str = "none",
-    platform: str | None = None,
-    environment: Mapping[str, str] | None = None,
-    user: str | None = None,
-    workdir: str | None = None,
     timeout: float | None = None,
+    **settings: Unpack[ContainerSettings],
 ) -> ContainerResult:
-    """Run ``argv`` in a throwaway container of ``ref``; the container is always removed.
+    """Run ``argv`` in a throwaway :class:`Container` of ``ref``; it is always removed.
 
-    For callers that interpret a failure themselves (a resolver's conflict message);
-    :func:`run_in_image` is the usual entry point.
+    No network unless ``network`` says otherwise, a read-only root with a small ``/tmp``, the
+    entrypoint overridden. For callers that interpret a failure themselves (a resolver's
+    conflict message); :func:`run_in_image` is the usual entry point.
     """
-    options = _run_options(argv, mounts, network, platform)
-    options |= {"environment": dict(environment or {}), "user": user or "", "working_dir": workdir}
-    container = _create(ref, options)
-    try:
-        _start(container, ref)
-        code = _wait(container, timeout, ref)
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        err = container.logs(stdout=False, stderr=True).decode(errors="replace")
-    finally:
-        container.remove(force=True)
-    return ContainerResult(code, out, err)
-
-
-def _create(ref: str, options: Mapping[str, Any]) -> Any:
-    """Create, never pull: the SDK's ``containers.run`` would try a registry for a missing
-    image, which on an offline machine fails with a bare HTTP 500 instead of naming the image."""
-    import docker
-
-    try:
-        return daemon().containers.create(ref, **options)
-    except docker.errors.ImageNotFound as exc:
-        raise _missing_image(ref) from exc
-    except docker.errors.APIError as exc:
-        raise EnvironmentProblem(
-            f"cannot create a container from {ref}: {exc}", "check the Docker daemon: docker info"
-        ) from exc
-
-
-def _start(container: Any, ref: str) -> None:
-    import docker
-
-    try:
-        container.start()
-    except docker.errors.APIError as exc:
-        raise EnvironmentProblem(
-            f"cannot start a container from {ref}: {exc}",
-            "a foreign platform needs qemu registered with binfmt_misc (.ci/setup-machine)",
-        ) from exc
-
-
-class ContainerOptions(TypedDict, total=False):
-    """The keyword options of :func:`run_in_image_result` (see its defaults there)."""
-
-    mounts: Sequence[BindMount]
-    network: str
-    platform: str | None
-    environment: Mapping[str, str] | None
-    user: str | None
-    workdir: str | None
-    timeout: float | None
+    with Container(ref, argv, **settings) as container:
+        return container.run(timeout)
 
 
 def run_in_image(ref: str, argv: Sequence[str], **options: Unpack[ContainerOptions]) -> str:
@@ -360,6 +245,6 @@ def run_in_image(ref: str, argv: Sequence[str], **options: Unpack[ContainerOptio
             f"{ref}: {' '.join(argv)} exited with code {result.exit_code}",
             "read the container's output below",
             returncode=result.exit_code,
-            output=(result.stderr or result.stdout)[-4000:],
+            output=(result.stderr or result.stdout)[-process.OUTPUT_TAIL :],
         )
     return result.stdout

@@ -8,9 +8,11 @@ characters is only ever an argument, never code, and later reads all see one com
 Reads are batched: one ``git ls-tree`` lists the whole commit, and the first read under a
 top-level folder (``images/``, ``locks/``) fetches every blob below it with one
 ``git cat-file --batch``. Programs run through :func:`audit.engines.process.run`, which decodes
-output
-as text; every blob is checked against its object id after decoding, so bytes come back
+output as text; every blob is checked against its object id after decoding, so bytes come back
 exactly as committed or the read fails with an error naming the file, never silently altered.
+
+:func:`gate_refs` is the gate command's one call: both refs read this way, compared by
+:func:`audit.plan.gate.gate`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ import secrets
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path, PurePosixPath
 
 from audit.core.errors import GitError
 from audit.engines import process as commands
+from audit.plan.gate import gate
+from audit.plan.report import Report
 
 # Blobs larger than this are left out of folder prefetches and read only when asked for.
 PREFETCH_LIMIT = 8 * 1024 * 1024
@@ -238,3 +243,15 @@ def _blob_id(data: bytes, hex_length: int) -> str:
     digest.update(b"blob %d\0" % len(data))
     digest.update(data)
     return digest.hexdigest()
+
+
+def gate_refs(repo: Path, base_ref: str, head_ref: str, *, today: date) -> Report:
+    """The dependency gate between two refs of ``repo``, read straight from git (no checkout)."""
+    base = GitSource(repo, base_ref)
+    head = GitSource(repo, head_ref)
+    title = f"dependency gate: {_label(base)} → {_label(head)}"
+    return gate(base, head, today=today, title=title)
+
+
+def _label(source: GitSource) -> str:
+    return f"{source.ref} ({source.commit[:12]})"

@@ -21,7 +21,12 @@ from audit.core.policy import Policy
 from audit.core.snapshot import SCRIPT_PATH, Environment, parse_snapshot
 from audit.core.verdict import check_state, evaluate, evaluate_shadowed
 from audit.engines import console, docker_host
+from audit.engines.container import BindMount
+from audit.plan.paths import find_root
+from audit.plan.recipe import Recipe
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
+from audit.plan.sources import DirectorySource
 
 MOUNT_POINT = "/layer-audit"
 MARKER = "@@layer-audit"
@@ -71,6 +76,33 @@ class ImageEnvironment:
 
     interpreter: str
     environment: Environment
+
+
+def audit_images(
+    image: str,
+    against: str | None,
+    *,
+    recipe: str | None,
+    interpreters: Sequence[str],
+    today: date,
+) -> Report:
+    """audit-deps --image: ``image`` alone, or what it changed against ``against``.
+
+    The policy and the interpreters to look at besides the usual places come from ``recipe``
+    (``images/NAME/image.toml`` of the project around the working folder) when one is named.
+    """
+    loaded = _load_recipe(recipe) if recipe else None
+    named = (*(loaded.interpreters if loaded else ()), *interpreters)
+    policy = loaded.policy if loaded else Policy()
+    target = ImageTarget(image, named)
+    if against:
+        return compare_images(target, ImageTarget(against, named), policy, today=today)
+    return audit_image(target, policy, today=today)
+
+
+def _load_recipe(name: str) -> Recipe:
+    image = PurePosixPath(name).name if "/" in name else name  # accept images/X as well as X
+    return load_recipe(DirectorySource(find_root()), image)
 
 
 def audit_image(target: ImageTarget, policy: Policy, *, today: date) -> Report:
@@ -213,5 +245,5 @@ def _union(before: Mapping[str, Environment], after: Mapping[str, Environment]) 
 
 
 def _run(ref: str, argv: list[str]) -> str:
-    mount = docker_host.BindMount(SCRIPT_PATH.parent, MOUNT_POINT, read_only=True)
+    mount = BindMount(SCRIPT_PATH.parent, MOUNT_POINT, read_only=True)
     return docker_host.run_in_image(ref, argv, mounts=(mount,), network="none")

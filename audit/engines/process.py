@@ -1,7 +1,12 @@
-"""The one wrapper around every external program (docker, pip-compile, git, debootstrap).
+"""The one layer around every external program (docker, pip-compile, git, debootstrap).
 
-It prints the command it runs, finds the program, and raises one typed failure
-(:class:`audit.core.errors.CommandFailed`). Tests patch :func:`run`, never ``subprocess``.
+Two ways to run a program, sharing everything but how the output is read: :func:`run`
+captures it, :func:`stream` hands each line to a callback as it comes (a build's log). Both
+find the program (:func:`find_program`), print the command (:func:`shown_command`: secrets
+redacted, ``--label`` pairs counted) unless ``$AUDIT_QUIET_COMMANDS`` is set, return one
+:class:`Completed`, and raise one typed failure, :class:`audit.core.errors.CommandFailed`, when
+the program cannot start or (``check``) exits non-zero. Tests patch :func:`run` or
+:func:`stream`, never ``subprocess``.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,16 +23,25 @@ from audit.core.errors import CommandFailed
 from audit.engines import console
 
 QUIET_ENV = "AUDIT_QUIET_COMMANDS"
+OUTPUT_TAIL = 4000  # characters of output a failure carries
 
 
 @dataclass(frozen=True)
 class Completed:
-    """What a finished command left: its arguments, exit code and captured output."""
+    """What a finished program left: its arguments, exit code and output.
+
+    A streamed run has its stdout and stderr merged, in order, in ``stdout``; ``stderr`` is "".
+    """
 
     args: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The lines of ``stdout`` (of a streamed run: everything), without their line ends."""
+        return tuple(self.stdout.splitlines())
 
 
 def find_program(name: str, hint: str = "") -> str:
@@ -40,12 +54,45 @@ def find_program(name: str, hint: str = "") -> str:
     raise CommandFailed(f"program not found: {name}", hint or f"install {name} or put it on PATH")
 
 
-def _display(args: Sequence[str], redact: Sequence[str]) -> str:
-    text = shlex.join(args)
+def shown_command(args: Sequence[str], redact: Sequence[str] = ()) -> str:
+    """The command as printed: each ``redact`` string as ``***``; ``--label`` pairs (a build's
+    provenance, all kept in its log) counted, not listed. Brackets stay as they are."""
+    kept = [a for i, a in enumerate(args) if "--label" not in (a, args[i - 1] if i else "")]
+    labels = args.count("--label")
+    text = shlex.join(kept)
+    if labels:
+        text = f"{shlex.join(kept[:-1])} --label … ({labels} labels, in build.log) {kept[-1]}"
     for secret in redact:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+def _prepare(args: Sequence[str | Path], redact: Sequence[str], hint: str) -> list[str]:
+    """The argv to start (program resolved, or :class:`CommandFailed`), printed unless quiet."""
+    argv = [str(a) for a in args]
+    argv[0] = find_program(argv[0], hint)
+    if not os.environ.get(QUIET_ENV):
+        from rich.markup import escape  # printing loads rich anyway; quiet runs never do
+
+        console.stderr.print(f"[dim]$ {escape(shown_command(argv, redact))}[/dim]", markup=True)
+    return argv
+
+
+def _cannot_start(argv: Sequence[str], exc: OSError, hint: str) -> CommandFailed:
+    return CommandFailed(f"cannot run {argv[0]}: {exc.strerror}", hint)
+
+
+def _finish(done: Completed, *, check: bool, redact: Sequence[str], hint: str) -> Completed:
+    """``done`` itself, or (``check`` and a non-zero exit) the failure with the output tail."""
+    if check and done.returncode != 0:
+        raise CommandFailed(
+            f"command failed with exit code {done.returncode}: {shown_command(done.args, redact)}",
+            hint,
+            returncode=done.returncode,
+            output=(done.stderr or done.stdout)[-OUTPUT_TAIL:],
+        )
+    return done
 
 
 def run(
@@ -60,17 +107,14 @@ def run(
     redact: Sequence[str] = (),
     hint: str = "",
 ) -> Completed:
-    """Run a program; print it unless quiet; raise :class:`CommandFailed` on failure.
+    """Run a program to its end and return what it printed (``capture``) and its exit code.
 
     ``env`` replaces the environment entirely when given (hermetic runs need that).
-    ``redact`` lists strings (tokens, URLs with credentials) never to print.
+    ``redact`` lists strings (tokens, URLs with credentials) never to print. Raises
+    :class:`CommandFailed` when the program is missing, cannot start, times out, or (``check``)
+    exits non-zero.
     """
-    argv = [str(a) for a in args]
-    argv[0] = find_program(argv[0], hint)
-    if not os.environ.get(QUIET_ENV):
-        from rich.markup import escape  # printing loads rich anyway; quiet runs never do
-
-        console.stderr.print(f"[dim]$ {escape(_display(argv, redact))}[/dim]", markup=True)
+    argv = _prepare(args, redact, hint)
     try:
         proc = subprocess.run(
             argv,
@@ -83,15 +127,46 @@ def run(
             timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
-        raise CommandFailed(f"timed out after {timeout}s: {_display(argv, redact)}", hint) from exc
+        shown = shown_command(argv, redact)
+        raise CommandFailed(f"timed out after {timeout}s: {shown}", hint) from exc
     except OSError as exc:
-        raise CommandFailed(f"cannot run {argv[0]}: {exc.strerror}", hint) from exc
+        raise _cannot_start(argv, exc, hint) from exc
     done = Completed(tuple(argv), proc.returncode, proc.stdout or "", proc.stderr or "")
-    if check and proc.returncode != 0:
-        raise CommandFailed(
-            f"command failed with exit code {proc.returncode}: {_display(argv, redact)}",
-            hint,
-            returncode=proc.returncode,
-            output=(done.stderr or done.stdout)[-4000:],
-        )
-    return done
+    return _finish(done, check=check, redact=redact, hint=hint)
+
+
+def stream(
+    args: Sequence[str | Path],
+    on_line: Callable[[str], None],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    redact: Sequence[str] = (),
+    hint: str = "",
+) -> Completed:
+    """Run a program like :func:`run`, handing each line of its output to ``on_line`` at once.
+
+    stderr is merged into stdout, so the lines come in the order the program wrote them; the
+    returned :class:`Completed` holds them all in ``stdout``. Failures as in :func:`run`.
+    """
+    argv = _prepare(args, redact, hint)
+    lines: list[str] = []
+    try:
+        with subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as proc:
+            assert proc.stdout is not None  # stdout=PIPE
+            for raw in proc.stdout:
+                lines.append(raw.rstrip("\n"))
+                on_line(lines[-1])
+    except OSError as exc:
+        raise _cannot_start(argv, exc, hint) from exc
+    output = "".join(f"{line}\n" for line in lines)
+    done = Completed(tuple(argv), proc.returncode, output, "")
+    return _finish(done, check=check, redact=redact, hint=hint)

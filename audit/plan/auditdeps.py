@@ -9,14 +9,17 @@ fixes are reported once, against the base. Pure given a :class:`Source`: no Dock
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 
+from audit.core.errors import UsageError
 from audit.core.findings import ERROR, Finding
 from audit.core.verdict import check_state
 from audit.plan.lock import Survey, survey_locks
 from audit.plan.lockfile import base_relpath
+from audit.plan.paths import find_root, list_images
 from audit.plan.predict import (
     Installed,
     PredictedStep,
@@ -26,8 +29,9 @@ from audit.plan.predict import (
     predict_from,
 )
 from audit.plan.recipe import Recipe
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
-from audit.plan.sources import Source
+from audit.plan.sources import DirectorySource, Source
 
 MISSING_LOCK = "missing-lock"
 STALE_LOCK = "stale-lock"
@@ -70,6 +74,19 @@ def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
 def audit_report(audits: Iterable[RecipeAudit], title: str = "audit-deps") -> Report:
     """One report over several recipes, their sections in recipe order."""
     return Report(title, tuple(section for audit in audits for section in audit.sections))
+
+
+def audit_recipes(names: Sequence[str], *, today: date, root: Path | None = None) -> Report:
+    """Audit the named recipes (every recipe when none) of the working tree at ``root``
+    (default: the project around the working folder)."""
+    root = root or find_root()
+    source = DirectorySource(root)
+    selected = list(names) or list_images(root)
+    if not selected:
+        raise UsageError(f"no recipes under {root / 'images'}", "add images/<name>/image.toml")
+    return audit_report(
+        audit_recipe(source, load_recipe(source, name), today=today) for name in selected
+    )
 
 
 def step_where(recipe: Recipe, predicted: PredictedStep) -> str:

@@ -5,6 +5,14 @@
 - ``docker_client``: a docker SDK client for the running daemon.
 - ``base_image``: ``base_image(suite="bookworm", arch="amd64") -> tag``, an offline Debian
   base image built once per machine by :mod:`audit.engines.baseimage` and then reused.
+- ``hermetic_session`` (automatic): the session's own caches and pip-tools wheels, below.
+
+Hermetic by default: every session gets its own cache folder (``$XDG_CACHE_HOME`` and
+``$LAYER_AUDIT_CACHE``, so ``lock``'s pip-tools environments and pip's caches start empty and
+are shared with no other session), and ``lock`` installs pip-tools from a 127.0.0.1 index over
+wheels made once (:mod:`tests.support.toolhouse`), never from the public index. The one thing
+kept from the user's cache is the Debian root file systems the machine's base images are made
+from (minutes of debootstrap, made once per machine like the images themselves).
 
 Docker fixtures skip with the reason when tests run without ``--docker``; under ``--docker``
 a daemon that does not answer (or missing emulation) is a failure, never a skip.
@@ -12,6 +20,7 @@ a daemon that does not answer (or missing emulation) is a failure, never a skip.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +29,12 @@ from typing import Any
 import pytest
 
 from audit.core.errors import AuditError
+from audit.engines.lock_compile import CACHE_ENV, TOOLS_INDEX_ENV
+from tests.support import toolhouse
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
+
+ROOTFS = Path("layer-audit") / "rootfs"  # under a cache home: see audit.engines.baseimage
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,50 @@ def local_index(wheelhouse: Wheelhouse) -> Iterator[str]:
     wheelhouse.path.mkdir(parents=True, exist_ok=True)
     with serve_index(wheelhouse.path) as url:
         yield url
+
+
+def _user_cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def _keep_machine_rootfs(cache_home: Path) -> None:
+    """Link the machine's Debian root file systems, when it has any, into the session's cache
+    home (without them a session that must make a base image keeps its own)."""
+    machine = _user_cache_home() / ROOTFS
+    if machine.is_dir():
+        (cache_home / ROOTFS).parent.mkdir(parents=True, exist_ok=True)
+        (cache_home / ROOTFS).symlink_to(machine, target_is_directory=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_session(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[str]:
+    """Private caches for the session, and pip-tools from a local index; yields its URL.
+
+    Set in ``os.environ``, so ``python -m audit`` processes the tests start inherit it too.
+    """
+    cache_home = tmp_path_factory.mktemp("cache-home")
+    _keep_machine_rootfs(cache_home)
+    wheels_cache = _wheels_cache(pytestconfig, tmp_path_factory)
+    source = toolhouse.source_index()
+    served = wheels_cache / toolhouse.folder_name()
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        serve_index(served, prepare=lambda: toolhouse.ensure_wheels(wheels_cache, source)) as url,
+    ):
+        patch.setenv("XDG_CACHE_HOME", str(cache_home))
+        patch.setenv(CACHE_ENV, str(cache_home / "layer-audit" / "lock-tools"))
+        patch.setenv(TOOLS_INDEX_ENV, url)
+        yield url
+
+
+def _wheels_cache(config: pytest.Config, factory: pytest.TempPathFactory) -> Path:
+    """pytest's cache folder (kept between sessions), or a session folder without one."""
+    cache = getattr(config, "cache", None)
+    if cache is None:  # -p no:cacheprovider
+        return factory.mktemp("tool-wheels")
+    return Path(cache.mkdir("layer-audit-tool-wheels"))
 
 
 def _require_docker(config: pytest.Config) -> None:

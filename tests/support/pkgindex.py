@@ -11,6 +11,9 @@ its link then carries ``data-yanked``.
 A bad network, for tests of what a broken download leaves: ``serve_index(dir, "drop")`` sends
 half of every wheel then closes the connection; ``"slow"`` waits ``SLOW_SECONDS`` before every
 wheel, long enough for a test to interrupt the download.
+
+A folder filled on demand: ``serve_index(dir, prepare=fill)`` runs ``fill()`` once, before the
+first request is answered (the test session's pip-tools wheels, downloaded only when needed).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import hashlib
 import html
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -99,7 +102,25 @@ def project_page(root: Path, project: str) -> bytes | None:
     return _page(f"Links for {project}", [_file_link(path) for path in files])
 
 
-def _handler_for(root: Path, delivery: Delivery) -> type[BaseHTTPRequestHandler]:
+def _once(prepare: Callable[[], object] | None) -> Callable[[], None]:
+    """``prepare`` called at most once, by the first caller; the others wait for it."""
+    lock = threading.Lock()
+    done: list[bool] = []
+
+    def call() -> None:
+        with lock:
+            if prepare is not None and not done:
+                prepare()
+                done.append(True)
+
+    return call
+
+
+def _handler_for(
+    root: Path, delivery: Delivery, prepare: Callable[[], object] | None = None
+) -> type[BaseHTTPRequestHandler]:
+    ready = _once(prepare)
+
     class IndexHandler(BaseHTTPRequestHandler):
         head_only = False
 
@@ -108,6 +129,7 @@ def _handler_for(root: Path, delivery: Delivery) -> type[BaseHTTPRequestHandler]
             self.do_GET()
 
         def do_GET(self) -> None:
+            ready()
             parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
             if parts == ["simple"]:
                 self._send(root_page(root), "text/html")
@@ -145,12 +167,17 @@ def _handler_for(root: Path, delivery: Delivery) -> type[BaseHTTPRequestHandler]
 
 
 @contextlib.contextmanager
-def serve_index(wheel_dir: Path, delivery: Delivery = "whole") -> Iterator[str]:
+def serve_index(
+    wheel_dir: Path, delivery: Delivery = "whole", *, prepare: Callable[[], object] | None = None
+) -> Iterator[str]:
     """Serve ``wheel_dir`` as a simple index; yield ``http://127.0.0.1:PORT/simple/``.
 
     ``delivery`` says how wheels are sent: ``"whole"``, or a bad network (``"drop"``, ``"slow"``).
+    ``prepare``, when given, fills ``wheel_dir`` before the first request is answered (once),
+    so an index nobody asks costs nothing.
     """
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(wheel_dir, delivery))
+    handler = _handler_for(wheel_dir, delivery, prepare)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="test-index", daemon=True)
     thread.start()

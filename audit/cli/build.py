@@ -11,16 +11,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from audit.core.errors import LockError
 from audit.engines import docker_host
 from audit.engines.build_run import run_build
 from audit.engines.context import render
 from audit.plan import paths
 from audit.plan.build import NETWORK_AUTO, BuildOptions, target_stages
-from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
+from audit.plan.lock import survey_locks
+from audit.plan.lockfile import base_relpath, read_base
 from audit.plan.recipe import PipLayer, Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
+from audit.plan.trust import stale_locks_failure
 
 DEFAULT_IMAGE = "demo"
 
@@ -96,16 +97,14 @@ def options_from(args: argparse.Namespace) -> BuildOptions:
 
 
 def check_locks(source: DirectorySource, recipe: Recipe, options: BuildOptions) -> None:
-    """Every pip layer up to the target needs its lock; the guard needs the base snapshot."""
+    """Before any Docker work: every lock up to the target is fresh (the ``lock --check`` rule,
+    a base record of another base included), else exit 1; the guard needs the base snapshot."""
     last = target_stages(recipe, options.stage)[0]
-    for step in (s for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)):
-        relpath = lock_relpath(recipe, step)
-        if not source.exists(relpath):
-            raise LockError(
-                f"{relpath}: missing (the lock of {step.label})",
-                f"compile the locks: nox -s lock -- {recipe.name}",
-            )
-        read_lock(source, relpath)  # truncated or edited: exit 2 now, not inside the build
+    wanted = {s.slug for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)}
+    states = [state for state in survey_locks(source, recipe).states if state.step.slug in wanted]
+    failure = stale_locks_failure(recipe, states)
+    if failure is not None:
+        raise failure
     if options.guard:
         read_base(source, base_relpath(recipe))
 

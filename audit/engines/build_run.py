@@ -32,6 +32,7 @@ from audit.core.errors import (
 )
 from audit.engines import atomic, console, docker_host
 from audit.engines import process as commands
+from audit.engines.base_trust import verify_base
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
 from audit.plan.build import (
@@ -49,6 +50,7 @@ from audit.plan.build import (
 )
 from audit.plan.recipe import Recipe
 from audit.plan.report import summary_line
+from audit.plan.trust import EXTERNALLY_MANAGED, externally_managed_failure
 
 LOG_TAIL_LINES = 25
 DISK_FULL = "no space left on device"
@@ -204,6 +206,8 @@ def build_failure(
             exit_code=EXIT_BAD_INPUT,
         )
     text = "\n".join(lines)
+    if EXTERNALLY_MANAGED in text:
+        return externally_managed_failure(recipe, stage)
     hint = f"read the log tail below; no tag was moved\n{_tail(lines)}"
     if DISK_FULL in text.lower():
         hint = DISK_HINT
@@ -311,4 +315,5 @@ def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) 
             token=os.urandom(4).hex(),
         )
         check_base(recipe, plan.arch)
+        verify_base(root, recipe)  # before layer 1: the base is the one base.json recorded
         return execute(root, recipe, plan, client)

@@ -113,6 +113,9 @@ class Recipe:
     indexes: tuple[Index, ...]  # extra indexes a layer may name
     stages: tuple[Stage, ...]
     policy: Policy
+    # PEP 668: pip layers install into an externally managed interpreter (Debian/Ubuntu system
+    # Python) with PIP_BREAK_SYSTEM_PACKAGES=1; off, pip refuses and the build says so (exit 2)
+    break_system_packages: bool = False
 
     @property
     def source(self) -> Path:

@@ -44,7 +44,7 @@ from audit.plan.sources import Source
 TOP_KEYS = ("image", "indexes", "stage", "policy")
 IMAGE_KEYS = (
     "base", "base_digest", "platform", "cuda", "interpreters", "repository",
-    "tag_pattern", "latest_tag_pattern", "index_url",
+    "tag_pattern", "latest_tag_pattern", "index_url", "break_system_packages",
 )  # fmt: skip
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
 STAGE_KEYS = ("name", "description", "smoke", "layer")
@@ -285,6 +285,7 @@ def _recipe(source: Source, image: str, root: _Node) -> Recipe:
         indexes=indexes,
         stages=_stages(root, context),
         policy=_policy(root.table("policy") if "policy" in root.data else None, cuda),
+        break_system_packages=head.boolean("break_system_packages", False),
     )
 
 

@@ -88,7 +88,8 @@ def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
     problems = _mismatches(recipe, record)
     if not problems:
         return None
-    return f"{base_relpath(recipe)} is stale: " + "; ".join(problems)
+    found = "; ".join(problems)
+    return f"{base_relpath(recipe)} is stale: {found} (nox -s lock -- {recipe.name} --record-base)"
 
 
 def _mismatches(recipe: Recipe, record: BaseRecord) -> list[str]:

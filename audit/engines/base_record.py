@@ -9,9 +9,9 @@ exit code) or lets ``lock`` go on (None):
 - a ``base.json`` that records another base than the recipe's (``lock --check`` says stale):
   compiling against it would write locks that stay stale, so ``lock`` refuses (exit 2) and names
   ``--record-base``, the explicit act.
-- recording from the image a base whose interpreter is externally managed (PEP 668) while the
-  recipe does not set ``break_system_packages``: exit 2 naming the setting (one probe
-  container per interpreter, only when recording).
+- recording from the image a base whose first interpreter (the one pip layers install with) is
+  externally managed (PEP 668) while the recipe does not set ``break_system_packages``: exit 2
+  naming the setting (one probe container, only when recording).
 
 Invariant: a refusal writes nothing.
 """
@@ -111,19 +111,17 @@ def write_record(root: Path, source: Source, recipe: Recipe, record: BaseRecord)
 
 
 def refuse_externally_managed(recipe: Recipe) -> None:
-    """Exit 2 naming ``break_system_packages`` when an interpreter is externally managed."""
-    for interpreter in recipe.interpreters:
-        out = docker_host.run_in_image(
-            recipe.base_ref,
-            [interpreter, "-c", PEP668_PROBE],
-            network="none",
-            platform=recipe.platform,
+    """Exit 2 naming ``break_system_packages`` when pip layers' interpreter (the first; the
+    others are only audited) is externally managed."""
+    interpreter = recipe.interpreters[0]
+    out = docker_host.run_in_image(
+        recipe.base_ref, [interpreter, "-c", PEP668_PROBE], network="none", platform=recipe.platform
+    )
+    if out.strip() == "1":
+        raise RecipeError(
+            f"{recipe.source.as_posix()}: image.interpreters[1]",
+            f"{interpreter} in {recipe.base_ref} is externally managed (PEP 668): pip "
+            "layers would fail with externally-managed-environment",
+            "set break_system_packages = true under [image] (pip layers then install with "
+            "PIP_BREAK_SYSTEM_PACKAGES=1), or name a virtual environment's Python first",
         )
-        if out.strip() == "1":
-            raise RecipeError(
-                f"{recipe.source.as_posix()}: image.interpreters",
-                f"{interpreter} in {recipe.base_ref} is externally managed (PEP 668): pip "
-                "layers would fail with externally-managed-environment",
-                "set break_system_packages = true under [image] (pip layers then install with "
-                "PIP_BREAK_SYSTEM_PACKAGES=1), or name a virtual environment's Python",
-            )

@@ -103,10 +103,12 @@ def register(subparsers: Any) -> None:
         help="compile with this machine's Python instead of inside the base image "
         "(only when its platform and Python version match the base)",
     )
-    from audit.engines import base_record, docker_host  # off the path of a fresh re-run
+    from audit.engines import docker_host  # light, but off the import path of a fresh re-run
 
     docker_host.add_client_option(parser)
-    base_record.add_options(parser)
+    from audit.engines.base_record import add_options  # --from-snapshot, --image-id, --repo-digest
+
+    add_options(parser)
     parser.set_defaults(handler=handle)
 
 

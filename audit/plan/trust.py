@@ -9,7 +9,11 @@ Three questions, each answered from data the caller read:
 - :func:`stale_locks_failure`: are the locks the build installs all fresh? The lines say what
   ``lock --check`` says, word for word.
 - :func:`base_identity_drift`: is the base image the daemon has now the one ``base.json``
-  recorded (image id and repository digest)? The engine inspects the image, this decides.
+  recorded (image id and repository digest)? The engine inspects the image, this decides;
+  :func:`drift_failure` is the refusal, with the recorded -> actual snapshot diff.
+
+And one answer after the fact: :func:`externally_managed_failure`, when pip refused a PEP 668
+interpreter (``externally-managed-environment``), names the recipe setting that allows it.
 
 Invariant: every function here is pure; errors are :mod:`audit.core.errors` classes carrying
 the exit code of the contract (1 for stale or drifted inputs, 2 for a record that cannot be

@@ -30,7 +30,8 @@ from audit.plan.render import pip_command
 from audit.plan.sources import DirectorySource
 from audit.plan.trust import base_identity_drift, base_record_mismatch, recorded_platform
 from tests.support.cli import edit, fails
-from tests.support.project import base_record
+from tests.support.fixtures import Wheelhouse
+from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 REPO = Path(__file__).resolve().parents[1]
 NO_DAEMON = "unix:///nonexistent/layer-audit-h3.sock"
@@ -280,3 +281,26 @@ def test_pips_externally_managed_error_becomes_exit_2_naming_the_setting(demo: P
     assert failure.exit_code == EXIT_BAD_INPUT
     assert "externally managed (PEP 668)" in failure.message
     assert "break_system_packages = true" in failure.hint and "no tag was moved" in failure.hint
+
+
+def test_a_base_recorded_elsewhere_locks_checks_and_audits_with_no_docker_here(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--from-snapshot, a host lock (this machine matches the snapshot), --check, audit-deps."""
+    wheelhouse("alpha", "1.0")
+    spec = ProjectSpec("t", pip_recipe_toml(["v1"], index_url=local_index), {"v1.in": "alpha\n"})
+    root = write_project(tmp_path / "project", spec)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("DOCKER_HOST", NO_DAEMON)
+    (root / "snap.json").write_bytes(host_snapshot(sys.executable))
+    argv = ["lock", "t", "--record-base", "--from-snapshot", "snap.json", "--image-id", ID]
+    assert main(argv) == EXIT_OK
+    assert main(["lock", "t", "--check"]) == EXIT_VIOLATION  # recorded, not compiled yet
+    assert main(["lock", "t", "--host"]) == EXIT_OK
+    assert main(["lock", "t", "--check"]) == EXIT_OK
+    assert main(["audit-deps", "t"]) == EXIT_OK
+    assert "alpha" in (root / "locks/t/v1-01.txt").read_text()

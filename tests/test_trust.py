@@ -304,3 +304,12 @@ def test_a_base_recorded_elsewhere_locks_checks_and_audits_with_no_docker_here(
     assert main(["lock", "t", "--check"]) == EXIT_OK
     assert main(["audit-deps", "t"]) == EXIT_OK
     assert "alpha" in (root / "locks/t/v1-01.txt").read_text()
+
+
+def test_build_refuses_a_changed_base_naming_record_base(
+    demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit(demo, TOML, "base:bookworm-amd64", "base:trixie-amd64")
+    err = " ".join(fails(capsys, EXIT_VIOLATION, "build", "demo").split())
+    assert "locks/demo/base.json is stale: it records base layer-audit/base:bookworm-amd64" in err
+    assert "re-record the base and re-lock: nox -s lock -- demo --record-base" in err

@@ -169,7 +169,7 @@ def test_a_platform_switch_stops_the_build(
     err = refused_before_layer_1(project, tags)
     assert "stale: locks/platform/v1-01.txt" in err
     assert "recorded on linux/amd64, the recipe targets linux/arm64" in err
-    assert "--record-base" in err
+    assert "re-record the base and re-lock: nox -s lock -- platform --record-base" in err
 
 
 def test_a_changed_base_stops_the_build(

@@ -126,11 +126,13 @@ def stale_locks_failure(recipe: Recipe, states: Sequence[LockState]) -> BuildFai
     if not bad:
         return None
     lines = "\n".join(f"  {check_line(state)}" for state in bad)
+    stale_base = any(f"{base_relpath(recipe)} is stale" in state.reason for state in bad)
+    command = f"nox -s lock -- {recipe.name}" + (" --record-base" if stale_base else "")
     return BuildFailed(
         f"{recipe.name}: {len(bad)} of {len(states)} locks are not fresh; the build would not "
         f"install what the recipe asks for:\n{lines}",
-        f"compile them: nox -s lock -- {recipe.name} (lock --check says the same); "
-        "no layer was built and no tag was moved",
+        f"{'re-record the base and re-lock' if stale_base else 'compile them'}: {command} "
+        "(lock --check says the same); no layer was built and no tag was moved",
         exit_code=EXIT_VIOLATION,
     )
 

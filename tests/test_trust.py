@@ -313,3 +313,20 @@ def test_build_refuses_a_changed_base_naming_record_base(
     err = " ".join(fails(capsys, EXIT_VIOLATION, "build", "demo").split())
     assert "locks/demo/base.json is stale: it records base layer-audit/base:bookworm-amd64" in err
     assert "re-record the base and re-lock: nox -s lock -- demo --record-base" in err
+
+
+def test_the_snapshot_script_from_stdin_sees_what_it_sees_as_a_file(tmp_path: Path) -> None:
+    """``python3 - < snapshot.py`` (the README's way) leaves out its working folder as the
+    file leaves out its own: the same sealed bytes."""
+    copy = tmp_path / "script" / "snapshot.py"
+    copy.parent.mkdir()
+    copy.write_bytes(SCRIPT_PATH.read_bytes())
+    (tmp_path / "cwd").mkdir()
+    as_file = subprocess.run(
+        [sys.executable, str(copy)], capture_output=True, check=True, cwd=tmp_path
+    ).stdout
+    from_stdin = subprocess.run(
+        [sys.executable, "-"], input=copy.read_bytes(), capture_output=True, check=True,
+        cwd=tmp_path / "cwd",
+    ).stdout  # fmt: skip
+    assert from_stdin == as_file

@@ -231,21 +231,20 @@ def test_from_snapshot_refuses_bad_identity_and_writes_nothing(
     assert files_of(demo) == before
 
 
-def test_from_snapshot_refuses_a_tampered_file_a_missing_interpreter_and_no_record_base(
+def test_from_snapshot_refuses_a_tampered_file_a_missing_interpreter_and_check(
     demo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = host_snapshot(sys.executable)
+    before = files_of(demo)
     (demo / "snap.json").write_bytes(data.replace(b'"pip"', b'"pjp"', 1))
-    argv = ["lock", "demo", "--record-base", "--from-snapshot", "snap.json", "--image-id", ID]
+    argv = ["lock", "demo", "--from-snapshot", "snap.json", "--image-id", ID]  # implies recording
     assert "digest: does not match" in fails(capsys, EXIT_BAD_INPUT, *argv)
     (demo / "snap.json").write_bytes(data + data)  # two documents for one interpreter
     assert "no snapshot of /opt/venv/bin/python" in fails(capsys, EXIT_BAD_INPUT, *argv)
-    assert "goes with --record-base" in fails(
-        capsys, EXIT_BAD_INPUT, "lock", "demo", "--from-snapshot", "snap.json", "--image-id", ID
-    )
-    assert "go with --from-snapshot" in fails(
-        capsys, EXIT_BAD_INPUT, "lock", "demo", "--image-id", ID
-    )
+    assert "does not go with --check" in fails(capsys, EXIT_BAD_INPUT, *argv, "--check")
+    err = fails(capsys, EXIT_BAD_INPUT, "lock", "demo", "--image-id", ID)  # the stamp answers no
+    assert "go with --from-snapshot" in err
+    assert files_of(demo) == before
 
 
 # ----------------------------------------------------------------------------- PEP 668

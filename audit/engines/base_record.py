@@ -4,7 +4,8 @@
 ``lock``; :func:`before_lock` runs once the recipe is loaded and either answers the run (an
 exit code) or lets ``lock`` go on (None):
 
-- ``--record-base --from-snapshot FILE``: write ``base.json`` from the file (atomically, under
+- ``--from-snapshot FILE`` (it and the identity options imply ``--record-base``, so the
+  verified-fresh stamp never answers them): write ``base.json`` from the file (atomically, under
   ``locks/<image>/.lock``), print what changed, and stop: no image is needed here.
 - a ``base.json`` that records another base than the recipe's (``lock --check`` says stale):
   compiling against it would write locks that stay stale, so ``lock`` refuses (exit 2) and names
@@ -19,7 +20,9 @@ Invariant: a refusal writes nothing.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from audit.core.errors import EXIT_OK, LockError, RecipeError, UsageError
 from audit.engines import atomic, console, docker_host
@@ -39,20 +42,40 @@ PEP668_PROBE = (
 )
 
 
+class _Recording(argparse.Action):
+    """Stores the value and marks the run as recording the base (``record_base``), so that
+    ``lock``'s verified-fresh stamp never answers a command line that asks to record."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.record_base = True
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
     """``--from-snapshot FILE`` and the identity of the image it was taken in."""
     parser.add_argument(
         "--from-snapshot",
         type=Path,
+        action=_Recording,
         metavar="FILE",
-        help="with --record-base: record base.json from the snapshot script's output taken on "
-        "the machine that has the image (see the README); needs no image here",
+        help="record base.json (implies --record-base) from the snapshot script's output taken "
+        "on the machine that has the image (see the README); needs no image here",
     )
     parser.add_argument(
-        "--image-id", metavar="sha256:…", help="with --from-snapshot: the image's id"
+        "--image-id",
+        action=_Recording,
+        metavar="sha256:…",
+        help="with --from-snapshot: the image's id",
     )
     parser.add_argument(
         "--repo-digest",
+        action=_Recording,
         metavar="[REPO@]sha256:…",
         help="with --from-snapshot: the image's repository digest (default: base_digest)",
     )
@@ -80,9 +103,9 @@ def record_snapshot_file(
     root: Path, source: Source, recipe: Recipe, args: argparse.Namespace
 ) -> int:
     """Write ``base.json`` from ``args.from_snapshot``; print what changed and what is next."""
-    if not args.record_base or args.check:
+    if args.check:
         raise UsageError(
-            "--from-snapshot goes with --record-base (and not with --check)",
+            "--from-snapshot records the base: it does not go with --check",
             f"nox -s lock -- {recipe.name} --record-base --from-snapshot FILE --image-id ID",
         )
     path: Path = args.from_snapshot

@@ -329,3 +329,12 @@ def test_the_snapshot_script_from_stdin_sees_what_it_sees_as_a_file(tmp_path: Pa
         cwd=tmp_path / "cwd",
     ).stdout  # fmt: skip
     assert from_stdin == as_file
+
+
+def test_from_snapshot_repairs_a_damaged_base_record(
+    demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (demo / BASE).write_text('{"schema": "layer-audit.base/1"')  # truncated
+    (demo / "snap.json").write_bytes(host_snapshot(sys.executable))
+    assert main(["lock", "demo", "--from-snapshot", "snap.json", "--image-id", ID]) == EXIT_OK
+    assert record(demo).image_id == ID

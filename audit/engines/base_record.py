@@ -126,7 +126,10 @@ def write_record(root: Path, source: Source, recipe: Recipe, record: BaseRecord)
     """Replace ``base.json`` atomically under the image's file lock; print what changed."""
     from rich.markup import escape
 
-    old = read_base_digest(source, recipe)
+    try:
+        old = read_base_digest(source, recipe)
+    except LockError:  # a damaged record is what re-recording repairs: no "before" to show
+        old = None
     with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
         atomic.write_text(root / base_relpath(recipe), render_base(record))
     for line in base_changes(old[0] if old else None, record) or ["no change"]:

@@ -24,7 +24,8 @@ import pytest
 from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.engines import docker_host
 from audit.engines.docker_host import BindMount
-from audit.plan.lockfile import BaseRecord, render_base, render_lock
+from audit.plan.lock import RESOLVER, layer_inputs, pip_steps, read_base_digest
+from audit.plan.lockfile import BaseRecord, lock_relpath, parse_lock, render_base, render_lock
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
 from tests.support.fixtures import BaseImageFactory
@@ -101,12 +102,23 @@ class Project:
         )  # fmt: skip
 
     def lock(self, slug: str, requirements: str, pins: list[tuple[str, str]]) -> None:
-        recipe = load_recipe(DirectorySource(self.root), self.name)
+        """Write ``slug``'s lock of ``pins`` as ``lock`` would: fresh against the current inputs
+        (the build refuses a stale one). Earlier layers' locks must be written first."""
+        source = DirectorySource(self.root)
+        recipe = load_recipe(source, self.name)
         (step,) = [s for s in recipe.steps() if s.slug == slug]
+        assert step.layer.requirements.endswith(requirements)  # type: ignore[union-attr]
         body = "".join(
             f"{n}=={v} \\\n    --hash=sha256:{self.index.sha256(n, v)}\n" for n, v in pins
         )
-        text = render_lock(self.name, step, "test", {"requirements": requirements}, body)
+        base = read_base_digest(source, recipe)
+        assert base is not None
+        earlier = {
+            s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug).content_digest
+            for s in pip_steps(recipe)[: [p.slug for p in pip_steps(recipe)].index(slug)]
+        }
+        inputs = layer_inputs(source, recipe, step, base[1], earlier)
+        text = render_lock(self.name, step, RESOLVER, inputs.digests, body)
         (self.root / "locks" / self.name / f"{slug}.txt").write_text(text)
 
 

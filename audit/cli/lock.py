@@ -104,6 +104,9 @@ def register(subparsers: Any) -> None:
     from audit.engines import docker_host  # light, but off the import path of a fresh re-run
 
     docker_host.add_client_option(parser)
+    from audit.engines.base_record import add_options  # --from-snapshot, --image-id, --repo-digest
+
+    add_options(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -124,6 +127,11 @@ def handle(args: argparse.Namespace) -> int:
             f"--stage {options.stage}: no such stage in {recipe.source}",
             f"choose one of: {names}",
         )
+    from audit.engines.base_record import before_lock  # --from-snapshot; another base; PEP 668
+
+    answered = before_lock(root, source, recipe, args)
+    if answered is not None:
+        return answered
     # Look first without the file lock: on unchanged inputs that look is the whole run. Only
     # when something must be written is the lock taken, and lock_image looks again under it.
     survey = survey_locks(source, recipe)

@@ -28,9 +28,9 @@ from audit.core.errors import (
     BuildFailed,
     CommandFailed,
     EnvironmentProblem,
-    LockError,
 )
 from audit.engines import atomic, console, docker_host, process
+from audit.engines.base_trust import verify_base
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
 from audit.engines.context import render
@@ -48,12 +48,14 @@ from audit.plan.build import (
     secret_sources,
     target_stages,
 )
-from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
+from audit.plan.lock import survey_locks
+from audit.plan.lockfile import base_relpath, read_base
 from audit.plan.paths import build_dir
 from audit.plan.recipe import PipLayer, Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import summary_line
 from audit.plan.sources import DirectorySource, Source
+from audit.plan.trust import EXTERNALLY_MANAGED, externally_managed_failure, stale_locks_failure
 
 LOG_TAIL_LINES = 25
 DISK_FULL = "no space left on device"
@@ -166,6 +168,8 @@ def build_failure(
             exit_code=EXIT_BAD_INPUT,
         )
     text = "\n".join(lines)
+    if EXTERNALLY_MANAGED in text:
+        return externally_managed_failure(recipe, stage)
     hint = f"read the log tail below; no tag was moved\n{_tail(lines)}"
     if DISK_FULL in text.lower():
         hint = DISK_HINT
@@ -257,16 +261,14 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
 
 
 def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> None:
-    """Every pip layer up to the target needs its lock; the guard needs the base snapshot."""
+    """Before any Docker work: every lock up to the target is fresh (the ``lock --check`` rule,
+    a base record of another base included), else exit 1; the guard needs the base snapshot."""
     last = target_stages(recipe, options.stage)[0]
-    for step in (s for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)):
-        relpath = lock_relpath(recipe, step)
-        if not source.exists(relpath):
-            raise LockError(
-                f"{relpath}: missing (the lock of {step.label})",
-                f"compile the locks: nox -s lock -- {recipe.name}",
-            )
-        read_lock(source, relpath)  # truncated or edited: exit 2 now, not inside the build
+    wanted = {s.slug for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)}
+    states = [state for state in survey_locks(source, recipe).states if state.step.slug in wanted]
+    failure = stale_locks_failure(recipe, states)
+    if failure is not None:
+        raise failure
     if options.guard:
         read_base(source, base_relpath(recipe))
 
@@ -297,4 +299,5 @@ def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) 
             token=os.urandom(4).hex(),
         )
         check_base(recipe, plan.arch)
+        verify_base(root, recipe)  # before layer 1: the base is the one base.json recorded
         return execute(root, recipe, plan, client)

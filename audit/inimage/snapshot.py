@@ -6,8 +6,9 @@ after every layer, so it avoids ``importlib.metadata`` (slow) and reads only wha
 header block of each METADATA/PKG-INFO (up to the first blank line), INSTALLER, and the bytes of
 RECORD for the digest.
 
-Usage: ``python3 snapshot.py [--output FILE]``. The JSON format is documented in
-``audit/snapshot.py``, which reads and verifies it.
+Usage: ``python3 snapshot.py [--output FILE]``, or ``python3 - < snapshot.py`` (one sealed
+document on standard output; how a base image on another machine is snapshotted). The JSON
+format is documented in ``audit/snapshot.py``, which reads and verifies it.
 """
 
 from __future__ import annotations
@@ -344,9 +345,21 @@ def parse_output(argv: list[str]) -> str | None:
     raise SystemExit(2)
 
 
+def _script_dir() -> str:
+    """The folder ``sys.path[0]`` adds for this script, left out of the snapshot.
+
+    Read from standard input (``python3 - < snapshot.py``, the way to snapshot an image on
+    another machine) there is no ``__file__`` and ``sys.path[0]`` is "" (the working folder):
+    both ways leave out the same entry, so they give the same snapshot.
+    """
+    if "__file__" in globals():
+        return os.path.dirname(os.path.abspath(__file__))
+    return sys.path[0] if sys.path else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     output = parse_output(sys.argv[1:] if argv is None else argv)
-    script_dir = os.path.dirname(os.path.abspath(__file__))
+    script_dir = _script_dir()
     data = seal(snapshot(list(sys.path), script_dir))
     if output:
         write_atomically(output, data)

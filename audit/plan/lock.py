@@ -40,6 +40,7 @@ from audit.plan.lockfile import (
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.requirements_in import parse_requirements
 from audit.plan.sources import Source
+from audit.plan.trust import base_record_mismatch
 
 PIP_TOOLS_VERSION = "7.6.2"
 PIP_VERSION = "25.2"
@@ -211,7 +212,7 @@ def survey_locks(source: Source, recipe: Recipe) -> Survey:
     found: list[LockState] = []
     locks: dict[str, Lock] = {}
     earlier: dict[str, str] = {}
-    stale_since: str | None = None
+    stale_since = base_record_mismatch(recipe, base[0])  # another base: every lock is stale
     for step in pip_steps(recipe):
         inputs = layer_inputs(source, recipe, step, base[1], earlier)
         state, lock = _state_of(source, inputs, stale_since)

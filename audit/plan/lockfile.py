@@ -89,6 +89,7 @@ class BaseRecord:
     image_id: str
     repo_digest: str | None
     environments: tuple[Environment, ...]
+    source: str | None = None  # None: snapshotted from the image here; "snapshot-file": elsewhere
 
 
 def lock_relpath(recipe: Recipe, step: Step) -> str:
@@ -137,6 +138,8 @@ def render_base(record: BaseRecord) -> str:
         "repo_digest": record.repo_digest,
         "snapshot": json.loads(dump_snapshot(record.environments)),
     }
+    if record.source is not None:  # written only when set: older records keep their bytes
+        document["source"] = record.source
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
 
 
@@ -286,6 +289,7 @@ def _verify_base(data: bytes, where: str) -> BaseRecord:
             str(document["image_id"]),
             _optional(document["repo_digest"]),
             environments,
+            _optional(document.get("source")),
         )
     except KeyError as exc:
         raise LockError(f"{where}: missing key {exc}", hint) from exc

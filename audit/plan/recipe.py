@@ -124,6 +124,9 @@ class Recipe:
     stages: tuple[Stage, ...]
     policy: Policy
     resolver: str = "pip-tools"  # "pip-tools" (in the image) or "uv" (here, for the target)
+    # PEP 668: pip layers install into an externally managed interpreter (Debian/Ubuntu system
+    # Python) with PIP_BREAK_SYSTEM_PACKAGES=1; off, pip refuses and the build says so (exit 2)
+    break_system_packages: bool = False
 
     @property
     def source(self) -> Path:

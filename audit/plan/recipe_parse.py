@@ -44,7 +44,7 @@ from audit.plan.sources import Source
 TOP_KEYS = ("image", "indexes", "stage", "policy")
 IMAGE_KEYS = (
     "base", "base_digest", "platform", "cuda", "interpreters", "repository",
-    "tag_pattern", "latest_tag_pattern", "index_url", "resolver",
+    "tag_pattern", "latest_tag_pattern", "index_url", "resolver", "break_system_packages",
 )  # fmt: skip
 RESOLVER_NAMES = ("pip-tools", "uv")
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
@@ -291,6 +291,7 @@ def _recipe(source: Source, image: str, root: _Node) -> Recipe:
         stages=(stages := _stages(root, context)),
         policy=_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
         resolver=_resolver(head),
+        break_system_packages=head.boolean("break_system_packages", False),
     )
 
 

@@ -29,6 +29,7 @@ RECIPE_SCHEMA = 1
 MANIFEST = ".layer-audit-render.json"
 LOCK_TARGET = "/tmp/layer-audit/lock.txt"  # noqa: S108 - a path inside the image, not here
 REQUIREMENTS_TARGET = "/tmp/layer-audit/requirements"  # noqa: S108 - inside the image
+BREAK_SYSTEM_PACKAGES = "PIP_BREAK_SYSTEM_PACKAGES"
 PIP_CACHE_MOUNT = "--mount=type=cache,target=/root/.cache/pip"
 FILE_MODE = 0o644
 EXECUTABLE_MODE = 0o755
@@ -239,7 +240,8 @@ def pip_commands(recipe: Recipe, layer: PipLayer, lock: str | None) -> list[str]
 
 def pip_command(recipe: Recipe, layer: PipLayer, lock: str | None) -> str:
     """The pip install of one layer, blind to the machine's and the image's pip config files."""
-    args = ["PIP_CONFIG_FILE=/dev/null", recipe.interpreters[0], "-m", "pip", "install"]
+    args = ["PIP_CONFIG_FILE=/dev/null", *break_system_packages(recipe)]
+    args += [recipe.interpreters[0], "-m", "pip", "install"]
     if lock:
         args += ["--require-hashes", "--no-deps"]
     else:
@@ -250,6 +252,12 @@ def pip_command(recipe: Recipe, layer: PipLayer, lock: str | None) -> str:
     in_file = layer.requirements.removeprefix("requirements/")
     args += ["-r", LOCK_TARGET if lock else f"{REQUIREMENTS_TARGET}/{in_file}"]
     return " ".join(shlex.quote(arg) for arg in args)
+
+
+def break_system_packages(recipe: Recipe) -> list[str]:
+    """PEP 668: the assignment that lets pip install into an externally managed interpreter,
+    when the recipe says so (``[image] break_system_packages = true``); else nothing."""
+    return [f"{BREAK_SYSTEM_PACKAGES}=1"] if recipe.break_system_packages else []
 
 
 def env_quote(value: str) -> str:
@@ -276,6 +284,7 @@ def describe_recipe(
         "arch": recipe.arch,
         "cuda": recipe.cuda,
         "interpreters": list(recipe.interpreters),
+        "break_system_packages": recipe.break_system_packages,
         "repository": recipe.repository,
         "latest_tag": recipe.latest_tag(),
         "index_url": recipe.index_url,

@@ -1,0 +1,153 @@
+"""``lock``'s base-record options: a base from elsewhere, a record of another base, PEP 668.
+
+:func:`add_options` adds ``--from-snapshot FILE``, ``--image-id`` and ``--repo-digest`` to
+``lock``; :func:`before_lock` runs once the recipe is loaded and either answers the run (an
+exit code) or lets ``lock`` go on (None):
+
+- ``--from-snapshot FILE`` (it and the identity options imply ``--record-base``, so the
+  verified-fresh stamp never answers them): write ``base.json`` from the file (atomically, under
+  ``locks/<image>/.lock``), print what changed, and stop: no image is needed here.
+- a ``base.json`` that records another base than the recipe's (``lock --check`` says stale):
+  compiling against it would write locks that stay stale, so ``lock`` refuses (exit 2) and names
+  ``--record-base``, the explicit act.
+- recording from the image a base whose first interpreter (the one pip layers install with) is
+  externally managed (PEP 668) while the recipe does not set ``break_system_packages``: exit 2
+  naming the setting (one probe container, only when recording).
+
+Invariant: a refusal writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from audit.core.errors import EXIT_OK, LockError, RecipeError, UsageError
+from audit.engines import atomic, console, docker_host
+from audit.plan import paths
+from audit.plan.lock import read_base_digest
+from audit.plan.lockfile import BaseRecord, base_changes, base_relpath, render_base
+from audit.plan.recipe import Recipe
+from audit.plan.snapshot_file import record_from_snapshot
+from audit.plan.sources import Source
+from audit.plan.trust import base_record_mismatch, record_hint
+
+# Prints 1 when the interpreter is externally managed (PEP 668), as pip decides it: not a
+# virtual environment, and the marker file in its standard library folder.
+PEP668_PROBE = (
+    "import os, sys, sysconfig; print(int(sys.prefix == sys.base_prefix and os.path.isfile("
+    "os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))))"
+)
+
+
+class _Recording(argparse.Action):
+    """Stores the value and marks the run as recording the base (``record_base``), so that
+    ``lock``'s verified-fresh stamp never answers a command line that asks to record."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.record_base = True
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """``--from-snapshot FILE`` and the identity of the image it was taken in."""
+    parser.add_argument(
+        "--from-snapshot",
+        type=Path,
+        action=_Recording,
+        metavar="FILE",
+        help="record base.json (implies --record-base) from the snapshot script's output taken "
+        "on the machine that has the image (see the README); needs no image here",
+    )
+    parser.add_argument(
+        "--image-id",
+        action=_Recording,
+        metavar="sha256:…",
+        help="with --from-snapshot: the image's id",
+    )
+    parser.add_argument(
+        "--repo-digest",
+        action=_Recording,
+        metavar="[REPO@]sha256:…",
+        help="with --from-snapshot: the image's repository digest (default: base_digest)",
+    )
+
+
+def before_lock(root: Path, source: Source, recipe: Recipe, args: argparse.Namespace) -> int | None:
+    """Answer ``--from-snapshot`` or refuse a record of another base; None lets ``lock`` go on."""
+    if args.from_snapshot is not None:
+        return record_snapshot_file(root, source, recipe, args)
+    if args.image_id or args.repo_digest:
+        raise UsageError("--image-id and --repo-digest go with --from-snapshot FILE")
+    if args.check:
+        return None
+    base = read_base_digest(source, recipe)
+    if base is not None and not args.record_base:
+        stale = base_record_mismatch(recipe, base[0])
+        if stale:
+            raise LockError(stale, record_hint(recipe.name))
+    if (base is None or args.record_base) and not recipe.break_system_packages:
+        refuse_externally_managed(recipe)
+    return None
+
+
+def record_snapshot_file(
+    root: Path, source: Source, recipe: Recipe, args: argparse.Namespace
+) -> int:
+    """Write ``base.json`` from ``args.from_snapshot``; print what changed and what is next."""
+    if args.check:
+        raise UsageError(
+            "--from-snapshot records the base: it does not go with --check",
+            f"nox -s lock -- {recipe.name} --record-base --from-snapshot FILE --image-id ID",
+        )
+    path: Path = args.from_snapshot
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--from-snapshot {path}: cannot read ({exc.strerror})") from exc
+    record = record_from_snapshot(recipe, data, str(path), args.image_id, args.repo_digest)
+    write_record(root, source, recipe, record)
+    console.stderr.print(
+        f"next: nox -s lock -- {recipe.name} (add --host where this machine matches "
+        f"{recipe.platform}); the build verifies the real image against this record"
+    )
+    return EXIT_OK
+
+
+def write_record(root: Path, source: Source, recipe: Recipe, record: BaseRecord) -> None:
+    """Replace ``base.json`` atomically under the image's file lock; print what changed."""
+    from rich.markup import escape
+
+    try:
+        old = read_base_digest(source, recipe)
+    except LockError:  # a damaged record is what re-recording repairs: no "before" to show
+        old = None
+    with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
+        atomic.write_text(root / base_relpath(recipe), render_base(record))
+    for line in base_changes(old[0] if old else None, record) or ["no change"]:
+        console.stdout.print(f"base: {escape(line)}")
+
+
+def refuse_externally_managed(recipe: Recipe) -> None:
+    """Exit 2 naming ``break_system_packages`` when pip layers' interpreter (the first; the
+    others are only audited) is externally managed."""
+    interpreter = recipe.interpreters[0]
+    out = docker_host.run_in_image(
+        recipe.base_ref, [interpreter, "-c", PEP668_PROBE], network="none", platform=recipe.platform
+    )
+    if out.strip() == "1":
+        raise RecipeError(
+            f"{recipe.source.as_posix()}: image.interpreters[1]",
+            f"{interpreter} in {recipe.base_ref} is externally managed (PEP 668): pip "
+            "layers would fail with externally-managed-environment",
+            "set break_system_packages = true under [image] (pip layers then install with "
+            "PIP_BREAK_SYSTEM_PACKAGES=1), or name a virtual environment's Python first",
+        )

@@ -30,10 +30,12 @@ from audit.core.errors import (
     CommandFailed,
     EnvironmentProblem,
 )
+from audit.core.redact import redact_all
 from audit.engines import atomic, console, docker_host
 from audit.engines import process as commands
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
+from audit.engines.provenance import gather as gather_provenance
 from audit.plan.build import (
     SECRET_CA,
     SECRET_NETRC,
@@ -101,31 +103,6 @@ def stream(argv: Sequence[str], env: Mapping[str, str], on_line: Callable[[str],
 
 
 # ----------------------------------------------------------------------------- facts
-
-
-def tree_digest(folder: Path) -> str:
-    """sha256 over every file's relative path and bytes, in sorted order."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return f"sha256:{digest.hexdigest()}"
-
-
-def _git(root: Path, *args: str) -> str:
-    done = commands.run(["git", "-C", str(root), *args], check=False)
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def provenance(root: Path, recipe: Recipe, now: _dt.datetime | None = None) -> Provenance:
-    created = (now or _dt.datetime.now(_dt.UTC)).replace(microsecond=0)
-    return Provenance(
-        source=_git(root, "config", "--get", "remote.origin.url"),
-        revision=_git(root, "rev-parse", "--verify", "-q", "HEAD"),
-        created=created.isoformat().replace("+00:00", "Z"),
-        recipe_digest=tree_digest(root / recipe.directory),
-        locks_digest=tree_digest(root / "locks" / recipe.name),
-    )
 
 
 @contextlib.contextmanager
@@ -223,7 +200,8 @@ class BuildLog:
     lines: list[str]
 
     def save(self) -> None:
-        atomic.write_text(self.path, "\n".join(self.lines) + "\n")
+        """Write the log atomically, every line redacted (no URL userinfo, no token)."""
+        atomic.write_text(self.path, "\n".join(redact_all(self.lines)) + "\n")
 
 
 def run_stage_build(
@@ -306,7 +284,7 @@ def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) 
             options,
             client=client,
             context=context,
-            provenance=provenance(root, recipe),
+            provenance=gather_provenance(root, recipe),
             secrets=secrets,
             token=os.urandom(4).hex(),
         )

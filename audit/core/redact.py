@@ -17,6 +17,7 @@ images with the rest of ``audit.core``).
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -88,3 +89,14 @@ def public_source_url(remote: str) -> str:
         path = path[: -len(".git")]
     url = urlunsplit(("https", host, f"/{path}" if path else "", "", ""))
     return redact(url)
+
+
+def redact_json(value: Any) -> Any:
+    """A JSON-like value with every string in it (keys included) redacted; shape kept."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_json(key): redact_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_json(item) for item in value]
+    return value

@@ -277,7 +277,8 @@ def labels(recipe: Recipe, provenance: Provenance, guard: bool) -> tuple[tuple[s
 
 def stage_labels(recipe: Recipe, stage: str) -> tuple[tuple[str, str], ...]:
     """The labels that differ per stage: ``version`` (the stage) and a description."""
-    description = f"{recipe.name} stage {stage}, built by layer-audit from {recipe.source}"
+    said = recipe.stage(stage).description
+    description = f"{recipe.name} {stage}" + (f": {said}" if said else "")
     return (
         (f"{OCI}.description", redact(description)),
         (f"{OCI}.version", stage),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from audit.core.redact import redact
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.plan.gate import BASE_IMAGE_RULE, image_of
 from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
@@ -27,7 +28,7 @@ def gate_markdown(report: Report) -> str:
         lines += _image_part(image, findings)
     if not report.sections:
         lines += ["No image's dependencies change.", ""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return redact("\n".join(lines).rstrip("\n") + "\n")
 
 
 def _verdict(report: Report) -> str:

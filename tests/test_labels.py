@@ -32,7 +32,9 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
     record = base_record(image_id="sha256:" + "ab" * 32)
-    record = BaseRecord(record.image, record.image_id, "x/y@sha256:" + "cd" * 32, record.environments)
+    record = BaseRecord(
+        record.image, record.image_id, "x/y@sha256:" + "cd" * 32, record.environments
+    )
     spec = ProjectSpec("demo", pip_recipe_toml(["v1"]), {"v1.in": "alpha\n"}, record)
     write_project(root, spec)
     (root / "templates").mkdir()
@@ -49,8 +51,12 @@ def label_map(root: Path, now: dt.datetime, environ: dict[str, str]) -> dict[str
 
 
 def test_two_computations_of_one_commit_with_one_epoch_are_identical(checkout: Path) -> None:
-    first = label_map(checkout, dt.datetime(2026, 3, 1, tzinfo=dt.UTC), {"SOURCE_DATE_EPOCH": EPOCH})
-    second = label_map(checkout, dt.datetime(2026, 5, 9, tzinfo=dt.UTC), {"SOURCE_DATE_EPOCH": EPOCH})
+    first = label_map(
+        checkout, dt.datetime(2026, 3, 1, tzinfo=dt.UTC), {"SOURCE_DATE_EPOCH": EPOCH}
+    )
+    second = label_map(
+        checkout, dt.datetime(2026, 5, 9, tzinfo=dt.UTC), {"SOURCE_DATE_EPOCH": EPOCH}
+    )
     assert first == second
     assert first[f"{OCI}.created"] == "2026-01-01T00:00:00Z"
     assert first[f"{OCI}.source"] == "https://gitlab.example.com/team/images"

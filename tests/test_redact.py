@@ -16,7 +16,10 @@ SECRET = "S3cr3tValue"
             f"https://ci-token:{SECRET}@gitlab.example.com/team/images.git",
             "https://gitlab.example.com/team/images.git",
         ),
-        (f"see http://user:{SECRET}@127.0.0.1:8080/simple now", "see http://127.0.0.1:8080/simple now"),
+        (
+            f"see http://user:{SECRET}@127.0.0.1:8080/simple now",
+            "see http://127.0.0.1:8080/simple now",
+        ),
         (f"'ftp://me:{SECRET}@host/x'", "'ftp://host/x'"),
         ("ghp_abcdefghijklmnopqrstuvwxyz0123", MASK),
         ("token gho_ABCDEFGHIJKLMNOPQRSTUV here", f"token {MASK} here"),

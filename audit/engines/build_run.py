@@ -10,8 +10,6 @@ output of every build is saved to ``build/reports/<image>/build.log``.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import hashlib
 import os
 import shlex
 import subprocess
@@ -42,7 +40,6 @@ from audit.plan.build import (
     BuildOptions,
     BuildPlan,
     DockerClient,
-    Provenance,
     SecretSources,
     StageBuild,
     netrc_text,

@@ -30,7 +30,9 @@ _NAMES = ("stdout", "stderr")
 def __getattr__(name: str) -> Console:
     if name not in _NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made = _redacting_console()(stderr=name == "stderr", highlight=False, soft_wrap=True, emoji=False)
+    made = _redacting_console()(
+        stderr=name == "stderr", highlight=False, soft_wrap=True, emoji=False
+    )
     globals()[name] = made  # later look-ups find the attribute and skip this function
     return made
 

@@ -231,7 +231,7 @@ def qualified_image(ref: str) -> str:
     registry and is kept.
     """
     name, at, digest = ref.partition("@")
-    first, slash, rest = name.partition("/")
+    first, slash, _ = name.partition("/")
     if not slash:
         name = f"docker.io/library/{name}"
     elif not ("." in first or ":" in first or first == "localhost"):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from audit.core.redact import redact
 from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.core.redact import redact
 from audit.plan.gate import BASE_IMAGE_RULE, image_of
 from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
 

@@ -23,8 +23,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.core.redact import redact, redact_json
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
+from audit.core.redact import redact, redact_json
 
 REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("table", "json", "markdown")

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from audit.core.redact import redact
-from audit.core.errors import RecipeError
+from audit.core.errors import ProjectFileError, RecipeError
 from audit.core.lockformat import logical_lines
+from audit.core.redact import redact
 from audit.plan.sources import Source
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -155,6 +155,8 @@ class _Reader:
             text = self.source.read_bytes(relpath).decode("utf-8")
         except FileNotFoundError:
             raise start.error("requirements file not found", "create it or fix the path") from None
+        except ProjectFileError as exc:
+            raise start.error(exc.problem, exc.hint) from exc
         except UnicodeDecodeError as exc:
             raise start.error(f"not UTF-8 text ({exc.reason})", "save it as UTF-8") from exc
         except OSError as exc:  # a directory or an unreadable file where a file should be

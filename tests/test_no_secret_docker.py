@@ -18,20 +18,15 @@ from pathlib import Path
 import pytest
 
 from audit.engines import docker_host
-from tests.test_build_docker import (  # noqa: F401 - fixtures
-    CLIENT,
-    REPO_ROOT,
-    Index,
-    Project,
-    amd64,
-    cleanup,
-    index,
-    make_project,
-    two_stages,
-)
+from tests import test_build_docker as shared
+from tests.test_build_docker import CLIENT, REPO_ROOT, Index, Project, make_project, two_stages
 from tests.test_gitsource import commit_files, git
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# The end-to-end build fixtures, shared: the wheel index, the amd64 base, tag clean-up.
+index = shared.index
+amd64 = shared.amd64
+cleanup = shared.cleanup
 
 GIT_TOKEN = "glpat-GitT0kenSecret0000xyz"
 INDEX_PASSWORD = "IndexPassw0rdSecret"

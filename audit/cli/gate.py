@@ -1,7 +1,8 @@
 """``python -m audit gate``: what a pull request does to every image's dependencies.
 
 ``gate --base REF [--head REF] [--repo PATH]`` reads both refs straight from git (no checkout),
-compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`).
+compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`);
+``--strict-waivers`` fails on a waiver the pull request adds or widens.
 Prints the report (``--format``), writes Markdown to ``--markdown FILE`` and to
 ``$GITHUB_STEP_SUMMARY`` when set, JSON to ``--json FILE``. Exit 0 pass, 1 a policy violation,
 2 bad input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
@@ -38,6 +39,7 @@ class GateOptions:
     markdown: Path | None
     json: Path | None
     summary: Path | None  # GitHub's job summary file, appended to
+    strict_waivers: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
@@ -50,6 +52,7 @@ class GateOptions:
             markdown=args.markdown,
             json=args.json,
             summary=Path(summary) if summary else None,
+            strict_waivers=args.strict_waivers,
         )
 
 
@@ -86,6 +89,12 @@ def register(subparsers: Any) -> None:
         default="table",
         help="report format on stdout (default: table)",
     )
+    parser.add_argument(
+        "--strict-waivers",
+        action="store_true",
+        help="fail when the pull request adds or widens a policy waiver (a waiver then lands "
+        "through its own pull request, reviewed by the image's owners)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -104,7 +113,7 @@ def gate_report(options: GateOptions, *, today: date) -> Report:
     base = GitSource(options.repo, options.base)
     head = GitSource(options.repo, options.head)
     title = f"dependency gate: {_label(base)} → {_label(head)}"
-    return gate(base, head, today=today, title=title)
+    return gate(base, head, today=today, title=title, strict_waivers=options.strict_waivers)
 
 
 def _label(source: GitSource) -> str:

@@ -102,3 +102,16 @@ def test_a_widened_waiver_needs_review_and_an_untouched_one_does_not(
     assert code == EXIT_VIOLATION
     [added] = findings(report, "waiver-added")
     assert "changed or widened" in str(added["message"]) and added["after"] == "*"
+
+
+def test_a_changed_base_reference_without_a_new_snapshot_is_a_stale_base(
+    repo: Path, tmp_path: Path
+) -> None:
+    edit(repo, TOML, 'base = "example/base:1"', 'base = "example/base:2"')
+    commit_files(repo, {}, "bump the base, forget to re-record it")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    [stale] = findings(report, "stale-base")
+    assert "example/base:2" in str(stale["message"]) and "example/base:1" in str(stale["message"])
+    assert "--record-base" in str(stale["hint"])
+    assert findings(report, "removed") == []

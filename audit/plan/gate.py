@@ -40,6 +40,7 @@ WAIVER_RULE = "waiver-added"
 RUN_LAYER_RULE = "run-layer-changed"
 NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
+STALE_BASE_RULE = "stale-base"
 EMPTY: Installed = MappingProxyType({})
 
 FindingKey = tuple[str, str, str | None, str | None]
@@ -220,10 +221,31 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
     old_ref = old.recipe.base_ref if old.recipe else None
     if old.base_record == new.base_record and old_ref == new.recipe.base_ref:
         return Section(title, ()), set()
+    stale = _stale_base(name, new)
+    if stale is not None:  # the snapshot is of another image: predicting from it means nothing
+        return Section(title, (_base_identity(old, new, f"{name} base image"), stale)), set()
     where = f"{name} base image"
     found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
     identity = _base_identity(old, new, where)
     return Section(title, (identity, *found)), {finding_key(f) for f in found}
+
+
+def _stale_base(name: str, side: Side) -> Finding | None:
+    """An error when the recorded base snapshot is not of the image the recipe names."""
+    recipe, record = side.recipe, side.base_record
+    if recipe is None or record is None or record.image == recipe.base:
+        return None
+    return Finding(
+        STALE_BASE_RULE,
+        ERROR,
+        "",
+        None,
+        None,
+        f"{recipe.source.as_posix()} names base {recipe.base}, but "
+        f"locks/{recipe.name}/base.json records {record.image}: the base snapshot is stale",
+        where=f"{name} base image",
+        hint=f"re-record it and recompile the locks: nox -s lock -- {recipe.name} --record-base",
+    )
 
 
 def _base_identity(old: Side, new: Side, where: str) -> Finding:

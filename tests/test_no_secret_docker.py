@@ -4,7 +4,8 @@
 Grepped: the image labels (``docker inspect``), ``docker history --no-trunc``, the layers of
 ``docker save``, the build log, the reports, the locks, the rendered context, stdout and
 stderr. Also checked: the OCI labels are complete and two builds of one commit with one
-``SOURCE_DATE_EPOCH`` carry the same labels.
+``SOURCE_DATE_EPOCH`` carry the same labels, and the built stage's CycloneDX SBOM validates
+and lists the same distributions as the guard's trail.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
+from audit.core.snapshot import parse_snapshot
 from audit.engines import docker_host
 from tests import test_build_docker as shared
 from tests.test_build_docker import CLIENT, REPO_ROOT, Index, Project, make_project, two_stages
@@ -113,3 +117,18 @@ def test_a_token_bearing_checkout_builds_without_a_secret_anywhere(
     assert "--label" in log
     report = json.loads((tmp_path / "build/reports/h2secret/v2/report.json").read_text())
     assert report["verdict"] == "pass"
+    sbom_matches_the_trail(tmp_path / "build/reports/h2secret/v2")
+
+
+def sbom_matches_the_trail(folder: Path) -> None:
+    """The stage's SBOM validates and lists exactly the distributions of its last snapshot."""
+    text = (folder / "sbom.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    listed = {(c["name"], c["version"]) for c in json.loads(text)["components"]}
+    (last,) = sorted(folder.glob("trail/v2-*.snapshot.json"))
+    shipped = {
+        (d.name, d.version)
+        for env in parse_snapshot(last.read_bytes(), "t")
+        for d in env.distributions
+    }
+    assert listed == shipped and ("alpha", "1.0") in listed

@@ -34,7 +34,9 @@ from audit.engines import process as commands
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
 from audit.engines.provenance import gather as gather_provenance
+from audit.engines.sbom import write_sbom
 from audit.plan.build import (
+    CREATED_LABEL,
     SECRET_CA,
     SECRET_NETRC,
     BuildOptions,
@@ -261,6 +263,7 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
             for stage in (s.name for s in recipe.stages if s.name in built):
                 folder, report = write_trail_reports(root, recipe, stage, trail)
                 console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
+                write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
         move_tags(client, plan)
     finally:
         log.save()

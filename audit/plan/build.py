@@ -31,6 +31,7 @@ SECRET_CA = "pip-ca"  # noqa: S105
 SECRET_NETRC = "pip-netrc"  # noqa: S105
 NO_GUARD_ARG = "LAYER_AUDIT_NO_GUARD"
 OCI = "org.opencontainers.image"
+CREATED_LABEL = f"{OCI}.created"
 LABEL_PREFIX = "io.layer-audit"
 NETWORK_AUTO = "auto"
 NETWORK_DEFAULT = "default"

@@ -29,6 +29,10 @@ SECRET = "S3cr3tValue"
         (f"https://h/x?a=1&token={SECRET}&b=2", f"https://h/x?a=1&token={MASK}&b=2"),
         (f"https://h/x?PASSWORD={SECRET}", f"https://h/x?PASSWORD={MASK}"),
         (f"machine h login u password {SECRET}", f"machine h login u password {MASK}"),
+        (
+            f"https://bot:{MASK}@h/x and https://{SECRET}@h/y",
+            f"https://bot:{MASK}@h/x and https://h/y",
+        ),
     ],
 )
 def test_secrets_are_taken_out(text: str, expected: str) -> None:

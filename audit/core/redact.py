@@ -43,11 +43,20 @@ def redact(text: str) -> str:
     """``text`` without URL userinfo, known token shapes or secret query values."""
     if not text:
         return text
-    text = _USERINFO.sub(lambda m: m.group("scheme"), text)
+    text = _USERINFO.sub(_without_userinfo, text)
     text = _TOKENS.sub(MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group("kind") + MASK, text)
     text = _QUERY.sub(lambda m: m.group("key") + MASK, text)
     return _NETRC.sub(lambda m: m.group("key") + MASK, text)
+
+
+_MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")
+
+
+def _without_userinfo(match: re.Match[str]) -> str:
+    """The URL start without its userinfo; ``user:***@`` (already masked) is kept as it is."""
+    userinfo = match.group(0)[len(match.group("scheme")) :]
+    return match.group(0) if _MASKED_USERINFO.fullmatch(userinfo) else match.group("scheme")
 
 
 def redact_all(lines: list[str]) -> list[str]:

@@ -7,13 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
+from audit.cli.main import main
+from audit.core.errors import EXIT_BAD_INPUT
 from audit.core.snapshot import Environment, dump_snapshot
 from audit.engines.sbom import SBOM_NAME, write_sbom
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
+from tests.support.cli import fails
+from tests.support.fixtures import BaseImageFactory
 from tests.support.project import (
     VENV_PYTHON,
     ProjectSpec,
@@ -98,3 +103,31 @@ def test_a_stage_of_a_trail_without_snapshots_is_the_base(tmp_path: Path) -> Non
     recipe = load_recipe(DirectorySource(tmp_path), "demo")
     document = json.loads(write_sbom(tmp_path, recipe, "v1", {}, CREATED).read_text())
     assert set(components(document)) == {"pip"}
+
+
+def test_cyclonedx_is_for_one_existing_image(capsys: pytest.CaptureFixture[str]) -> None:
+    err = fails(capsys, EXIT_BAD_INPUT, "audit-deps", "demo", "--format", "cyclonedx")
+    assert "--image REF" in err
+
+
+@pytest.mark.docker
+def test_an_existing_image_gets_a_valid_sbom_of_every_interpreter(
+    tmp_path: Path, base_image: BaseImageFactory
+) -> None:
+    image = base_image("bookworm", "amd64")
+    output = tmp_path / "base.cdx.json"
+    argv = ["audit-deps", "--image", image, "--format", "cyclonedx", "--output", str(output)]
+    assert main(argv) == 0
+    text = output.read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    document = json.loads(text)
+    assert document["metadata"]["component"]["name"] == image.rpartition(":")[0]
+    found = components(document)
+    assert found["pip"]["purl"].startswith("pkg:pypi/pip@")
+    interpreters = {
+        p["value"]
+        for c in document["components"]
+        for p in c["properties"]
+        if p["name"] == "layer-audit:interpreter"
+    }
+    assert "/opt/venv/bin/python" in interpreters

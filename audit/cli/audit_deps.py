@@ -3,12 +3,15 @@
 Recipes: ``audit-deps [IMAGE ...]`` (none named: every recipe under images/) predicts each
 layer's environment from the base snapshot and the locks and applies the policy; no Docker.
 Images: ``audit-deps --image REF [--against REF] [--recipe NAME] [--interpreter PATH]`` runs
-the snapshot script inside the image(s) and applies the policy (the recipe's, else defaults).
+the snapshot script inside the image(s) and applies the policy (the recipe's, else defaults);
+``--image REF --format cyclonedx`` writes the image's CycloneDX SBOM instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import os
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -16,15 +19,24 @@ from typing import Any
 
 from audit.core.errors import UsageError
 from audit.core.policy import Policy
-from audit.engines import console
+from audit.engines import atomic, console
 from audit.engines.image_audit import ImageTarget, audit_image, compare_images
 from audit.engines.reports import write_report
 from audit.plan.auditdeps import audit_recipe, audit_report
+from audit.plan.build import created_time
 from audit.plan.paths import find_root, list_images
 from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
-from audit.plan.report import Report, add_report_arguments, check_output, report_exit_code
+from audit.plan.report import (
+    FORMATS,
+    Report,
+    add_report_arguments,
+    check_output,
+    report_exit_code,
+)
 from audit.plan.sources import DirectorySource
+
+CYCLONEDX = "cyclonedx"
 
 
 @dataclass(frozen=True)
@@ -102,15 +114,41 @@ def register(subparsers: Any) -> None:
         help="with --image: also audit this Python inside the image (repeatable)",
     )
     add_report_arguments(parser)
+    for action in parser._actions:  # one more format here: an image's CycloneDX SBOM
+        if action.dest == "fmt":
+            action.choices = (*FORMATS, CYCLONEDX)
+            action.help = f"report format (default: table); {CYCLONEDX}: an SBOM, with --image"
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     options = AuditDepsOptions.from_args(args)
     check_output(options.output)  # before any work: an image audit runs containers
+    if options.fmt == CYCLONEDX:
+        return write_image_sbom(options)
     report = image_report(options) if options.image else recipes_report(options.images)
     write_report(report, options.fmt, options.output, console.stdout)
     return report_exit_code(report)
+
+
+def write_image_sbom(options: AuditDepsOptions) -> int:
+    """``--image REF --format cyclonedx``: the image's SBOM to ``--output`` or stdout; exit 0."""
+    from audit.engines.sbom import image_sbom
+
+    if not options.image or options.against:
+        raise UsageError(
+            f"--format {CYCLONEDX} describes one existing image",
+            "use it with --image REF (without --against)",
+        )
+    recipe = _load_optional_recipe(options.recipe)
+    interpreters = (*(recipe.interpreters if recipe else ()), *options.interpreters)
+    created = created_time(os.environ, _dt.datetime.now(_dt.UTC))
+    text = image_sbom(ImageTarget(options.image, interpreters), created)
+    if options.output is not None:
+        atomic.write_text(options.output, text)
+    else:
+        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
+    return 0
 
 
 def recipes_report(names: tuple[str, ...]) -> Report:

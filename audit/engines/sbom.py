@@ -24,6 +24,7 @@ from pathlib import Path
 from audit.core.errors import LockError, SnapshotError
 from audit.core.snapshot import Environment, parse_snapshot
 from audit.engines import atomic
+from audit.engines.image_audit import ImageTarget, snapshot_image
 from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
 from audit.plan.paths import reports_dir
 from audit.plan.recipe import PipLayer, Recipe, Step
@@ -107,20 +108,45 @@ def _lock_hashes(
     return found
 
 
-def make_bom(recipe: Recipe, stage: str, found: Sequence[Entry], created: _dt.datetime) -> str:
-    """The CycloneDX document (JSON, spec 1.6) for ``found``; deterministic for its inputs."""
+@dataclass(frozen=True)
+class Subject:
+    """What the SBOM describes: an image (repository) at a version (stage or tag)."""
+
+    name: str
+    version: str
+    ref: str
+    description: str
+
+
+def stage_subject(recipe: Recipe, stage: str) -> Subject:
+    return Subject(
+        recipe.repository,
+        stage,
+        f"{recipe.name}:{stage}",
+        f"{recipe.name} {stage}, audited by layer-audit",
+    )
+
+
+def make_bom(
+    recipe: Recipe | Subject, stage: str, found: Sequence[Entry], created: _dt.datetime
+) -> str:
+    """The CycloneDX document (JSON, spec 1.6) for ``found``; deterministic for its inputs.
+
+    ``recipe`` is a recipe (the subject is its ``stage``) or any :class:`Subject`.
+    """
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot6
     from packageurl import PackageURL
 
+    about = recipe if isinstance(recipe, Subject) else stage_subject(recipe, stage)
     subject = Component(
-        name=recipe.repository,
-        version=stage,
+        name=about.name,
+        version=about.version,
         type=ComponentType.CONTAINER,
-        bom_ref=f"{recipe.name}:{stage}",
-        description=f"{recipe.name} {stage}, audited by layer-audit",
+        bom_ref=about.ref,
+        description=about.description,
     )
     components = []
     for entry in found:
@@ -145,7 +171,7 @@ def make_bom(recipe: Recipe, stage: str, found: Sequence[Entry], created: _dt.da
                 properties=properties,
             )
         )
-    bom = Bom(components=components, serial_number=_serial(recipe, stage, found))
+    bom = Bom(components=components, serial_number=_serial(about.ref, found))
     bom.metadata.component = subject
     bom.metadata.timestamp = created
     bom.register_dependency(subject, components)
@@ -154,9 +180,9 @@ def make_bom(recipe: Recipe, stage: str, found: Sequence[Entry], created: _dt.da
         return str(JsonV1Dot6(bom).output_as_string(indent=2)) + "\n"
 
 
-def _serial(recipe: Recipe, stage: str, found: Sequence[Entry]) -> uuid.UUID:
+def _serial(ref: str, found: Sequence[Entry]) -> uuid.UUID:
     """A serial number derived from the content: the same trail gives the same document."""
-    digest = hashlib.sha256(f"{recipe.name}\0{stage}\0{found!r}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{ref}\0{found!r}".encode()).hexdigest()
     return uuid.uuid5(uuid.NAMESPACE_URL, f"urn:layer-audit:{digest}")
 
 
@@ -172,3 +198,25 @@ def write_sbom(
     path = reports_dir(root, recipe.name, stage) / SBOM_NAME
     atomic.write_text(path, make_bom(recipe, stage, found, moment))
     return path
+
+
+IMAGE_LAYER = "(not known: an existing image)"
+
+
+def image_sbom(target: ImageTarget, created: str) -> str:
+    """The CycloneDX document of an existing image: every environment its interpreters see.
+
+    The installing layer is not known for an image built elsewhere, nor are lock hashes.
+    """
+    found = [
+        Entry(item.interpreter, dist.name, dist.version, dist.location, IMAGE_LAYER, ())
+        for item in snapshot_image(target)
+        for dist in item.environment.distributions
+    ]
+    found.sort(key=lambda e: (e.interpreter, e.name, e.location, e.version))
+    name, _, tag = target.ref.rpartition(":")
+    if "/" in tag or not name:  # a registry port, not a tag
+        name, tag = target.ref, "latest"
+    subject = Subject(name, tag, target.ref, f"{target.ref}, audited by layer-audit")
+    moment = _dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return make_bom(subject, tag, found, moment)

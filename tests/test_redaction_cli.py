@@ -77,3 +77,20 @@ def test_reports_in_every_format_carry_no_secret() -> None:
         assert SECRET not in text and "gitlab.example.com" in text, fmt
     assert SECRET not in json.dumps(render_text(report, "json"))
     assert SECRET not in gate_markdown(report)
+
+
+def test_the_live_view_and_every_console_line_are_redacted() -> None:
+    from io import StringIO
+
+    from audit.engines import console
+    from audit.engines.build_progress import LiveView
+
+    buffer = StringIO()
+    made = console._redacting_console()(file=buffer, width=200, emoji=False)
+    url = f"https://ci-token:{SECRET}@gitlab.example.com/x.git"
+    with LiveView(made, "demo v1") as view:
+        view.feed(f"#5 [v1 2/2] RUN pip install --index-url {url} alpha")
+        view.feed("#5 DONE 0.1s")
+    made.print(f"token=ghp_{'b' * 30} and {url}")
+    shown = buffer.getvalue()
+    assert "gitlab.example.com" in shown and SECRET not in shown and "ghp_" not in shown

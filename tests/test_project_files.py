@@ -152,16 +152,18 @@ def test_temporaries_of_a_killed_run_are_cleaned_by_the_next_run(
 
     assert main(["render", "demo"]) == 0
     context = demo / "build" / "demo"
-    leftover = context / f".Dockerfile.{dead_pid()}-k1ll3d_x.tmp"
+    leftover = context / f".Dockerfile.audit-{dead_pid()}-k1ll3d_x.tmp"
     leftover.write_text("half a Dockerfi")
-    live = context / f".Dockerfile.{os.getpid()}-wr1t1ng.tmp"  # a live writer's: kept
+    live = context / f".Dockerfile.audit-{os.getpid()}-wr1t1ng.tmp"  # a live writer's: kept
     live.write_text("being written")
+    foreign = context / f".Dockerfile.{dead_pid()}-other.tmp"  # not ours: never touched
+    foreign.write_text("another program's")
     atomic._cleaned.clear()  # a new run: this process stands for it
     (demo / V1_IN).write_text((demo / V1_IN).read_text() + "\n")
 
     assert main(["render", "demo"]) == 0
     assert not leftover.exists()
-    assert live.exists()
+    assert live.exists() and foreign.exists()
 
 
 def test_a_sigkilled_write_leaves_a_temporary_the_next_write_removes(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ from pathlib import Path
 from audit.core.errors import AuditError, BadInput, EnvironmentProblem
 
 NEW_FILE_MODE = 0o666  # what open() asks for; the umask takes its bits off, as for open()
-# Temporary files of atomic writes: ``.NAME.<pid>-<random>.tmp`` beside NAME (git-ignored).
-TEMPORARY = re.compile(r"^\..+\.(?:(?P<pid>\d+)-)?[A-Za-z0-9_]+\.tmp$")
+# Temporary files of atomic writes: ``.NAME.audit-<pid>-<random>.tmp`` beside NAME
+# (git-ignored); the marker keeps other programs' temporaries out of the clean-up.
+TEMP_MARKER = "audit"
+TEMPORARY = re.compile(r"^\..+\." + TEMP_MARKER + r"-(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
 STALE_AFTER = 3600.0  # seconds: a temporary whose writer cannot be told apart is left this long
 _cleaned: set[Path] = set()  # folders already swept by this process
 
@@ -89,8 +91,8 @@ def make_folder(folder: Path) -> None:
 
 def _writer_gone(match: re.Match[str], path: Path, now: float) -> bool:
     """True when the run that made this temporary file cannot still be writing it."""
-    pid = int(match["pid"]) if match["pid"] else None
-    if pid is not None and pid != os.getpid():
+    pid = int(match["pid"])
+    if pid != os.getpid():
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -106,7 +108,7 @@ def _writer_gone(match: re.Match[str], path: Path, now: float) -> bool:
 def clean_temporaries(folder: Path) -> list[Path]:
     """Remove temporaries a killed run left in ``folder`` (once per folder and process).
 
-    Only files named like this module's temporaries (``.NAME.<pid>-<random>.tmp``) whose
+    Only files named like this module's temporaries (``.NAME.audit-<pid>-<random>.tmp``) whose
     writer is gone (its process no longer exists) or that are over an hour old are removed;
     a temporary another live run is writing is never touched. Returns what was removed.
     """
@@ -128,7 +130,7 @@ def clean_temporaries(folder: Path) -> list[Path]:
 
 def _replace(path: Path, data: bytes) -> None:
     mode = _target_mode(path)
-    prefix = f".{path.name}.{os.getpid()}-"
+    prefix = f".{path.name}.{TEMP_MARKER}-{os.getpid()}-"
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600: readable by its owner only

@@ -4,13 +4,14 @@ reproducible ``created`` from ``SOURCE_DATE_EPOCH``; and the pure label helpers.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pytest
 
 from audit.core.errors import UsageError
 from audit.engines import process as commands
-from audit.engines.provenance import gather
+from audit.engines.provenance import gather, tree_digest
 from audit.plan.build import created_time, labels, qualified_image, stage_labels
 from audit.plan.lockfile import BaseRecord
 from audit.plan.recipe_parse import load_recipe
@@ -112,3 +113,12 @@ def test_created_time_reads_source_date_epoch_or_refuses_it() -> None:
 )
 def test_base_names_are_fully_qualified(ref: str, expected: str) -> None:
     assert qualified_image(ref) == expected
+
+
+def test_the_recipe_digest_never_follows_a_link_nor_reads_a_fifo(checkout: Path) -> None:
+    folder = checkout / "images" / "demo"
+    before = tree_digest(folder)
+    os.mkfifo(folder / "pipe")
+    assert tree_digest(folder) == before  # a FIFO is left out, never opened
+    (folder / "zero").symlink_to("/dev/zero")
+    assert tree_digest(folder) != before  # a link counts by where it points, unread

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,11 +25,21 @@ TEMPLATES = "templates"
 
 
 def tree_digest(folder: Path) -> str:
-    """sha256 over every file's relative path and bytes, in sorted order."""
+    """sha256 over every regular file's relative path and bytes, in sorted order.
+
+    A symbolic link counts by where it points (never followed: a link to ``/dev/zero`` or a
+    file outside the project is not read); FIFOs, devices and sockets are left out.
+    """
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            content = b"link:" + str(path.readlink()).encode()
+        elif stat.S_ISREG(path.lstat().st_mode):
+            content = path.read_bytes()
+        else:
+            continue
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256(content).digest())
     return f"sha256:{digest.hexdigest()}"
 
 

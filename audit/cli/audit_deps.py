@@ -3,23 +3,29 @@
 Recipes: ``audit-deps [IMAGE ...]`` (none named: every recipe under images/) predicts each
 layer's environment from the base snapshot and the locks and applies the policy; no Docker.
 Images: ``audit-deps --image REF [--against REF] [--recipe NAME] [--interpreter PATH]`` runs
-the snapshot script inside the image(s) and applies the policy (the recipe's, else defaults).
+the snapshot script inside the image(s) and applies the policy (the recipe's, else defaults);
+``--image REF --format cyclonedx`` writes the image's CycloneDX SBOM instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import os
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from audit.core.errors import UsageError
-from audit.engines import console
-from audit.engines.image_audit import audit_images
+from audit.engines import atomic, console
+from audit.engines.image_audit import ImageTarget, audit_images, load_named_recipe
 from audit.engines.reports import write_report
 from audit.plan.auditdeps import audit_recipes
-from audit.plan.report import add_report_arguments, check_output, report_exit_code
+from audit.plan.build import created_time
+from audit.plan.report import FORMATS, add_report_arguments, check_output, report_exit_code
+
+CYCLONEDX = "cyclonedx"
 
 
 @dataclass(frozen=True)
@@ -98,11 +104,17 @@ def register(subparsers: Any) -> None:
         help="with --image: also audit this Python inside the image (repeatable)",
     )
     add_report_arguments(parser)
+    for action in parser._actions:  # one more format here: an image's CycloneDX SBOM
+        if action.dest == "fmt":
+            action.choices = (*(action.choices or FORMATS), CYCLONEDX)
+            action.help = f"report format (default: table); {CYCLONEDX}: an SBOM, with --image"
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     options = AuditDepsOptions.from_args(args)
+    if options.fmt == CYCLONEDX:
+        return write_image_sbom(options)
     if options.image:
         report = audit_images(
             options.image,
@@ -115,3 +127,23 @@ def handle(args: argparse.Namespace) -> int:
         report = audit_recipes(options.images, today=date.today())
     write_report(report, options.fmt, options.output, console.stdout)
     return report_exit_code(report)
+
+
+def write_image_sbom(options: AuditDepsOptions) -> int:
+    """``--image REF --format cyclonedx``: the image's SBOM to ``--output`` or stdout; exit 0."""
+    from audit.engines.sbom import image_sbom
+
+    if not options.image or options.against:
+        raise UsageError(
+            f"--format {CYCLONEDX} describes one existing image",
+            "use it with --image REF (without --against)",
+        )
+    recipe = load_named_recipe(options.recipe) if options.recipe else None
+    interpreters = (*(recipe.interpreters if recipe else ()), *options.interpreters)
+    created = created_time(os.environ, _dt.datetime.now(_dt.UTC))
+    text = image_sbom(ImageTarget(options.image, interpreters), created)
+    if options.output is not None:
+        atomic.write_text(options.output, text)
+    else:
+        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
+    return 0

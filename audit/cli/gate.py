@@ -37,6 +37,7 @@ class GateOptions:
     markdown: Path | None
     json: Path | None
     summary: Path | None  # GitHub's job summary file, appended to
+    strict_waivers: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
@@ -51,6 +52,7 @@ class GateOptions:
             markdown=args.markdown,
             json=args.json,
             summary=Path(summary) if summary else None,
+            strict_waivers=args.strict_waivers,
         )
 
 
@@ -87,12 +89,24 @@ def register(subparsers: Any) -> None:
         default="table",
         help="report format on stdout (default: table)",
     )
+    parser.add_argument(
+        "--strict-waivers",
+        action="store_true",
+        help="fail when the pull request adds or widens a policy waiver (a waiver then lands "
+        "through its own pull request, reviewed by the image's owners)",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
-    report = gate_refs(options.repo, options.base, options.head, today=date.today())
+    report = gate_refs(
+        options.repo,
+        options.base,
+        options.head,
+        today=date.today(),
+        strict_waivers=options.strict_waivers,
+    )
     markdown = gate_markdown(report)
     _print(report, options.fmt, markdown)
     _write_files(report, options, markdown)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from audit import __version__
 from audit.core.errors import EXIT_BAD_INPUT, AuditError
+from audit.core.redact import redact
 from audit.engines import console
 
 # Command name -> module. Only the module of the command being run is imported, so a quick
@@ -50,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
         from rich.markup import escape
 
         self.print_usage(sys.stderr)
-        console.stderr.print(f"[bold red]error:[/] {escape(message)}")
+        console.stderr.print(f"[bold red]error:[/] {escape(redact(message))}", emoji=False)
         raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -74,14 +75,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def report_error(error: AuditError) -> None:
+    """Print an error and its hint: redacted (no URL userinfo, no token), markup escaped and
+    no emoji codes, so the text the error carries is shown exactly, and only safely."""
     from rich.markup import escape  # here, not at the top: a clean quick run never loads rich
 
-    console.stderr.print(f"[bold red]error:[/] {escape(error.message)}", markup=True)
+    message = escape(redact(error.message))
+    console.stderr.print(f"[bold red]error:[/] {message}", markup=True, emoji=False)
     if error.hint:
-        console.stderr.print(f"  [yellow]hint:[/] {escape(error.hint)}", markup=True)
+        hint = escape(redact(error.hint))
+        console.stderr.print(f"  [yellow]hint:[/] {hint}", markup=True, emoji=False)
     output = getattr(error, "output", "")
     if output:
-        console.stderr.print(output.rstrip(), markup=False)
+        console.stderr.print(redact(output.rstrip()), markup=False, emoji=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,6 +51,16 @@ class RecipeError(BadInput):
         self.problem = problem
 
 
+class ProjectFileError(BadInput):
+    """A project input (recipe, requirements, include, lock, template, copy source) is not a
+    regular file inside the project: a link out of it, a FIFO, a device, a folder, too big."""
+
+    def __init__(self, path: str, problem: str, hint: str = "") -> None:
+        super().__init__(f"{path}: {problem}", hint)
+        self.path = path
+        self.problem = problem
+
+
 class SnapshotError(BadInput):
     """A snapshot file is truncated, tampered with, or of an unknown schema."""
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from audit.core.errors import AuditError, BadInput, EnvironmentProblem
 
 NEW_FILE_MODE = 0o666  # what open() asks for; the umask takes its bits off, as for open()
+# Temporary files of atomic writes: ``.NAME.audit-<pid>-<random>.tmp`` beside NAME
+# (git-ignored); the marker keeps other programs' temporaries out of the clean-up.
+TEMP_MARKER = "audit"
+TEMPORARY = re.compile(r"^\..+\." + TEMP_MARKER + r"-(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
+STALE_AFTER = 3600.0  # seconds: a temporary whose writer cannot be told apart is left this long
+_cleaned: set[Path] = set()  # folders already swept by this process
 
 
 def _current_umask() -> int:
@@ -36,12 +44,15 @@ def _target_mode(path: Path) -> int:
 def write_bytes(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename).
 
-    Returns False and touches nothing when the file already holds exactly ``data``,
-    so re-renders keep their modification times. A failed write leaves ``path`` as it was
+    Returns False and leaves ``path`` alone when it already holds exactly ``data``, so
+    re-renders keep their modification times. Temporaries a killed run left in the folder are
+    removed first (:func:`clean_temporaries`). A failed write leaves ``path`` as it was
     and raises :class:`EnvironmentProblem` (disk full, read-only) or :class:`BadInput`.
     """
+    clean_temporaries(path.parent)
     if path.is_file() and path.read_bytes() == data:
         return False
+    make_folder(path.parent)
     try:
         if path.exists() and not path.is_file() and not path.is_dir():
             _write_through(path, data)
@@ -58,10 +69,69 @@ def _write_through(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
+def make_folder(folder: Path) -> None:
+    """Create ``folder`` and its parents; a file where a folder must be is bad input (exit 2).
+
+    A plain file named ``build`` at the project root is reported as such, never as a
+    FileExistsError traceback.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        blocker = next(
+            (p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder
+        )
+        raise BadInput(
+            f"{blocker}: is a file, but a folder is needed here (for {folder})",
+            f"move or remove {blocker}, then run again",
+        ) from exc
+    except OSError as exc:
+        raise _write_error(folder, exc) from exc
+
+
+def _writer_gone(match: re.Match[str], path: Path, now: float) -> bool:
+    """True when the run that made this temporary file cannot still be writing it."""
+    pid = int(match["pid"])
+    if pid != os.getpid():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+    try:
+        return now - path.lstat().st_mtime > STALE_AFTER
+    except FileNotFoundError:
+        return False
+
+
+def clean_temporaries(folder: Path) -> list[Path]:
+    """Remove temporaries a killed run left in ``folder`` (once per folder and process).
+
+    Only files named like this module's temporaries (``.NAME.audit-<pid>-<random>.tmp``) whose
+    writer is gone (its process no longer exists) or that are over an hour old are removed;
+    a temporary another live run is writing is never touched. Returns what was removed.
+    """
+    if folder in _cleaned:
+        return []
+    _cleaned.add(folder)
+    removed = []
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            match = TEMPORARY.match(entry.name)
+            path = Path(entry.path)
+            if match and entry.is_file(follow_symlinks=False) and _writer_gone(match, path, now):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
 def _replace(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     mode = _target_mode(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}.{TEMP_MARKER}-{os.getpid()}-"
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600: readable by its owner only
         with os.fdopen(fd, "wb") as handle:
@@ -98,7 +168,7 @@ def exclusive(path: Path, timeout: float = 600.0) -> Iterator[None]:
     """Hold an exclusive file lock at ``path`` (created beside the files it guards)."""
     from filelock import FileLock, Timeout  # only runs that write pay for importing it
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     lock = FileLock(str(path), timeout=timeout)
     try:
         with lock:

@@ -10,8 +10,6 @@ output of every build is saved to ``build/reports/<image>/build.log``.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import hashlib
 import os
 import shlex
 import tempfile
@@ -29,18 +27,21 @@ from audit.core.errors import (
     CommandFailed,
     EnvironmentProblem,
 )
+from audit.core.redact import redact_all
 from audit.engines import atomic, console, docker_host, process
 from audit.engines.base_trust import verify_base
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
 from audit.engines.context import render
+from audit.engines.provenance import gather as gather_provenance
+from audit.engines.sbom import write_sbom
 from audit.plan.build import (
+    CREATED_LABEL,
     SECRET_CA,
     SECRET_NETRC,
     BuildOptions,
     BuildPlan,
     DockerClient,
-    Provenance,
     SecretSources,
     StageBuild,
     netrc_text,
@@ -65,31 +66,6 @@ CLIENT_HINT = "name a working docker client with --docker PATH or $LAYER_AUDIT_D
 
 
 # ----------------------------------------------------------------------------- facts
-
-
-def tree_digest(folder: Path) -> str:
-    """sha256 over every file's relative path and bytes, in sorted order."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return f"sha256:{digest.hexdigest()}"
-
-
-def _git(root: Path, *args: str) -> str:
-    done = process.run(["git", "-C", str(root), *args], check=False)
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def provenance(root: Path, recipe: Recipe, now: _dt.datetime | None = None) -> Provenance:
-    created = (now or _dt.datetime.now(_dt.UTC)).replace(microsecond=0)
-    return Provenance(
-        source=_git(root, "config", "--get", "remote.origin.url"),
-        revision=_git(root, "rev-parse", "--verify", "-q", "HEAD"),
-        created=created.isoformat().replace("+00:00", "Z"),
-        recipe_digest=tree_digest(root / recipe.directory),
-        locks_digest=tree_digest(root / "locks" / recipe.name),
-    )
 
 
 @contextlib.contextmanager
@@ -189,7 +165,8 @@ class BuildLog:
     lines: list[str]
 
     def save(self) -> None:
-        atomic.write_text(self.path, "\n".join(self.lines) + "\n")
+        """Write the log atomically, every line redacted (no URL userinfo, no token)."""
+        atomic.write_text(self.path, "\n".join(redact_all(self.lines)) + "\n")
 
 
 def run_stage_build(
@@ -252,6 +229,7 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
             for stage in (s.name for s in recipe.stages if s.name in built):
                 folder, report = write_trail_reports(root, recipe, stage, trail)
                 console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
+                write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
         move_tags(client, plan)
     finally:
         log.save()
@@ -294,7 +272,7 @@ def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) 
             options,
             client=client,
             context=context,
-            provenance=provenance(root, recipe),
+            provenance=gather_provenance(root, recipe),
             secrets=secrets,
             token=os.urandom(4).hex(),
         )

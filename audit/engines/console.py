@@ -3,6 +3,10 @@
 Both are made on first use (``console.stdout``), not at import: rich costs more to import than
 a quick command (``lock`` on unchanged inputs) takes to run, so :func:`plain` prints a line
 without loading rich at all while no console exists yet.
+
+Everything printed through this module passes :func:`audit.core.redact.redact` as the very last
+step (the rendered text, live views included), so no URL userinfo or token reaches a terminal
+or a CI log, whoever printed it; and ``:name:`` is never turned into an emoji.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from audit.core.redact import redact
+
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console
 
     stdout: Console
@@ -22,11 +30,23 @@ _NAMES = ("stdout", "stderr")
 def __getattr__(name: str) -> Console:
     if name not in _NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from rich.console import Console
-
-    made = Console(stderr=name == "stderr", highlight=False, soft_wrap=True)
+    made = _redacting_console()(
+        stderr=name == "stderr", highlight=False, soft_wrap=True, emoji=False
+    )
     globals()[name] = made  # later look-ups find the attribute and skip this function
     return made
+
+
+def _redacting_console() -> type[Console]:
+    """A rich Console whose rendered output is redacted just before it is written."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class RedactingConsole(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            return redact(super()._render_buffer(buffer))
+
+    return RedactingConsole
 
 
 def plain(text: str, *, err: bool = False) -> None:
@@ -36,4 +56,4 @@ def plain(text: str, *, err: bool = False) -> None:
     if made is not None:
         made.print(text, markup=False, emoji=False)
     else:
-        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+        print(redact(text), file=sys.stderr if err else sys.stdout, flush=True)

@@ -28,6 +28,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from audit.core.errors import GitError
+from audit.core.redact import public_source_url
 from audit.engines import process as commands
 from audit.plan.gate import gate
 from audit.plan.report import Report
@@ -245,13 +246,50 @@ def _blob_id(data: bytes, hex_length: int) -> str:
     return digest.hexdigest()
 
 
-def gate_refs(repo: Path, base_ref: str, head_ref: str, *, today: date) -> Report:
+def gate_refs(
+    repo: Path, base_ref: str, head_ref: str, *, today: date, strict_waivers: bool = False
+) -> Report:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout)."""
     base = GitSource(repo, base_ref)
     head = GitSource(repo, head_ref)
     title = f"dependency gate: {_label(base)} → {_label(head)}"
-    return gate(base, head, today=today, title=title)
+    return gate(base, head, today=today, title=title, strict_waivers=strict_waivers)
 
 
 def _label(source: GitSource) -> str:
     return f"{source.ref} ({source.commit[:12]})"
+
+
+# ----------------------------------------------------------------------------- checkout facts
+
+
+def _fact(repo: Path, *args: str) -> str:
+    """One line of git output, or "" when git fails (not a repository, no remote, no HEAD)."""
+    done = commands.run(["git", "-C", str(repo), *args], check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def public_remote(repo: Path, remote: str = "origin") -> str:
+    """``remote``'s URL as public ``https://`` without credentials, or "" (local or none).
+
+    The raw URL (a CI clone URL carries a token) is never returned, printed or stored.
+    """
+    return public_source_url(_fact(repo, "config", "--get", f"remote.{remote}.url"))
+
+
+def head_commit(repo: Path) -> str:
+    """The commit HEAD names, or "" outside a repository or before the first commit."""
+    return _fact(repo, "rev-parse", "--verify", "-q", "HEAD")
+
+
+def is_dirty(repo: Path, paths: Iterable[str]) -> bool:
+    """True when any file under ``paths`` differs from HEAD: modified, staged or untracked.
+
+    Git-ignored files do not count (they are not part of the build's committed inputs).
+    """
+    wanted = [path for path in paths if path]
+    if not wanted:
+        return False
+    status = "status", "--porcelain", "--untracked-files=all", "--", *wanted
+    done = commands.run(["git", "-C", str(repo), *status], check=False)
+    return done.returncode == 0 and bool(done.stdout.strip())

@@ -91,7 +91,7 @@ def audit_images(
     The policy and the interpreters to look at besides the usual places come from ``recipe``
     (``images/NAME/image.toml`` of the project around the working folder) when one is named.
     """
-    loaded = _load_recipe(recipe) if recipe else None
+    loaded = load_named_recipe(recipe) if recipe else None
     named = (*(loaded.interpreters if loaded else ()), *interpreters)
     policy = loaded.policy if loaded else Policy()
     target = ImageTarget(image, named)
@@ -100,7 +100,8 @@ def audit_images(
     return audit_image(target, policy, today=today)
 
 
-def _load_recipe(name: str) -> Recipe:
+def load_named_recipe(name: str) -> Recipe:
+    """``images/NAME/image.toml`` of the project around the working folder."""
     image = PurePosixPath(name).name if "/" in name else name  # accept images/X as well as X
     return load_recipe(DirectorySource(find_root()), image)
 

@@ -12,6 +12,7 @@ run succeeded, so a failed build moves no tag.
 
 from __future__ import annotations
 
+import datetime as _dt
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from audit import __version__
 from audit.core.errors import UsageError
+from audit.core.redact import redact
 from audit.plan.recipe import PipLayer, Recipe, RunLayer
 
 TRAIL_DIR = "/var/lib/layer-audit/trail"
@@ -28,10 +31,13 @@ SECRET_CA = "pip-ca"  # noqa: S105
 SECRET_NETRC = "pip-netrc"  # noqa: S105
 NO_GUARD_ARG = "LAYER_AUDIT_NO_GUARD"
 OCI = "org.opencontainers.image"
+CREATED_LABEL = f"{OCI}.created"
 LABEL_PREFIX = "io.layer-audit"
 NETWORK_AUTO = "auto"
 NETWORK_DEFAULT = "default"
 LOCAL_HOSTS = ("localhost",)
+SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
+DIRTY_SUFFIX = "-dirty"
 
 
 BuildMode = Literal["buildx", "buildkit-env"]
@@ -71,13 +77,21 @@ class BuildOptions:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Facts the OCI labels record, gathered by the executor."""
+    """Facts the OCI labels record, gathered by the executor.
 
-    source: str  # where the recipe lives (git remote URL), "" when unknown
+    ``source`` is already a public ``https://`` URL without credentials (or ""), and
+    ``created`` comes from ``SOURCE_DATE_EPOCH`` when set (see :func:`created_time`), so the
+    same commit built twice carries the same labels.
+    """
+
+    source: str  # where the recipe lives (public git remote URL), "" when unknown
     revision: str  # git commit of the checkout, "" when unknown
     created: str  # RFC 3339 time of this build
     recipe_digest: str  # sha256 over the recipe folder
     locks_digest: str  # sha256 over the recipe's locks
+    dirty: bool = False  # the recipe, locks or templates differ from the commit
+    base_image_id: str = ""  # from locks/<image>/base.json
+    base_digest: str = ""  # the base's manifest digest, recorded or pinned, "" when unknown
 
 
 @dataclass(frozen=True)
@@ -192,25 +206,85 @@ def choose_network(recipe: Recipe, requested: str) -> str | None:
     return None if requested == NETWORK_DEFAULT else requested
 
 
+def created_time(environ: Mapping[str, str], now: _dt.datetime) -> str:
+    """RFC 3339 UTC time of a build: ``SOURCE_DATE_EPOCH`` when set (reproducible), else ``now``.
+
+    A value that is not a non-negative whole number of seconds is bad input (exit 2).
+    """
+    epoch = environ.get(SOURCE_DATE_EPOCH, "").strip()
+    if epoch:
+        if not epoch.isdigit():
+            raise UsageError(
+                f"${SOURCE_DATE_EPOCH}={epoch[:40]!r}: not a whole number of seconds",
+                "set it to a Unix time, e.g. $(git log -1 --format=%ct), or unset it",
+            )
+        moment = _dt.datetime.fromtimestamp(int(epoch), _dt.UTC)
+    else:
+        moment = now.astimezone(_dt.UTC)
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def qualified_image(ref: str) -> str:
+    """``ref`` as Docker resolves it: registry, repository path and tag or digest spelt out.
+
+    ``debian:bookworm`` -> ``docker.io/library/debian:bookworm``; ``org/x`` ->
+    ``docker.io/org/x:latest``; a first component with a dot, a port or ``localhost`` is a
+    registry and is kept.
+    """
+    name, at, digest = ref.partition("@")
+    first, slash, _ = name.partition("/")
+    if not slash:
+        name = f"docker.io/library/{name}"
+    elif not ("." in first or ":" in first or first == "localhost"):
+        name = f"docker.io/{name}"
+    if not at and ":" not in name.rpartition("/")[2]:
+        name += ":latest"
+    return f"{name}{at}{digest}"
+
+
 def labels(recipe: Recipe, provenance: Provenance, guard: bool) -> tuple[tuple[str, str], ...]:
-    """OCI labels plus the recipe and lock digests; sorted, never holding a secret."""
+    """OCI labels plus the recipe and lock digests; sorted, every value redacted.
+
+    Invariants: a pure function of its arguments (same commit and ``SOURCE_DATE_EPOCH`` give
+    the same labels); an unknown fact leaves its label out rather than guessing (no local path
+    as ``source``); ``revision`` ends in ``-dirty`` when the built files are uncommitted.
+    """
+    revision = provenance.revision
+    if revision and provenance.dirty:
+        revision += DIRTY_SUFFIX
     found = {
         f"{OCI}.title": recipe.repository,
         f"{OCI}.created": provenance.created,
-        f"{OCI}.base.name": recipe.base,
+        f"{OCI}.base.name": qualified_image(recipe.base),
         f"{LABEL_PREFIX}.image": recipe.name,
+        f"{LABEL_PREFIX}.recipe": str(recipe.source),
         f"{LABEL_PREFIX}.recipe.digest": provenance.recipe_digest,
+        f"{LABEL_PREFIX}.locks": f"locks/{recipe.name}",
         f"{LABEL_PREFIX}.locks.digest": provenance.locks_digest,
         f"{LABEL_PREFIX}.guard": "on" if guard else "off",
+        f"{LABEL_PREFIX}.guard.version": __version__,
         f"{LABEL_PREFIX}.trail": TRAIL_DIR,
     }
     optional = {
         f"{OCI}.source": provenance.source,
-        f"{OCI}.revision": provenance.revision,
-        f"{OCI}.base.digest": recipe.base_digest or "",
+        f"{OCI}.revision": revision,
+        f"{OCI}.base.digest": recipe.base_digest or provenance.base_digest,
+        f"{LABEL_PREFIX}.base.image-id": provenance.base_image_id,
+        f"{LABEL_PREFIX}.dirty": "true" if revision and provenance.dirty else "",
     }
     found.update({key: value for key, value in optional.items() if value})
-    return tuple(sorted(found.items()))
+    return tuple(sorted((key, redact(value)) for key, value in found.items()))
+
+
+def stage_labels(recipe: Recipe, stage: str) -> tuple[tuple[str, str], ...]:
+    """The labels that differ per stage: ``version`` (the stage) and a description."""
+    said = recipe.stage(stage).description
+    description = f"{recipe.name} {stage}" + (f": {said}" if said else "")
+    return (
+        (f"{OCI}.description", redact(description)),
+        (f"{OCI}.version", stage),
+        (f"{LABEL_PREFIX}.stage", stage),
+    )
 
 
 def client_flags(client: DockerClient, builder: str | None) -> list[str]:
@@ -236,6 +310,10 @@ class _Common:
     labels: tuple[tuple[str, str], ...]
     guard: bool
     context: Path
+    recipe: Recipe
+
+    def stage_labels(self, stage: str) -> tuple[tuple[str, str], ...]:
+        return stage_labels(self.recipe, stage)
 
     def argv(self, stage: str, temp_ref: str, no_cache: bool) -> tuple[str, ...]:
         argv = [*self.prefix, "--progress=plain", "--platform", self.platform]
@@ -244,7 +322,7 @@ class _Common:
             argv += ["--secret", secret.flag]
         if self.network:
             argv += ["--network", self.network]
-        for key, value in (*self.labels, (f"{LABEL_PREFIX}.stage", stage)):
+        for key, value in (*self.labels, *self.stage_labels(stage)):
             argv += ["--label", f"{key}={value}"]
         if not self.guard:
             argv += ["--build-arg", f"{NO_GUARD_ARG}=1"]
@@ -278,6 +356,7 @@ def plan_build(
         labels=labels(recipe, provenance, options.guard),
         guard=options.guard,
         context=context,
+        recipe=recipe,
     )
     builds = tuple(
         _stage_build(

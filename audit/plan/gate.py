@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import date
 from types import MappingProxyType
 
+from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
 from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan.lock import LockState, survey_locks
-from audit.plan.lockfile import BaseRecord
+from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.predict import (
     Installed,
     PredictedStep,
@@ -33,7 +34,7 @@ from audit.plan.predict import (
     declared_overrides,
     predict_from,
 )
-from audit.plan.recipe import PipLayer, Recipe, Stage
+from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage, Step
 from audit.plan.recipe_parse import load_all
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
@@ -41,7 +42,12 @@ from audit.plan.sources import Source
 TITLE_SEPARATOR = ": "
 ADDED_BY_PR = "added by this pull request"
 WAIVERS_PART = f"waivers {ADDED_BY_PR}"
+NEEDS_REVIEW = "needs owner review"
+WAIVER_RULE = "waiver-added"
+RUN_LAYER_RULE = "run-layer-changed"
+NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
+STALE_BASE_RULE = "stale-base"
 EMPTY: Installed = MappingProxyType({})
 
 FindingKey = tuple[str, str, str | None, str | None]
@@ -86,18 +92,45 @@ def image_of(section: Section) -> str:
     return section.title.partition(TITLE_SEPARATOR)[0]
 
 
-def gate(base: Source, head: Source, *, today: date, title: str = "dependency gate") -> Report:
-    """Compare every image at ``base`` with ``head``; the verdict follows the head's policy."""
+def gate(
+    base: Source,
+    head: Source,
+    *,
+    today: date,
+    title: str = "dependency gate",
+    strict_waivers: bool = False,
+) -> Report:
+    """Compare every image at ``base`` with ``head``; the verdict follows the head's policy.
+
+    Waivers the pull request adds or widens come first (every image's, before anything else)
+    and fail the gate with ``strict_waivers``, so that a waiver lands through its own reviewed
+    pull request. A recipe whose base snapshot is missing at either side is bad input.
+    """
     old = {recipe.name: recipe for recipe in load_all(base)}
     new = {recipe.name: recipe for recipe in load_all(head)}
     sections: list[Section] = []
     for name in sorted(set(old) | set(new)):
-        sections += image_sections(name, old.get(name), new.get(name), base, head, today=today)
-    return Report(title, tuple(sections))
+        sections += image_sections(
+            name, old.get(name), new.get(name), base, head, today=today, strict=strict_waivers
+        )
+    waivers = [section for section in sections if is_waiver_section(section)]
+    rest = [section for section in sections if not is_waiver_section(section)]
+    return Report(title, (*waivers, *rest))
+
+
+def is_waiver_section(section: Section) -> bool:
+    return section.title.endswith(TITLE_SEPARATOR + WAIVERS_PART)
 
 
 def image_sections(
-    name: str, old: Recipe | None, new: Recipe | None, base: Source, head: Source, *, today: date
+    name: str,
+    old: Recipe | None,
+    new: Recipe | None,
+    base: Source,
+    head: Source,
+    *,
+    today: date,
+    strict: bool = False,
 ) -> list[Section]:
     """Everything the gate says about one image; empty sections are left out."""
     if new is None:
@@ -106,23 +139,30 @@ def image_sections(
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
     base_section, base_keys = _base_section(name, old_side, new_side, today)
+    waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
     sections = [
+        Section(section_title(name, WAIVERS_PART), tuple(waivers)),
         Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side))),
         base_section,
         *_stage_sections(name, old_side, new_side, base_keys, today),
-        Section(section_title(name, WAIVERS_PART), tuple(_waiver_findings(name, added))),
     ]
     return [_mark_added(section, added) for section in sections if section.findings]
 
 
 def read_side(source: Source, recipe: Recipe) -> Side:
     """Predict ``recipe`` at ``source``, reading its base record and locks once (the survey that
-    also says which locks are fresh); no base snapshot predicts from an empty base."""
+    also says which locks are fresh); no base snapshot is :class:`LockError` (exit 2)."""
     survey = survey_locks(source, recipe)
-    record = survey.base[0] if survey.base else None
-    base_env = base_environment(record, recipe, source) if record else EMPTY
-    locks = survey.locks if record else None  # without a base the survey reads no lock
-    steps = tuple(predict_from(base_env, source, recipe, locks))
+    if survey.base is None:  # an empty base would report every package as removed
+        relpath = base_relpath(recipe)
+        raise LockError(
+            f"{source.describe(relpath)}: missing: {recipe.name} has no base snapshot at this "
+            "ref, so its environments cannot be compared",
+            f"record it and commit it: nox -s lock -- {recipe.name} --record-base",
+        )
+    record = survey.base[0]
+    base_env = base_environment(record, recipe, source)
+    steps = tuple(predict_from(base_env, source, recipe, survey.locks))
     stages = _stage_envs(recipe, base_env, steps)
     return Side(recipe, record, base_env, steps, stages, survey.states)
 
@@ -194,10 +234,31 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
     old_ref = old.recipe.base_ref if old.recipe else None
     if old.base_record == new.base_record and old_ref == new.recipe.base_ref:
         return Section(title, ()), set()
+    stale = _stale_base(name, new)
+    if stale is not None:  # the snapshot is of another image: predicting from it means nothing
+        return Section(title, (_base_identity(old, new, f"{name} base image"), stale)), set()
     where = f"{name} base image"
     found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
     identity = _base_identity(old, new, where)
     return Section(title, (identity, *found)), {finding_key(f) for f in found}
+
+
+def _stale_base(name: str, side: Side) -> Finding | None:
+    """An error when the recorded base snapshot is not of the image the recipe names."""
+    recipe, record = side.recipe, side.base_record
+    if recipe is None or record is None or record.image == recipe.base:
+        return None
+    return Finding(
+        STALE_BASE_RULE,
+        ERROR,
+        "",
+        None,
+        None,
+        f"{recipe.source.as_posix()} names base {recipe.base}, but "
+        f"locks/{recipe.name}/base.json records {record.image}: the base snapshot is stale",
+        where=f"{name} base image",
+        hint=f"re-record it and recompile the locks: nox -s lock -- {recipe.name} --record-base",
+    )
 
 
 def _base_identity(old: Side, new: Side, where: str) -> Finding:
@@ -235,7 +296,8 @@ def _stage_sections(
         )
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
         seen = {finding_key(f) for f in found}
-        sections.append(Section(section_title(name, stage.name), tuple(fresh)))
+        runs = run_layer_findings(name, old.recipe, new.recipe, stage)
+        sections.append(Section(section_title(name, stage.name), (*runs, *fresh)))
     sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
     return sections
 
@@ -247,6 +309,40 @@ def _overridden_in(side: Side, stage: Stage) -> tuple[str, ...]:
         if predicted.step.stage is stage:
             names += declared_overrides(predicted.step, predicted.after, predicted.before)
     return tuple(names)
+
+
+def run_layer_findings(name: str, old: Recipe | None, new: Recipe, stage: Stage) -> list[Finding]:
+    """A warning per shell (``run``) layer of ``stage`` that is new or changed at the head.
+
+    What a shell step installs cannot be predicted from locks: only the build's guard sees
+    it. A command the base ref already ran in the same stage is not reported again.
+    """
+    before = {
+        (step.stage.name, step.layer.command)
+        for step in (old.steps() if old else ())
+        if isinstance(step.layer, RunLayer)
+    }
+    return [
+        _run_finding(name, step)
+        for step in new.steps()
+        if step.stage is stage
+        and isinstance(step.layer, RunLayer)
+        and (stage.name, step.layer.command) not in before
+    ]
+
+
+def _run_finding(name: str, step: Step) -> Finding:
+    assert isinstance(step.layer, RunLayer)
+    return Finding(
+        RUN_LAYER_RULE,
+        WARNING,
+        "",
+        None,
+        None,
+        f"{NOT_PREDICTABLE}: {step.layer.command}",
+        where=f"{name} {step.label}",
+        hint="build the image (nox -s build-image) to see what this command changes",
+    )
 
 
 def finding_key(finding: Finding) -> FindingKey:
@@ -284,25 +380,36 @@ def _removed_stage(name: str, stage: Stage) -> Section:
     return Section(section_title(name, stage.name), (finding,))
 
 
-def _waiver_findings(name: str, added: Iterable[Waiver]) -> list[Finding]:
-    """Each new waiver as a warning, so a reviewer reads it even when nothing else moved."""
+def _waiver_findings(
+    name: str, added: Iterable[Waiver], old: Policy | None, *, strict: bool
+) -> list[Finding]:
+    """Each new or widened waiver: a warning a reviewer must read even when nothing else
+    moved, or an error with ``strict`` (waivers then land through their own pull request)."""
+    known = {waiver.package for waiver in old.waivers} if old else set()
     findings = []
     for waiver in added:
         expiry = f", expires {waiver.expires.isoformat()}" if waiver.expires else ""
+        how = "changed or widened" if waiver.package in known else "added"
         message = (
-            f"waiver {ADDED_BY_PR}: {waiver.package} {waiver.from_version} -> "
-            f"{waiver.to_version}: {waiver.reason}{expiry}"
+            f"waiver {how} by this pull request ({NEEDS_REVIEW}): {waiver.package} "
+            f"{waiver.from_version} -> {waiver.to_version}: {waiver.reason}{expiry}"
         )
+        hint = "the image's owners must agree with the reason before merging"
+        if strict:
+            hint = (
+                "--strict-waivers: land the waiver in a pull request of its own, reviewed by "
+                "the image's owners (CODEOWNERS), then rebase this one on it"
+            )
         findings.append(
             Finding(
-                "waiver-added",
-                WARNING,
+                WAIVER_RULE,
+                ERROR if strict else WARNING,
                 waiver.package,
                 waiver.from_version,
                 waiver.to_version,
                 message,
                 where=f"{name} policy",
-                hint="a reviewer must agree with the reason before merging",
+                hint=hint,
             )
         )
     return findings
@@ -316,7 +423,7 @@ def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
 
 
 def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
-    if finding.waiver is None or finding.rule == "waiver-added":
+    if finding.waiver is None or finding.rule == WAIVER_RULE:
         return finding
     if any(finding.waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
         return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")

@@ -8,10 +8,9 @@ never breaks the table or injects HTML.
 
 from __future__ import annotations
 
-from itertools import groupby
-
 from audit.core.findings import ERROR, INFO, WARNING, Finding
-from audit.plan.gate import BASE_IMAGE_RULE, image_of
+from audit.core.redact import redact
+from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, image_of
 from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
 
 CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
@@ -19,15 +18,34 @@ HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|-
 
 
 def gate_markdown(report: Report) -> str:
-    """The whole comment: heading, one-line verdict, then a part per image (sorted by name)."""
+    """The whole comment: heading, one-line verdict, the waivers that need owner review, then
+    a part per image (in the report's order, each image once)."""
     lines = [f"## {_escape(report.title)}", "", _verdict(report), ""]
-    images = groupby(report.sections, key=image_of)
-    for image, sections in images:
-        findings = tuple(f for section in sections for f in section.findings)
-        lines += _image_part(image, findings)
+    lines += _owner_review(report)
+    by_image: dict[str, list[Finding]] = {}
+    for section in report.sections:
+        by_image.setdefault(image_of(section), []).extend(section.findings)
+    for image, findings in by_image.items():
+        lines += _image_part(image, tuple(findings))
     if not report.sections:
         lines += ["No image's dependencies change.", ""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return redact("\n".join(lines).rstrip("\n") + "\n")
+
+
+def _owner_review(report: Report) -> list[str]:
+    """Waivers this pull request adds or widens, before anything else: a reviewer who owns
+    the image must agree with each (CODEOWNERS on ``images/*/image.toml``)."""
+    waivers = [
+        (image_of(section), finding)
+        for section in report.sections
+        for finding in section.findings
+        if finding.rule == WAIVER_RULE
+    ]
+    if not waivers:
+        return []
+    lines = [f"### ⚠️ {NEEDS_REVIEW.capitalize()}", "", *HEADER]
+    lines += [_row(image, finding) for image, finding in waivers]
+    return [*lines, ""]
 
 
 def _verdict(report: Report) -> str:

@@ -10,20 +10,21 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import jinja2
+from jinja2.loaders import split_template_path
 
-from audit.core.errors import RecipeError, UsageError
+from audit.core.errors import BadInput, RecipeError, UsageError
 from audit.core.suggest import did_you_mean
 from audit.plan.paths import image_dir, locks_dir
 from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, Recipe, RunLayer, Stage, Step
 from audit.plan.requirements_in import parse_requirements
-from audit.plan.sources import DirectorySource
+from audit.plan.sources import DirectorySource, check_inside, read_project_file
 
 RECIPE_SCHEMA = 1
 MANIFEST = ".layer-audit-render.json"
@@ -108,8 +109,8 @@ def read_locks(root: Path, image: str) -> dict[str, bytes]:
     folder = locks_dir(root, image)
     if not folder.is_dir():
         return {}
-    found = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    return {path.name: path.read_bytes() for path in found}
+    found = sorted(p for p in folder.iterdir() if not p.is_dir() and not p.name.startswith("."))
+    return {path.name: read_project_file(root, path.relative_to(root).as_posix()) for path in found}
 
 
 def requirement_inputs(
@@ -140,7 +141,11 @@ def allowed_urls(recipe: Recipe, layer: PipLayer) -> list[str]:
 
 
 def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, ContextFile]:
-    """Sources of copy layers under ``files/``, keeping their executable bit."""
+    """Sources of copy layers under ``files/``, keeping their executable bit.
+
+    Each is read by :func:`read_project_file`: a regular file inside the recipe folder, under
+    the size cap; a link out, a FIFO or a device is refused (exit 2) naming the path.
+    """
     folder = image_dir(root, recipe.name)
     files: dict[str, ContextFile] = {}
     for step in steps:
@@ -148,19 +153,29 @@ def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, Con
             for path in _walk(folder, folder / step.layer.src, recipe, step):
                 mode = EXECUTABLE_MODE if os.access(path, os.X_OK) else FILE_MODE
                 rel = path.relative_to(folder).as_posix()
-                files[f"files/{rel}"] = ContextFile(path.read_bytes(), mode)
+                data = read_project_file(root, path.relative_to(root).as_posix())
+                files[f"files/{rel}"] = ContextFile(data, mode)
     return files
 
 
 def _walk(folder: Path, start: Path, recipe: Recipe, step: Step) -> Iterator[Path]:
-    """Files at or under ``start``, sorted, refusing links that leave the recipe folder."""
-    paths = sorted(p for p in start.rglob("*") if p.is_file()) if start.is_dir() else [start]
+    """Entries at or under ``start`` that are not folders, sorted, refusing links that leave
+    the recipe folder (FIFOs and devices are yielded, so that reading them refuses them)."""
+    where = f"{recipe.source.as_posix()}: {step.key_path}.copy.src"
+    hint = "copy the file into the recipe folder instead of linking it"
+    try:
+        check_inside(folder, start, str(start.relative_to(folder)))
+    except RecipeError:
+        raise
+    except BadInput as exc:
+        raise RecipeError(where, exc.message, hint) from exc
+    paths = sorted(p for p in start.rglob("*") if not p.is_dir()) if start.is_dir() else [start]
     for path in paths:
         if not path.resolve().is_relative_to(folder.resolve()):
             raise RecipeError(
-                f"{recipe.source.as_posix()}: {step.key_path}.copy.src",
+                where,
                 f"{path.relative_to(folder)} links outside {recipe.directory.as_posix()}/",
-                "copy the file into the recipe folder instead of linking it",
+                hint,
             )
         yield path
 
@@ -320,14 +335,45 @@ def layer_data(step: Step, layers: LayerFiles) -> dict[str, Any]:
 # --- templates ------------------------------------------------------------------------------
 
 
+class ProjectLoader(jinja2.BaseLoader):
+    """Templates from project folders, each read by :func:`read_project_file`: regular files
+    inside the project only, under the size cap (no link out, FIFO or device)."""
+
+    def __init__(self, root: Path, folders: tuple[str, ...]) -> None:
+        self.root = root
+        self.folders = folders
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
+        parts = split_template_path(template)  # refuses '..'
+        for folder in self.folders:
+            relpath = "/".join((folder, *parts))
+            if not (self.root / relpath).exists():
+                continue
+            try:
+                data = read_project_file(self.root, relpath)
+            except OSError as exc:
+                raise RecipeError(relpath, f"cannot read ({exc.strerror})", _TEMPLATE_HINT) from exc
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problem = f"not UTF-8 text ({exc.reason})"
+                raise RecipeError(relpath, problem, "save it as UTF-8") from exc
+            return text, str(self.root / relpath), _unchanged(self.root / relpath)
+        raise jinja2.TemplateNotFound(template)
+
+
+def _unchanged(path: Path) -> Callable[[], bool]:
+    """Jinja's up-to-date check: True while ``path`` keeps the modification time it has now."""
+    mtime = path.stat().st_mtime
+    return lambda: path.stat().st_mtime == mtime
+
+
 def environment(root: Path, recipe: Recipe) -> jinja2.Environment:
     """Per-image templates (``images/<image>/templates/``) first, then the project's."""
-    loader = jinja2.ChoiceLoader(
-        [
-            jinja2.FileSystemLoader(image_dir(root, recipe.name) / "templates"),
-            jinja2.FileSystemLoader(root / "templates"),
-        ]
-    )
+    image_templates = (image_dir(root, recipe.name) / "templates").relative_to(root).as_posix()
+    loader = ProjectLoader(root, (image_templates, "templates"))
     return jinja2.Environment(
         loader=loader,
         undefined=jinja2.StrictUndefined,

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
+from audit.core.redact import redact, redact_json
 
 REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("table", "json", "markdown")
@@ -163,7 +164,8 @@ def print_report(report: Report, console: Console) -> None:
 
 
 def report_json(report: Report) -> dict[str, Any]:
-    return {
+    """The report as JSON data; every string redacted (no URL userinfo, no token)."""
+    document: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
         "title": report.title,
         "verdict": "fail" if report.failed else "pass",
@@ -177,6 +179,7 @@ def report_json(report: Report) -> dict[str, Any]:
             for section in report.sections
         ],
     }
+    return dict(redact_json(document))
 
 
 # --- Markdown ----------------------------------------------------------------------------
@@ -219,7 +222,7 @@ def report_markdown(report: Report) -> str:
     lines = [f"## {report.title}", "", f"**{icon} {summary_line(report)}**", ""]
     for section in report.sections:
         lines += _markdown_section(section)
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return redact("\n".join(lines).rstrip("\n") + "\n")
 
 
 # --- output ------------------------------------------------------------------------------
@@ -233,8 +236,9 @@ def render_text(report: Report, fmt: str, width: int = 100) -> str:
         return report_markdown(report)
     if fmt == "table":
         buffer = StringIO()
-        print_report(report, Console(file=buffer, width=width, no_color=True, highlight=False))
-        return buffer.getvalue()
+        console = Console(file=buffer, width=width, no_color=True, highlight=False, emoji=False)
+        print_report(report, console)
+        return redact(buffer.getvalue())
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
 
 

@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from audit.core.errors import RecipeError
+from audit.core.errors import ProjectFileError, RecipeError
 from audit.core.lockformat import logical_lines
+from audit.core.redact import redact
 from audit.plan.sources import Source
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -69,17 +70,18 @@ def normalise_index_url(url: str) -> str:
 
 def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be an index URL (no scheme, credentials inside), or None."""
+    shown = redact(url)  # the URL as quoted in the message: never its credentials
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError as exc:
-        return f"not a URL: {url!r} ({exc})"
+        return f"not a URL: {shown!r} ({redact(str(exc))})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"not an http(s) URL: {url!r}"
+        return f"not an http(s) URL: {shown!r}"
     if "@" in parts.netloc:
         return "index URL carries credentials (user:password@): use a BuildKit secret"
     if re.search(r"\s", url) or CONTROL.search(url):
-        return f"URL contains whitespace or control characters: {url!r}"
+        return f"URL contains whitespace or control characters: {shown!r}"
     return None
 
 
@@ -153,6 +155,8 @@ class _Reader:
             text = self.source.read_bytes(relpath).decode("utf-8")
         except FileNotFoundError:
             raise start.error("requirements file not found", "create it or fix the path") from None
+        except ProjectFileError as exc:
+            raise start.error(exc.problem, exc.hint) from exc
         except UnicodeDecodeError as exc:
             raise start.error(f"not UTF-8 text ({exc.reason})", "save it as UTF-8") from exc
         except OSError as exc:  # a directory or an unreadable file where a file should be
@@ -232,7 +236,7 @@ class _Reader:
             )
         allowed = {normalise_index_url(u) for u in self.allowed_index_urls}
         if normalise_index_url(url) not in allowed:
-            raise where.error(f"{name} {url} is not declared for this layer", DECLARE_HINT)
+            raise where.error(f"{name} {redact(url)} is not declared for this layer", DECLARE_HINT)
         found = self.find_links if name == "--find-links" else self.index_urls
         found.append(url)
 

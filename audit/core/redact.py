@@ -1,0 +1,111 @@
+"""One redaction rule for everything we print, log, label or report.
+
+:func:`redact` takes any text (an error message, a log line, a label value, a report) and
+returns it with the secrets it may carry taken out:
+
+- the userinfo of every URL (``https://ci-token:SECRET@host/x`` becomes ``https://host/x``);
+- known token shapes: GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
+  GitLab (``glpat-``), ``Bearer …`` and ``Authorization: …`` values;
+- the values of secret-looking query parameters (``password=``, ``token=``, ``access_token=`` …)
+  and of netrc-style ``login USER password WORD`` lines.
+
+Invariants: pure and idempotent (``redact(redact(t)) == redact(t)``); text without a secret
+comes back unchanged; the standard library only, Python 3.9-clean (this module is vendored into
+images with the rest of ``audit.core``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+
+# scheme://userinfo@ : userinfo is everything up to the last '@' before the host part ends.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s@\"'<>]*@)+")
+_TOKENS = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|glpat-[A-Za-z0-9_\-]{16,})"
+)
+_AUTH_HEADER = re.compile(
+    r"(?P<kind>\bBearer\s+|\bAuthorization:\s*\w+\s+)(?P<value>[A-Za-z0-9._~+/=\-]{8,})",
+    re.IGNORECASE,
+)
+_QUERY = re.compile(
+    r"(?P<key>[?&;]\s*(?:password|passwd|pwd|token|access_token|private_token|auth_token|"
+    r"api_key|apikey|secret|client_secret)=)(?P<value>[^&#\s\"'<>]+)",
+    re.IGNORECASE,
+)
+_NETRC = re.compile(r"(?P<key>\blogin\s+\S+\s+password\s+)(?P<value>\S+)")
+
+
+def redact(text: str) -> str:
+    """``text`` without URL userinfo, known token shapes or secret query values."""
+    if not text:
+        return text
+    text = _USERINFO.sub(_without_userinfo, text)
+    text = _TOKENS.sub(MASK, text)
+    text = _AUTH_HEADER.sub(lambda m: m.group("kind") + MASK, text)
+    text = _QUERY.sub(lambda m: m.group("key") + MASK, text)
+    return _NETRC.sub(lambda m: m.group("key") + MASK, text)
+
+
+_MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")
+
+
+def _without_userinfo(match: re.Match[str]) -> str:
+    """The URL start without its userinfo; ``user:***@`` (already masked) is kept as it is."""
+    userinfo = match.group(0)[len(match.group("scheme")) :]
+    return match.group(0) if _MASKED_USERINFO.fullmatch(userinfo) else match.group("scheme")
+
+
+def redact_all(lines: list[str]) -> list[str]:
+    """Each line redacted; the list's length and order are kept."""
+    return [redact(line) for line in lines]
+
+
+_SCP_LIKE = re.compile(r"^(?:[^@/\s]+@)?(?P<host>[A-Za-z0-9.\-]+):(?!//)(?P<path>[^\s]+)$")
+
+
+def public_source_url(remote: str) -> str:
+    """A git remote as a credential-free ``https://`` URL, or ``""`` when it is not public.
+
+    ``https://ci-token:SECRET@gitlab.example.com/team/images.git`` and
+    ``git@github.com:org/repo.git`` both become ``https://HOST/PATH`` (without ``.git``);
+    ``ssh://`` and ``git://`` remotes keep host and path; a local path or ``file://``
+    remote has no public address and gives ``""``.
+    """
+    remote = remote.strip()
+    if not remote:
+        return ""
+    scp = _SCP_LIKE.match(remote)
+    if scp and "://" not in remote:
+        host, path = scp.group("host"), scp.group("path")
+    else:
+        try:
+            parts = urlsplit(remote)
+            host = parts.hostname or ""
+            port = parts.port
+        except ValueError:
+            return ""
+        if parts.scheme not in ("http", "https", "ssh", "git", "git+ssh", "git+https") or not host:
+            return ""
+        if port and parts.scheme in ("http", "https"):
+            host = f"{host}:{port}"
+        path = parts.path
+    path = path.strip("/")
+    if path.endswith(".git"):
+        path = path[: -len(".git")]
+    url = urlunsplit(("https", host, f"/{path}" if path else "", "", ""))
+    return redact(url)
+
+
+def redact_json(value: Any) -> Any:
+    """A JSON-like value with every string in it (keys included) redacted; shape kept."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_json(key): redact_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_json(item) for item in value]
+    return value

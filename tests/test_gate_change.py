@@ -1,0 +1,117 @@
+"""The gate sees the whole change, on real git repositories: shell layers it cannot predict,
+a base snapshot missing at one side, and waivers a pull request adds or widens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from tests import test_gate as shared
+from tests.support.cli import edit
+from tests.test_gate import (
+    WAIVER,
+    Project,
+    findings,
+    propose,
+    run_gate,
+)
+from tests.test_gitsource import commit_files, git
+
+TOML = "images/demo/image.toml"
+repo = shared.repo  # the fixture: main holds the project, HEAD is branch pr
+DOWNGRADE = {"v1": {"alpha": "1.0", "beta": "1.0"}, "v2": {"gamma": "3.0"}}
+
+
+def test_a_changed_run_layer_is_a_warning_naming_its_command(repo: Path, tmp_path: Path) -> None:
+    command = "pip install --no-deps alpha==0.1"
+    edit(repo, TOML, 'run = "true"', f'run = "{command}"')
+    commit_files(repo, {}, "a shell step that installs")
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    [run] = findings(report, "run-layer-changed")
+    assert run["severity"] == "warning"
+    assert run["message"] == f"not predictable: the build's guard will judge it: {command}"
+    assert run["where"] == "demo v2 layer 1 (run)"
+    assert command in markdown and "not predictable" in markdown
+
+
+def test_an_unchanged_run_layer_says_nothing(repo: Path, tmp_path: Path) -> None:
+    commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "unrelated")
+    _, _, report = run_gate(repo, tmp_path)
+    assert findings(report, "run-layer-changed") == []
+
+
+@pytest.mark.parametrize("side", ["head", "base"])
+def test_a_base_snapshot_missing_at_one_side_is_bad_input_not_a_phantom_removal(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], side: str
+) -> None:
+    if side == "base":
+        git(repo, "checkout", "-q", "main")
+    (repo / "locks/demo/base.json").unlink()
+    commit_files(repo, {}, "lose the base snapshot")
+    if side == "base":
+        git(repo, "checkout", "-q", "pr")
+        git(repo, "reset", "-q", "--hard", "main")
+        propose(repo, Project())  # the pull request records it again
+    code, _, _ = run_gate(repo, tmp_path)
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    ref = "HEAD" if side == "head" else "main"
+    assert f"{ref}:locks/demo/base.json: missing" in err
+    assert "--record-base" in err and "removed" not in err
+
+
+def test_a_waiver_added_by_the_pull_request_needs_owner_review_first(
+    repo: Path, tmp_path: Path
+) -> None:
+    propose(repo, Project(pins=DOWNGRADE, policy=WAIVER))
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    sections = report["sections"]
+    assert isinstance(sections, list)
+    assert sections[0]["title"] == "demo: waivers added by this pull request"
+    review = markdown.index("Needs owner review")
+    assert review < markdown.index("### `demo`")
+    assert "waiver added by this pull request (needs owner review)" in markdown
+
+
+def test_strict_waivers_fail_a_self_waiving_pull_request(repo: Path, tmp_path: Path) -> None:
+    propose(repo, Project(pins=DOWNGRADE, policy=WAIVER))
+    code, markdown, report = run_gate(repo, tmp_path, "--strict-waivers")
+    assert code == EXIT_VIOLATION
+    [added] = findings(report, "waiver-added")
+    assert added["severity"] == "error" and "own" in str(added["hint"])
+    assert "**❌ FAIL**" in markdown
+
+
+def test_a_widened_waiver_needs_review_and_an_untouched_one_does_not(
+    repo: Path, tmp_path: Path
+) -> None:
+    git(repo, "checkout", "-q", "main")
+    propose(repo, Project(policy=WAIVER))
+    git(repo, "checkout", "-q", "-B", "pr")
+    commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "unrelated")
+    code, _, report = run_gate(repo, tmp_path, "--strict-waivers")
+    assert code == EXIT_OK and findings(report, "waiver-added") == []
+
+    widened = WAIVER.replace('to = "1.0"', 'to = "*"')
+    propose(repo, Project(policy=widened))
+    code, _, report = run_gate(repo, tmp_path, "--strict-waivers")
+    assert code == EXIT_VIOLATION
+    [added] = findings(report, "waiver-added")
+    assert "changed or widened" in str(added["message"]) and added["after"] == "*"
+
+
+def test_a_changed_base_reference_without_a_new_snapshot_is_a_stale_base(
+    repo: Path, tmp_path: Path
+) -> None:
+    edit(repo, TOML, 'base = "example/base:1"', 'base = "example/base:2"')
+    commit_files(repo, {}, "bump the base, forget to re-record it")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    [stale] = findings(report, "stale-base")
+    assert "example/base:2" in str(stale["message"]) and "example/base:1" in str(stale["message"])
+    assert "--record-base" in str(stale["hint"])
+    assert findings(report, "removed") == []

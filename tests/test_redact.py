@@ -1,0 +1,76 @@
+"""The one redaction rule: URL userinfo, token shapes, secret query values (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.core.redact import MASK, public_source_url, redact
+
+SECRET = "S3cr3tValue"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            f"https://ci-token:{SECRET}@gitlab.example.com/team/images.git",
+            "https://gitlab.example.com/team/images.git",
+        ),
+        (
+            f"see http://user:{SECRET}@127.0.0.1:8080/simple now",
+            "see http://127.0.0.1:8080/simple now",
+        ),
+        (f"'ftp://me:{SECRET}@host/x'", "'ftp://host/x'"),
+        ("ghp_abcdefghijklmnopqrstuvwxyz0123", MASK),
+        ("token gho_ABCDEFGHIJKLMNOPQRSTUV here", f"token {MASK} here"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijkl", MASK),
+        ("glpat-abcdefghijKLMNOPQRST12", MASK),
+        ("Authorization: Bearer abc.def.ghi-123", f"Authorization: Bearer {MASK}"),
+        (f"https://h/x?a=1&token={SECRET}&b=2", f"https://h/x?a=1&token={MASK}&b=2"),
+        (f"https://h/x?PASSWORD={SECRET}", f"https://h/x?PASSWORD={MASK}"),
+        (f"machine h login u password {SECRET}", f"machine h login u password {MASK}"),
+        (
+            f"https://bot:{MASK}@h/x and https://{SECRET}@h/y",
+            f"https://bot:{MASK}@h/x and https://h/y",
+        ),
+    ],
+)
+def test_secrets_are_taken_out(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert SECRET not in redact(text)
+    assert redact(redact(text)) == redact(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "foo:x:bar",
+        "https://pypi.org/simple",
+        "Basic authentication failed; the token expired",
+        "images/x/image.toml: stage[2].layer[1].pip: alpha==1.0",
+        "git@ is not a URL",
+        "",
+    ],
+)
+def test_text_without_a_secret_is_unchanged(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("remote", "expected"),
+    [
+        (
+            f"https://ci-token:{SECRET}@gitlab.example.com/team/images.git",
+            "https://gitlab.example.com/team/images",
+        ),
+        ("git@github.com:org/repo.git", "https://github.com/org/repo"),
+        ("ssh://git@host.example:22/a/b.git", "https://host.example/a/b"),
+        ("https://host.example:8443/a", "https://host.example:8443/a"),
+        ("/srv/git/images", ""),
+        ("../images", ""),
+        ("file:///srv/git/images", ""),
+        ("", ""),
+    ],
+)
+def test_public_source_url(remote: str, expected: str) -> None:
+    assert public_source_url(remote) == expected

@@ -1,0 +1,2 @@
+"""patchlib: a patch applied with python."""
+print("patched patchlib")

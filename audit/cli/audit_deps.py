@@ -16,14 +16,21 @@ from typing import Any
 
 from audit.core.errors import UsageError
 from audit.core.policy import Policy
-from audit.engines import console
+from audit.engines import atomic, console
 from audit.engines.image_audit import ImageTarget, audit_image, compare_images
 from audit.engines.reports import write_report
-from audit.plan.auditdeps import audit_recipe, audit_report
+from audit.plan.auditdeps import RecipeAudit, audit_recipe, audit_report
+from audit.plan.matrix import matrix_html, matrix_markdown, matrix_table, stage_matrix
 from audit.plan.paths import find_root, list_images
 from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
-from audit.plan.report import Report, add_report_arguments, check_output, report_exit_code
+from audit.plan.report import (
+    Report,
+    add_report_arguments,
+    check_output,
+    render_text,
+    report_exit_code,
+)
 from audit.plan.sources import DirectorySource
 
 
@@ -38,6 +45,7 @@ class AuditDepsOptions:
     interpreters: tuple[str, ...]
     fmt: str
     output: Path | None
+    all_packages: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuditDepsOptions:
@@ -49,6 +57,7 @@ class AuditDepsOptions:
             interpreters=tuple(args.interpreter),
             fmt=args.fmt,
             output=args.output,
+            all_packages=args.all_packages,
         )
         options.validate()
         return options
@@ -101,19 +110,51 @@ def register(subparsers: Any) -> None:
         default=[],
         help="with --image: also audit this Python inside the image (repeatable)",
     )
-    add_report_arguments(parser)
+    parser.add_argument(
+        "--all-packages",
+        action="store_true",
+        help="stage matrix: show every package, not only those that change between stages",
+    )
+    add_report_arguments(parser, extra_formats=("html",))
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     options = AuditDepsOptions.from_args(args)
     check_output(options.output)  # before any work: an image audit runs containers
-    report = image_report(options) if options.image else recipes_report(options.images)
-    write_report(report, options.fmt, options.output, console.stdout)
+    if options.image:
+        report, matrices = image_report(options), []
+    else:
+        audits = recipe_audits(options.images)
+        report = audit_report(audits)
+        matrices = [stage_matrix(audit, all_rows=options.all_packages) for audit in audits]
+    if options.fmt == "html":
+        _write_text(matrix_html(matrices, report), options.output)
+    elif options.fmt == "markdown":
+        lead = "".join(matrix_markdown(matrix) + "\n" for matrix in matrices)
+        _write_text(lead + render_text(report, "markdown"), options.output)
+    else:
+        if options.fmt == "table" and options.output is None:
+            for matrix in matrices:
+                console.stdout.print(matrix_table(matrix))
+        write_report(report, options.fmt, options.output, console.stdout)
     return report_exit_code(report)
 
 
+def _write_text(text: str, output: Path | None) -> None:
+    """Atomically to ``output``, or to stdout as it is."""
+    if output is not None:
+        atomic.write_text(output, text)
+    else:
+        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
+
+
 def recipes_report(names: tuple[str, ...]) -> Report:
+    """Audit the named recipes (all under images/ when none) of the project around the cwd."""
+    return audit_report(recipe_audits(names))
+
+
+def recipe_audits(names: tuple[str, ...]) -> list[RecipeAudit]:
     """Audit the named recipes (all under images/ when none) of the project around the cwd."""
     source = DirectorySource(find_root())
     selected = names or tuple(list_images(source.root))
@@ -122,8 +163,7 @@ def recipes_report(names: tuple[str, ...]) -> Report:
             f"no recipes under {source.root / 'images'}", "add images/<name>/image.toml"
         )
     today = date.today()
-    audits = [audit_recipe(source, load_recipe(source, name), today=today) for name in selected]
-    return audit_report(audits)
+    return [audit_recipe(source, load_recipe(source, name), today=today) for name in selected]
 
 
 def image_report(options: AuditDepsOptions) -> Report:

@@ -34,7 +34,7 @@ LAYER_AUDIT_SETUP_SKIP_DOCKER=1 bash .ci/setup-machine || { echo "setup exit $?"
 LAYER_AUDIT_SETUP_SKIP_DOCKER=1 bash .ci/setup-machine || { echo "again exit $?"; exit 92; }
 echo "nox at $(command -v nox) -> $(readlink -f "$(command -v nox)")"
 nox -s render -- demo || { echo "render exit $?"; exit 93; }
-nox -s base-image; echo "base-image exit $?"
+echo "=== base-image"; nox -s base-image 2>&1; echo "base-image exit $?"
 PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_RETRIES=0 PIP_TIMEOUT=2 \
     LAYER_AUDIT_TOOLS=/opt/broken-tools LAYER_AUDIT_SETUP_SKIP_DOCKER=1 bash .ci/setup-machine
 echo "broken index exit $?"
@@ -73,7 +73,9 @@ def test_setup_machine_on_fresh_debian_12(base_image: BaseImageFactory, tmp_path
     assert "nox at /usr/local/bin/nox -> /opt/layer-audit-tools/bin/nox" in out
     assert (source / "build/demo/Dockerfile").is_file()
     # the README's first command stops exactly where it needs the Docker daemon
-    assert "base-image exit 1" in out and "docker" in out.lower()
+    base_image_run = done.stdout.split("=== base-image", 1)[-1].split("base-image exit", 1)[0]
+    assert "base-image exit 1" in out, out
+    assert "error:" in base_image_run and "docker" in base_image_run.lower(), base_image_run
     broken = out.split("installing nox into /opt/broken-tools", 1)[1]
     assert "broken index exit 0" not in out and "broken index exit" in broken
     assert "error" in broken.lower()

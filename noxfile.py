@@ -1,12 +1,18 @@
 """The front door: one nox session per job. All logic lives in the ``audit`` package.
 
-Every job session runs ``python -m audit <command>`` in one reused virtual environment, so a
-repeated session starts in seconds: the project is reinstalled only when pyproject.toml changes.
+Every job session runs ``python -m audit <command>`` in one shared virtual environment,
+``.nox/tools`` (the project, editable), and ``lint`` and ``tests`` share ``.nox/dev`` (the
+project with its ``dev`` extra): each is made once and the project is reinstalled only when
+pyproject.toml changes, so a session starts in about a second and the disk holds two
+environments, not one per session.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -18,71 +24,100 @@ nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 PYTHON = "3.11"
+SHARED = "none"  # sessions on a shared environment: nox makes none, _shared_env does
 
 
-def _install(session: nox.Session, extras: str = "") -> None:
-    """Install the project (editable) unless this venv already has this pyproject.toml."""
+def _base_python() -> str:
+    """What shared environments are made with: python3.11 when on PATH, else nox's own Python
+    (the project's requires-python then refuses one that is too old, loudly)."""
+    return shutil.which(f"python{PYTHON}") or sys.executable
+
+
+def _shared_env(session: nox.Session, name: str, extras: str = "") -> Path:
+    """``.nox/<name>`` made once, the project installed editable unless already current.
+
+    Invariant: the stamp file is written only after a successful install, and it holds the
+    digest of pyproject.toml and the install spec, so an edit or a failed install reinstalls.
+    Returns the venv's ``bin`` folder; :func:`_in_env` runs its programs.
+    """
+    location = ROOT / ".nox" / name
+    python = location / "bin" / "python"
+    if not python.is_file():
+        session.run(_base_python(), "-m", "venv", str(location), external=True)
     spec = f".[{extras}]" if extras else "."
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + spec.encode()).hexdigest()
-    stamp = Path(session.virtualenv.location) / ".layer-audit-installed"
-    if stamp.is_file() and stamp.read_text() == digest:
-        return
-    session.install("-e", spec)
-    stamp.write_text(digest)
+    stamp = location / ".layer-audit-installed"
+    if not (stamp.is_file() and stamp.read_text() == digest):
+        session.run(str(python), "-m", "pip", "install", "-q", "-e", spec, external=True)
+        stamp.write_text(digest)
+    return location / "bin"
+
+
+def _in_env(session: nox.Session, bin_dir: Path, program: str, *args: str) -> None:
+    """Run ``bin_dir/program`` with that venv first on PATH (for what it starts in turn)."""
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {"PATH": path, "VIRTUAL_ENV": str(bin_dir.parent)}
+    session.run(str(bin_dir / program), *args, env=env, external=True)
 
 
 def _audit(session: nox.Session, command: str) -> None:
-    _install(session)
-    session.run("python", "-m", "audit", command, *session.posargs)
+    _in_env(
+        session, _shared_env(session, "tools"), "python", "-m", "audit", command, *session.posargs
+    )
 
 
-@nox.session(python=PYTHON)
+@nox.session(venv_backend=SHARED)
 def render(session: nox.Session) -> None:
     """Render an image's build context: nox -s render -- IMAGE [--stage vK]."""
     _audit(session, "render")
 
 
-@nox.session(python=PYTHON, name="base-image")
+@nox.session(venv_backend=SHARED, name="base-image")
 def base_image(session: nox.Session) -> None:
     """Make an offline Debian base image: nox -s base-image -- [--suite bookworm] [--arch amd64]."""
     _audit(session, "base-image")
 
 
-@nox.session(python=PYTHON)
+@nox.session(venv_backend=SHARED)
 def lock(session: nox.Session) -> None:
     """Compile stale per-layer locks: nox -s lock -- IMAGE [--stage vK] [--check]."""
     _audit(session, "lock")
 
 
-@nox.session(python=PYTHON, name="audit-deps")
+@nox.session(venv_backend=SHARED, name="audit-deps")
 def audit_deps(session: nox.Session) -> None:
     """Audit recipes before a build (no Docker), or images: nox -s audit-deps -- [IMAGE ...]."""
     _audit(session, "audit-deps")
 
 
-@nox.session(python=PYTHON, name="build-image")
+@nox.session(venv_backend=SHARED, name="build-image")
 def build_image(session: nox.Session) -> None:
     """Build and tag an image with the guard: nox -s build-image -- [IMAGE] [--stage vK]."""
     _audit(session, "build")
 
 
-@nox.session(python=PYTHON)
+@nox.session(venv_backend=SHARED)
 def gate(session: nox.Session) -> None:
     """Pull-request gate: nox -s gate -- --base origin/main [--head REF] [--markdown FILE]."""
     _audit(session, "gate")
 
 
-@nox.session(python=PYTHON)
+@nox.session(venv_backend=SHARED, name="import-dockerfile")
+def import_dockerfile(session: nox.Session) -> None:
+    """Turn a Dockerfile into a recipe: nox -s import-dockerfile -- Dockerfile [--image NAME]."""
+    _audit(session, "import")
+
+
+@nox.session(venv_backend=SHARED)
 def tests(session: nox.Session) -> None:
     """Run the test suite; pass --docker to include tests against a real Docker daemon."""
-    _install(session, "test")
-    session.run("pytest", *session.posargs)
+    _in_env(session, _shared_env(session, "dev", "dev"), "pytest", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(venv_backend=SHARED)
 def lint(session: nox.Session) -> None:
     """Ruff and mypy --strict over the package, noxfile, tests and benchmarks."""
-    _install(session, "lint")
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
-    session.run("mypy")
+    bin_dir = _shared_env(session, "dev", "dev")
+    _in_env(session, bin_dir, "ruff", "check", ".")
+    _in_env(session, bin_dir, "ruff", "format", "--check", ".")
+    _in_env(session, bin_dir, "mypy")

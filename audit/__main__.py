@@ -1,17 +1,11 @@
-"""``python -m audit``: the command line under the nox sessions.
+"""``python -m audit``: the same command line as the ``layer-audit`` console script.
 
-``lock`` on unchanged inputs is answered from its verified-fresh stamp before the command line
-is even parsed (:mod:`audit.cli.lock_fast` imports only os, sys and sha256); every other run, and
-every miss, goes through :mod:`audit.cli.main`.
+See :mod:`audit.cli.entry`: a ``lock`` on unchanged inputs is answered from its stamp before
+the command line is parsed; everything else goes through :mod:`audit.cli.main`.
 """
 
 import sys
 
-from audit.cli.lock_fast import quick_exit
+from audit.cli.entry import run
 
-code = quick_exit(sys.argv[1:])
-if code is None:
-    from audit.cli.main import main
-
-    code = main()
-raise SystemExit(code)
+sys.exit(run("python -m audit"))

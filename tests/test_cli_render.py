@@ -20,7 +20,7 @@ V1_IN = "images/mini/requirements/v1.in"
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of the templates and the mini recipe, as the working directory."""
-    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    shutil.copytree(REPO / "audit/templates", tmp_path / "templates")  # as overrides
     shutil.copytree(MINI, tmp_path / "images" / "mini")
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -23,7 +23,7 @@ INSTRUCTION = re.compile(r"^(FROM|RUN|COPY|ENV) ")
 
 def make_project(tmp: Path, image: str = "mini") -> Path:
     """A throw-away project: the templates plus one recipe (never the real build/)."""
-    shutil.copytree(REPO / "templates", tmp / "templates")
+    shutil.copytree(REPO / "audit/templates", tmp / "templates")  # as overrides
     source = MINI if image == "mini" else REPO / "images" / image
     shutil.copytree(source, tmp / "images" / image)
     return tmp

@@ -21,9 +21,23 @@ from audit.core.errors import UsageError
 from audit.engines import atomic, console
 from audit.engines.image_audit import ImageTarget, audit_images, load_named_recipe
 from audit.engines.reports import write_report
-from audit.plan.auditdeps import audit_recipes
+from audit.plan.auditdeps import audit_report, recipe_audits
 from audit.plan.build import created_time
-from audit.plan.report import FORMATS, add_report_arguments, check_output, report_exit_code
+from audit.plan.matrix import (
+    StageMatrix,
+    matrix_html,
+    matrix_markdown,
+    matrix_table,
+    stage_matrix,
+)
+from audit.plan.report import (
+    FORMATS,
+    Report,
+    add_report_arguments,
+    check_output,
+    render_text,
+    report_exit_code,
+)
 
 CYCLONEDX = "cyclonedx"
 
@@ -39,6 +53,7 @@ class AuditDepsOptions:
     interpreters: tuple[str, ...]
     fmt: str
     output: Path | None
+    all_packages: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuditDepsOptions:
@@ -50,6 +65,7 @@ class AuditDepsOptions:
             interpreters=tuple(args.interpreter),
             fmt=args.fmt,
             output=args.output,
+            all_packages=args.all_packages,
         )
         options.validate()
         check_output(options.output)  # before any work: an image audit runs containers
@@ -103,7 +119,12 @@ def register(subparsers: Any) -> None:
         default=[],
         help="with --image: also audit this Python inside the image (repeatable)",
     )
-    add_report_arguments(parser)
+    parser.add_argument(
+        "--all-packages",
+        action="store_true",
+        help="stage matrix: show every package, not only those that change between stages",
+    )
+    add_report_arguments(parser, extra_formats=("html",))
     for action in parser._actions:  # one more format here: an image's CycloneDX SBOM
         if action.dest == "fmt":
             action.choices = (*(action.choices or FORMATS), CYCLONEDX)
@@ -115,6 +136,7 @@ def handle(args: argparse.Namespace) -> int:
     options = AuditDepsOptions.from_args(args)
     if options.fmt == CYCLONEDX:
         return write_image_sbom(options)
+    matrices: list[StageMatrix] = []
     if options.image:
         report = audit_images(
             options.image,
@@ -124,9 +146,33 @@ def handle(args: argparse.Namespace) -> int:
             today=date.today(),
         )
     else:
-        report = audit_recipes(options.images, today=date.today())
-    write_report(report, options.fmt, options.output, console.stdout)
+        audits = recipe_audits(options.images, today=date.today())
+        report = audit_report(audits)
+        matrices = [stage_matrix(audit, all_rows=options.all_packages) for audit in audits]
+    write_output(report, matrices, options)
     return report_exit_code(report)
+
+
+def write_output(report: Report, matrices: list[StageMatrix], options: AuditDepsOptions) -> None:
+    """The stage matrix leads (HTML page, Markdown, terminal table), then the findings."""
+    if options.fmt == "html":
+        _write_text(matrix_html(matrices, report), options.output)
+    elif options.fmt == "markdown":
+        lead = "".join(matrix_markdown(matrix) + "\n" for matrix in matrices)
+        _write_text(lead + render_text(report, "markdown"), options.output)
+    else:
+        if options.fmt == "table" and options.output is None:
+            for matrix in matrices:
+                console.stdout.print(matrix_table(matrix))
+        write_report(report, options.fmt, options.output, console.stdout)
+
+
+def _write_text(text: str, output: Path | None) -> None:
+    """Atomically to ``output``, or to stdout as it is."""
+    if output is not None:
+        atomic.write_text(output, text)
+    else:
+        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
 
 
 def write_image_sbom(options: AuditDepsOptions) -> int:

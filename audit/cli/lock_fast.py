@@ -27,7 +27,7 @@ whose site has not loaded them already, a quarter of a hit). The format, one rec
     end
 """
 
-# ruff: noqa: PTH103, PTH105, PTH107, PTH109, PTH110, PTH112, PTH118, PTH120, PTH123, PTH208
+# ruff: noqa: PTH103, PTH111, PTH105, PTH107, PTH109, PTH110, PTH112, PTH118, PTH120, PTH123, PTH208
 
 from __future__ import annotations
 
@@ -109,8 +109,9 @@ def quick_exit(argv: list[str]) -> int | None:
 
     None (take the full path) for any other command line, outside a project, or on a miss.
     """
+    argv, project = _peel_project(argv)
     options = _lock_options(argv)
-    root = _find_root()
+    root = _find_root() if project is None else _project_root(project)
     if options is None or root is None:
         return None
     image, stage, check = options
@@ -143,6 +144,22 @@ def _lock_options(argv: list[str]) -> tuple[str, str | None, bool] | None:
     if "image" not in found:
         return None
     return found["image"], found.get("--stage"), "--check" in found
+
+
+def _peel_project(argv: list[str]) -> tuple[list[str], str | None]:
+    """``argv`` without its one ``--project DIR`` (or ``--project=DIR``), and DIR."""
+    for index, word in enumerate(argv):
+        if word == "--project" and index + 1 < len(argv):
+            return argv[:index] + argv[index + 2 :], argv[index + 1]
+        if word.startswith("--project="):
+            return argv[:index] + argv[index + 1 :], word.partition("=")[2]
+    return argv, None
+
+
+def _project_root(folder: str) -> str | None:
+    """``--project``'s folder when it holds ``images/``; None sends the run to the full path."""
+    here = os.path.realpath(os.path.expanduser(folder)) if folder else ""
+    return here if here and os.path.isdir(os.path.join(here, "images")) else None
 
 
 def _find_root() -> str | None:

@@ -1,4 +1,4 @@
-"""``python -m audit``: the command line under the nox sessions, and the only error boundary.
+"""``layer-audit`` (and ``python -m audit``): the command line, and the only error boundary.
 
 Each subcommand lives in its own ``audit/cli/<name>.py`` module exposing
 ``register(subparsers) -> None``, which adds a parser whose default ``handler`` is the module's
@@ -14,11 +14,13 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from audit import __version__
 from audit.core.errors import EXIT_BAD_INPUT, AuditError
 from audit.core.redact import redact
 from audit.engines import console
+from audit.plan import paths
 
 # Command name -> module. Only the module of the command being run is imported, so a quick
 # command (``lock --check`` on unchanged inputs) does not pay for docker, jinja2 and the rest.
@@ -31,7 +33,14 @@ COMMAND_MODULES = {
     "audit-deps": "audit.cli.audit_deps",
     "gate": "audit.cli.gate",
     "build": "audit.cli.build",
+    "init": "audit.cli.init",
+    "import": "audit.cli.import_dockerfile",
 }
+PROG = "layer-audit"
+PROJECT_HELP = (
+    "the project folder (the one holding images/); default: the nearest such folder at or "
+    "above the working folder"
+)
 
 
 DESCRIPTION = (
@@ -57,20 +66,36 @@ class _Parser(argparse.ArgumentParser):
 
 def _wanted_modules(argv: Sequence[str]) -> list[str]:
     """The one module the command line names, or all of them (for help and for errors)."""
-    words = [word for word in argv if not word.startswith("-")]
+    words = [word for word in _without_project(argv) if not word.startswith("-")]
     if words and words[0] in COMMAND_MODULES:
         return [COMMAND_MODULES[words[0]]]
     return list(COMMAND_MODULES.values())
 
 
-def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m audit", description=DESCRIPTION, epilog=EXIT_CODES)
+def _without_project(argv: Sequence[str]) -> list[str]:
+    """``argv`` less a ``--project DIR`` pair, so that DIR is never taken for a command."""
+    words = list(argv)
+    for index, word in enumerate(words):
+        if word == "--project":
+            return words[:index] + words[index + 2 :]
+    return words
+
+
+def build_parser(argv: Sequence[str] = (), prog: str = PROG) -> argparse.ArgumentParser:
+    """The parser of ``prog``; ``--project DIR`` is accepted before or after the command."""
+    parser = _Parser(prog=prog, description=DESCRIPTION, epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--project", metavar="DIR", type=Path, help=PROJECT_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in _wanted_modules(argv):
         importlib.import_module(name).register(subparsers)
     for command in subparsers.choices.values():
         command.epilog = command.epilog or EXIT_CODES  # one wording for every command's --help
+        if not any("--project" in action.option_strings for action in command._actions):
+            # SUPPRESS: a subcommand that was not given it leaves the top-level value alone
+            command.add_argument(
+                "--project", metavar="DIR", type=Path, default=argparse.SUPPRESS, help=PROJECT_HELP
+            )
     return parser
 
 
@@ -89,10 +114,13 @@ def report_error(error: AuditError) -> None:
         console.stderr.print(redact(output.rstrip()), markup=False, emoji=False)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run one command; every :class:`AuditError` becomes its message, hint and exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+    args = build_parser(argv, prog).parse_args(argv)
     try:
+        if getattr(args, "needs_project", True):
+            paths.use_project(args.project)
         code: int = args.handler(args)
     except AuditError as error:
         report_error(error)
@@ -100,4 +128,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.stderr.print("interrupted")
         return 130
+    finally:
+        paths.use_project(None)  # in-process callers (tests) start the next command afresh
     return code

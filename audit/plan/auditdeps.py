@@ -79,14 +79,20 @@ def audit_report(audits: Iterable[RecipeAudit], title: str = "audit-deps") -> Re
 def audit_recipes(names: Sequence[str], *, today: date, root: Path | None = None) -> Report:
     """Audit the named recipes (every recipe when none) of the working tree at ``root``
     (default: the project around the working folder)."""
+    return audit_report(recipe_audits(names, today=today, root=root))
+
+
+def recipe_audits(
+    names: Sequence[str], *, today: date, root: Path | None = None
+) -> list[RecipeAudit]:
+    """Each named recipe's audit (every recipe when none), in order: the report and the stage
+    matrix are both made from them."""
     root = root or find_root()
     source = DirectorySource(root)
     selected = list(names) or list_images(root)
     if not selected:
         raise UsageError(f"no recipes under {root / 'images'}", "add images/<name>/image.toml")
-    return audit_report(
-        audit_recipe(source, load_recipe(source, name), today=today) for name in selected
-    )
+    return [audit_recipe(source, load_recipe(source, name), today=today) for name in selected]
 
 
 def step_where(recipe: Recipe, predicted: PredictedStep) -> str:

@@ -21,7 +21,7 @@ from jinja2.loaders import split_template_path
 
 from audit.core.errors import BadInput, RecipeError, UsageError
 from audit.core.suggest import did_you_mean
-from audit.plan.paths import image_dir, locks_dir
+from audit.plan.paths import PACKAGE_DIR, PACKAGE_TEMPLATES, image_dir, locks_dir
 from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, Recipe, RunLayer, Stage, Step
 from audit.plan.requirements_in import parse_requirements
 from audit.plan.sources import DirectorySource, check_inside, read_project_file
@@ -371,9 +371,16 @@ def _unchanged(path: Path) -> Callable[[], bool]:
 
 
 def environment(root: Path, recipe: Recipe) -> jinja2.Environment:
-    """Per-image templates (``images/<image>/templates/``) first, then the project's."""
+    """Per-image templates (``images/<image>/templates/``) first, then the project's
+    ``templates/`` (both read as project files: no link out, FIFO or device), then the
+    defaults shipped in the package: the first file found wins."""
     image_templates = (image_dir(root, recipe.name) / "templates").relative_to(root).as_posix()
-    loader = ProjectLoader(root, (image_templates, "templates"))
+    loader = jinja2.ChoiceLoader(
+        [
+            ProjectLoader(root, (image_templates, "templates")),
+            jinja2.FileSystemLoader(PACKAGE_TEMPLATES),
+        ]
+    )
     return jinja2.Environment(
         loader=loader,
         undefined=jinja2.StrictUndefined,
@@ -403,8 +410,9 @@ def render_dockerfile(
 
 
 _TEMPLATE_HINT = (
-    "fix the template (a per-image override in images/<image>/templates/ wins over templates/);"
-    " the variables are recipe, stages and, in layer templates, step"
+    "fix the template (images/<image>/templates/ wins over the project's templates/, which wins"
+    " over the package's audit/templates/); the variables are recipe, stages and, in layer"
+    " templates, step"
 )
 
 
@@ -420,5 +428,10 @@ def _failing_template(root: Path, trace: TracebackType | None) -> str | None:
 
 
 def _template_name(root: Path, filename: str) -> str:
+    """A template's path relative to the project, or ``audit/templates/…`` for a default."""
     path = Path(filename)
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else filename
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    if path.is_relative_to(PACKAGE_DIR):
+        return path.relative_to(PACKAGE_DIR.parent).as_posix()
+    return filename

@@ -242,12 +242,15 @@ def render_text(report: Report, fmt: str, width: int = 100) -> str:
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
 
 
-def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--format`` (into ``fmt``) and ``--output FILE``, worded alike for every command."""
+def add_report_arguments(
+    parser: argparse.ArgumentParser, extra_formats: tuple[str, ...] = ()
+) -> None:
+    """``--format`` (into ``fmt``) and ``--output FILE``, worded alike for every command;
+    ``extra_formats`` are formats only this command renders (audit-deps: ``html``)."""
     parser.add_argument(
         "--format",
         dest="fmt",
-        choices=FORMATS,
+        choices=(*FORMATS, *extra_formats),
         default="table",
         help="report format (default: table)",
     )

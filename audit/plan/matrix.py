@@ -1,0 +1,283 @@
+"""The stage matrix: packages x stages (base, v1 ... vN), the version in each, how it changed.
+
+Built from a recipe's predicted steps (:class:`audit.plan.auditdeps.RecipeAudit`): a column is
+the environment after the stage's last layer, the base column the environment before the first.
+A cell's kind is the change from the column before it (added, removed, upgraded, downgraded,
+variant, rebuilt), or ``waived`` when a waiver allowed that package's finding in that stage.
+Rendered three ways: a rich table, Markdown (folded when long) and a self-contained HTML page
+(inline CSS, no script, no external asset: a Content-Security-Policy forbids every load).
+Invariants: pure (no I/O); the same audit renders the same bytes; every text is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from rich.markup import escape
+from rich.table import Table
+
+from audit.core.diff import diff
+from audit.core.findings import Finding
+from audit.core.snapshot import Distribution
+from audit.plan.auditdeps import RecipeAudit
+from audit.plan.report import Report, ordered, summary_line
+
+WAIVED = "waived"
+ALARM = ("downgraded", "removed", "variant", "waived", "rebuilt", "unparsable")
+STYLES = {
+    "added": "green",
+    "upgraded": "cyan",
+    "downgraded": "bold red",
+    "removed": "bold red",
+    "variant": "bold magenta",
+    "rebuilt": "yellow",
+    "waived": "yellow",
+    "unparsable": "yellow",
+}
+MARKDOWN_MARK = {
+    "added": "🟢 ",
+    "upgraded": "🔼 ",
+    "downgraded": "🔻 ",
+    "removed": "❌ ",
+    "variant": "🟣 ",
+    "rebuilt": "🟡 ",
+    "waived": "⚪ ",
+    "unparsable": "❔ ",
+}
+FOLD_AFTER = 15  # Markdown matrices with more rows fold into <details>
+
+
+@dataclass(frozen=True)
+class Cell:
+    version: str | None  # None: not installed in this column
+    kind: str = ""  # "" when unchanged from the column before
+
+
+@dataclass(frozen=True)
+class Row:
+    package: str
+    cells: tuple[Cell, ...]
+
+    @property
+    def changes(self) -> bool:
+        return any(cell.kind for cell in self.cells)
+
+    @property
+    def alarming(self) -> bool:
+        return any(cell.kind in ALARM for cell in self.cells)
+
+
+@dataclass(frozen=True)
+class StageMatrix:
+    image: str
+    columns: tuple[str, ...]  # "base", then the stage names
+    rows: tuple[Row, ...]  # alarming rows first, then by name
+
+
+def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
+    """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
+    columns = _columns(audit)
+    names = sorted({name for env in columns.values() for name in env})
+    waived = _waived(audit.recipe.name, audit.findings)
+    rows = []
+    for name in names:
+        row = _row(name, columns, waived)
+        if all_rows or row.changes:
+            rows.append(row)
+    rows.sort(key=lambda row: (not row.alarming, row.package))
+    return StageMatrix(audit.recipe.name, tuple(columns), tuple(rows))
+
+
+def _columns(audit: RecipeAudit) -> dict[str, Mapping[str, Distribution]]:
+    """Environment by column: before the first layer, then after each stage's last."""
+    if not audit.steps:
+        return {}
+    columns: dict[str, Mapping[str, Distribution]] = {"base": audit.steps[0].before}
+    for predicted in audit.steps:
+        columns[predicted.step.stage.name] = predicted.after
+    return columns
+
+
+def _waived(image: str, findings: Iterable[Finding]) -> set[tuple[str, str]]:
+    """(stage, package) pairs whose finding a waiver allowed."""
+    pairs = set()
+    for finding in findings:
+        if finding.waiver and finding.where.startswith(f"{image} "):
+            stage = finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
+            pairs.add((stage, finding.package))
+    return pairs
+
+
+def _row(
+    name: str, columns: Mapping[str, Mapping[str, Distribution]], waived: set[tuple[str, str]]
+) -> Row:
+    cells = []
+    previous: Mapping[str, Distribution] = {}
+    for index, (column, env) in enumerate(columns.items()):
+        now = env.get(name)
+        kind = ""
+        if index:
+            before = {name: previous[name]} if name in previous else {}
+            changes = diff(before, {name: now} if now else {})
+            kind = changes[0].kind if changes else ""
+            kind = WAIVED if kind and (column, name) in waived else kind
+        cells.append(Cell(now.version if now else None, kind))
+        previous = env
+    return Row(name, tuple(cells))
+
+
+# --- terminal -------------------------------------------------------------------------------
+
+
+def matrix_table(matrix: StageMatrix) -> Table:
+    """A rich table: one row per package, the kind of change as colour and a word."""
+    table = Table(title=f"{escape(matrix.image)}: stage matrix", title_justify="left")
+    table.add_column("package")
+    for column in matrix.columns:
+        table.add_column(escape(column))
+    for row in matrix.rows:
+        table.add_row(escape(row.package), *(_rich_cell(cell) for cell in row.cells))
+    if not matrix.rows:
+        table.add_row("[dim](no package changes)[/]", *([""] * len(matrix.columns)))
+    return table
+
+
+def _rich_cell(cell: Cell) -> str:
+    text = escape(cell.version or "—")
+    if not cell.kind:
+        return f"[dim]{text}[/]"
+    return f"[{STYLES.get(cell.kind, 'bold')}]{text} {cell.kind}[/]"
+
+
+# --- Markdown -------------------------------------------------------------------------------
+
+
+def matrix_markdown(matrix: StageMatrix) -> str:
+    """A Markdown table (GitHub): versions, a mark and a word per change; folded when long."""
+    header = ["package", *matrix.columns]
+    lines = [
+        "| " + " | ".join(_md(text) for text in header) + " |",
+        "| " + " | ".join("---" for _ in header) + " |",
+    ]
+    for row in matrix.rows:
+        cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
+        lines.append("| " + " | ".join(cells) + " |")
+    title = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
+    if not matrix.rows:
+        return f"{title}\n"
+    table = "\n".join(lines)
+    if len(matrix.rows) > FOLD_AFTER:
+        return f"<details><summary>{title}</summary>\n\n{table}\n\n</details>\n"
+    return f"{title}\n\n{table}\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_cell(cell: Cell) -> str:
+    text = _md(cell.version or "—")
+    if not cell.kind:
+        return text
+    bold = "**" if cell.kind in ALARM else ""
+    return f"{MARKDOWN_MARK.get(cell.kind, '')}{bold}{text}{bold} {cell.kind}"
+
+
+# --- HTML -----------------------------------------------------------------------------------
+
+CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1f2328; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #d0d7de; padding: 4px 10px; text-align: left; white-space: nowrap; }
+thead th { background: #f6f8fa; position: sticky; top: 0; }
+tbody th { font-family: ui-monospace, monospace; font-weight: normal; }
+td { font-family: ui-monospace, monospace; }
+td.same { color: #8c959f; }
+.added { background: #dafbe1; } .upgraded { background: #ddf4ff; }
+.downgraded, .removed { background: #ffcecb; font-weight: bold; }
+.variant { background: #fbefff; font-weight: bold; }
+.rebuilt, .waived, .unparsable { background: #fff8c5; }
+table.findings td { white-space: normal; font-family: system-ui, sans-serif; }
+.kind { font-size: 11px; color: #57606a; margin-left: 6px; font-family: system-ui, sans-serif; }
+.verdict-fail { color: #cf222e; font-weight: bold; } .verdict-pass { color: #1a7f37; }
+.legend span { display: inline-block; padding: 2px 8px; margin-right: 6px; }
+.legend span { border: 1px solid #d0d7de; }
+"""
+
+
+def matrix_html(matrices: Iterable[StageMatrix], report: Report) -> str:
+    """One self-contained HTML page: a matrix per image, then every finding."""
+    verdict = "fail" if report.failed else "pass"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; style-src 'unsafe-inline'\">",
+        f"<title>layer-audit: {_h(report.title)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>layer-audit {_h(report.title)}: stage matrix</h1>",
+        f'<p class="verdict-{verdict}">{_h(summary_line(report))}</p>',
+        _legend(),
+    ]
+    for matrix in matrices:
+        parts += _html_matrix(matrix)
+    parts += _html_findings(report)
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _h(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _legend() -> str:
+    kinds = ["added", "upgraded", "downgraded", "removed", "variant", "rebuilt", "waived"]
+    spans = "".join(f'<span class="{k}">{k}</span>' for k in kinds)
+    return f'<p class="legend">{spans}</p>'
+
+
+def _html_matrix(matrix: StageMatrix) -> list[str]:
+    parts = [f'<h2 id="{_h(matrix.image)}">{_h(matrix.image)}</h2>']
+    if not matrix.rows:
+        return [*parts, "<p>No package changes across stages.</p>"]
+    head = "".join(f'<th scope="col">{_h(column)}</th>' for column in matrix.columns)
+    parts += [
+        f'<table class="matrix" data-image="{_h(matrix.image)}">',
+        f'<thead><tr><th scope="col">package</th>{head}</tr></thead><tbody>',
+    ]
+    for row in matrix.rows:
+        cells = "".join(_html_cell(cell) for cell in row.cells)
+        parts.append(f'<tr><th scope="row">{_h(row.package)}</th>{cells}</tr>')
+    parts.append("</tbody></table>")
+    return parts
+
+
+def _html_cell(cell: Cell) -> str:
+    text = _h(cell.version or "—")
+    if not cell.kind:
+        return f'<td class="same">{text}</td>'
+    return f'<td class="{_h(cell.kind)}">{text}<span class="kind">{_h(cell.kind)}</span></td>'
+
+
+def _html_findings(report: Report) -> list[str]:
+    findings = ordered(report.findings)
+    if not findings:
+        return ["<h2>Findings</h2>", "<p>None.</p>"]
+    parts = [
+        "<h2>Findings</h2>",
+        '<table class="findings"><thead><tr><th>severity</th><th>rule</th><th>package</th>'
+        "<th>change</th><th>where</th><th>message</th></tr></thead><tbody>",
+    ]
+    for finding in findings:
+        change = f"{finding.before or '—'} → {finding.after or '—'}"
+        message = finding.message + (f" (waived: {finding.waiver})" if finding.waiver else "")
+        parts.append(
+            f"<tr><td>{_h(finding.severity)}</td><td>{_h(finding.rule)}</td>"
+            f"<td>{_h(finding.package)}</td><td>{_h(change)}</td>"
+            f"<td>{_h(finding.where)}</td><td>{_h(message)}</td></tr>"
+        )
+    parts.append("</tbody></table>")
+    return parts

@@ -1,0 +1,1 @@
+print("dflash2 sm12x patch applied")

@@ -1,0 +1,3 @@
+"""patchlib: a patch applied with python."""
+
+print("patched patchlib")

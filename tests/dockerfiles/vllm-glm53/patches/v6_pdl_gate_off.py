@@ -1,0 +1,3 @@
+"""v6_pdl_gate_off: a patch applied with python."""
+
+print("patched v6_pdl_gate_off")

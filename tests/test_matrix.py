@@ -1,0 +1,220 @@
+"""The stage matrix (packages x stages): from real audits of hand-made projects, in the terminal,
+in Markdown, and as a self-contained HTML page opened in a real headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import zlib
+from datetime import date
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from audit.cli import main as cli
+from audit.engines import process as commands
+from audit.plan.auditdeps import audit_recipe
+from audit.plan.matrix import Cell, matrix_html, matrix_markdown, stage_matrix
+from audit.plan.recipe_parse import load_recipe
+from audit.plan.report import Report
+from audit.plan.sources import DirectorySource
+from tests.test_audit_deps import CUDA_RECIPE, Project, with_pins, write_project
+
+WAIVER = (
+    '\n[[policy.waiver]]\npackage = "torch"\nfrom = "2.9.0+cu130"\nto = "2.9.0+cu130.post1"\n'
+    'reason = "the same build, re-tagged"\n'
+)
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    (tmp_path / "images").mkdir()
+    return tmp_path
+
+
+def downgrade_project(root: Path) -> None:
+    """The field report's night: v3's lock moves nccl 2.30.1 -> 2.29.7."""
+    write_project(root, with_pins(v3={"rich": "14.0.0", "nvidia-nccl-cu13": "2.29.7"}))
+
+
+def matrix_of(root: Path, name: str = "vllm", **kwargs: bool):  # type: ignore[no-untyped-def]
+    source = DirectorySource(root)
+    audit = audit_recipe(source, load_recipe(source, name), today=date(2026, 1, 1))
+    return audit, stage_matrix(audit, **kwargs)
+
+
+def test_rows_are_packages_columns_are_stages_and_kinds_are_changes(root: Path) -> None:
+    downgrade_project(root)
+    _, matrix = matrix_of(root)
+    assert matrix.columns == ("base", "v1", "v2", "v3")
+    rows = {row.package: row.cells for row in matrix.rows}
+    assert rows["nvidia-nccl-cu13"] == (
+        Cell("2.30.1"),
+        Cell("2.30.1"),
+        Cell("2.30.1"),
+        Cell("2.29.7", "downgraded"),
+    )
+    assert rows["flashinfer-python"] == (Cell(None), Cell(None), Cell("0.6.18", "added"),
+                                         Cell("0.6.18"))  # fmt: skip
+    assert matrix.rows[0].package == "nvidia-nccl-cu13"  # the alarming row leads
+    assert "torch" not in rows  # unchanged rows only with all_rows
+    _, everything = matrix_of(root, all_rows=True)
+    assert "torch" in {row.package for row in everything.rows}
+
+
+def test_a_waived_change_is_shown_as_waived(root: Path) -> None:
+    project = with_pins(v3={"rich": "14.0.0", "torch": "2.9.0+cu130.post1"})
+    project.recipe = CUDA_RECIPE + WAIVER
+    write_project(root, project)
+    audit, matrix = matrix_of(root)
+    assert not audit.failed
+    (torch,) = [row for row in matrix.rows if row.package == "torch"]
+    assert torch.cells[-1] == Cell("2.9.0+cu130.post1", "waived")
+
+
+def test_markdown_marks_changes_and_folds_when_long(root: Path) -> None:
+    downgrade_project(root)
+    _, matrix = matrix_of(root)
+    text = matrix_markdown(matrix)
+    assert "| package | base | v1 | v2 | v3 |" in text
+    assert "🔻 **2.29.7** downgraded" in text and "<details>" not in text
+    pins = {f"pkg-{n:02d}": "1.0" for n in range(20)}
+    write_project(root, Project(pins={"v2": pins, "v3": {"rich": "14.0.0"}}), image="wide")
+    _, wide = matrix_of(root, "wide")
+    assert matrix_markdown(wide).startswith("<details><summary>")
+
+
+def test_audit_deps_markdown_leads_with_the_matrix(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    downgrade_project(root)
+    assert cli.main(["audit-deps", "--format", "markdown"]) == 1
+    out = capsys.readouterr().out
+    assert out.index("| package | base | v1 | v2 | v3 |") < out.index("downgraded")
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_the_html_is_self_contained_and_escaped(root: Path) -> None:
+    downgrade_project(root)
+    _, matrix = matrix_of(root)
+    page = matrix_html([matrix], Report("audit-deps <x>", ()))
+    parsed = _Collect()
+    parsed.feed(page)
+    tags = {tag for tag, _ in parsed.tags}
+    assert "script" not in tags and "link" not in tags and "img" not in tags
+    assert not [a for _, a in parsed.tags if any(k in a for k in ("src", "href"))]
+    assert "audit-deps &lt;x&gt;" in page and "<x>" not in page
+    assert "default-src 'none'" in page
+
+
+def test_audit_deps_writes_the_html_report(root: Path) -> None:
+    downgrade_project(root)
+    output = root / "report.html"
+    assert cli.main(["audit-deps", "--format", "html", "--output", str(output)]) == 1
+    page = output.read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'class="downgraded"' in page
+
+
+# --- a real browser ---------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--enable-logging=stderr", "--v=0", "--window-size=1100,700", "--hide-scrollbars",
+]  # fmt: skip
+DOWNGRADE_RGB = (0xFF, 0xCE, 0xCB)  # the .downgraded background in matrix.CSS
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.skip("needs Debian's chromium (apt-get install -y chromium)")
+    return found
+
+
+def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and the unfiltered rows (RGB or RGBA bytes) of an 8-bit PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    offset, idat, header = 8, b"", b""
+    while offset < len(data):
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        kind, body = data[offset + 4 : offset + 8], data[offset + 8 : offset + 8 + length]
+        header = body if kind == b"IHDR" else header
+        idat += body if kind == b"IDAT" else b""
+        offset += 12 + length
+    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and colour in (2, 6)
+    step = 3 if colour == 2 else 4
+    raw, stride, rows, previous = zlib.decompress(idat), width * step, [], bytes(width * step)
+    for y in range(height):
+        kind, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for x in range(stride):
+            left = line[x - step] if x >= step else 0
+            up, corner = previous[x], previous[x - step] if x >= step else 0
+            if kind == 1:
+                line[x] = (line[x] + left) & 255
+            elif kind == 2:
+                line[x] = (line[x] + up) & 255
+            elif kind == 3:
+                line[x] = (line[x] + (left + up) // 2) & 255
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                pred = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                line[x] = (line[x] + pred) & 255
+        rows.append(bytes(line))
+        previous = bytes(line)
+    return width, height, rows
+
+
+def count_colour(data: bytes, rgb: tuple[int, int, int]) -> int:
+    """How many pixels of the PNG ``data`` have exactly this colour."""
+    _, _, rows = png_pixels(data)
+    step = len(rows[0]) // png_pixels_width(data)
+    return sum(1 for row in rows for i in range(0, len(row), step) if tuple(row[i : i + 3]) == rgb)
+
+
+def png_pixels_width(data: bytes) -> int:
+    (width,) = struct.unpack(">I", data[16:20])
+    return int(width)
+
+
+@pytest.mark.slow
+def test_the_html_report_in_headless_chromium(root: Path, tmp_path: Path) -> None:
+    browser = chromium()
+    downgrade_project(root)
+    page = root / "report.html"
+    assert cli.main(["audit-deps", "--format", "html", "--output", str(page)]) == 1
+    profile, shot = tmp_path / "profile", tmp_path / "shot.png"
+    flags = [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+    taken = subprocess.run(
+        [browser, *flags, f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    for line in taken.stderr.splitlines():  # console errors and blocked loads show up here
+        assert "CONSOLE" not in line and "Uncaught" not in line and "Refused to" not in line
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    ).stdout  # fmt: skip
+    assert 'class="matrix"' in dom and "nvidia-nccl-cu13" in dom
+    width, height, _ = png_pixels(shot.read_bytes())
+    assert (width, height) == (1100, 700)
+    red = count_colour(shot.read_bytes(), DOWNGRADE_RGB)
+    assert red > 200, "the downgraded cell is not visible in the screenshot"

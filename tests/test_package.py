@@ -1,0 +1,143 @@
+"""The installed package, as a user gets it: a wheel in a clean venv, run outside this checkout.
+
+Builds the wheel from a copy of the sources (nothing is written into the checkout), installs it
+into a fresh ``python -m venv`` (its dependencies from the machine's package index), and runs
+the ``layer-audit`` console script on scratch git repositories under the temporary folder:
+``--help``, ``render`` (from a subfolder and with ``--project``), ``lock --check``,
+``audit-deps``, ``gate``, and ``init`` followed by ``render`` and the scaffold's own noxfile.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_audit_deps import CLEAN_PINS, Project, write_project
+from tests.test_gitsource import git
+
+pytestmark = [pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(
+    cwd: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A program as a user runs it: no PYTHONPATH, this checkout nowhere on the path."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        list(argv), cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True,
+        check=False, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``bin/`` folder of a fresh venv holding the wheel built from these sources."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "src"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "audit", source / "audit", ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    built = run(tmp, sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", "dist", "./src")
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp / "dist").glob("layer_audit-*.whl")
+    venv = tmp / "venv"
+    made = run(tmp, sys.executable, "-m", "venv", str(venv))
+    assert made.returncode == 0, made.stderr
+    done = run(tmp, str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel))
+    assert done.returncode == 0, done.stderr
+    return venv / "bin"
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """A git repository outside the checkout: a locked recipe on main, a branch ``pr``."""
+    repo = tmp_path / "repo"
+    (repo / "images").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    write_project(repo, Project())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "recipe")
+    git(repo, "checkout", "-q", "-b", "pr")
+    return repo
+
+
+def test_the_wheel_ships_templates_scripts_and_skeleton(installed: Path) -> None:
+    python = str(installed / "python")
+    where = run(
+        installed, python, "-c", "import audit, pathlib; print(pathlib.Path(audit.__file__).parent)"
+    )
+    package = Path(where.stdout.strip())
+    assert package.is_relative_to(installed.parent), "imported from the checkout, not the venv"
+    for relpath in (
+        "templates/Dockerfile.j2", "templates/layers/pip.j2", "templates/parts/guard.j2",
+        "inimage/guard.py", "inimage/snapshot.py", "skeleton/noxfile.py.tmpl",
+        "skeleton/image/image.toml.tmpl", "py.typed",
+    ):  # fmt: skip
+        assert (package / relpath).is_file(), relpath
+
+
+def test_help_names_the_console_script(installed: Path, tmp_path: Path) -> None:
+    done = run(tmp_path, str(installed / "layer-audit"), "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: layer-audit")
+    assert "--project" in done.stdout and "init" in done.stdout and "import" in done.stdout
+
+
+def test_commands_run_from_a_subfolder_and_with_project(installed: Path, scratch: Path) -> None:
+    tool = str(installed / "layer-audit")
+    inside = scratch / "images" / "vllm"
+    rendered = run(inside, tool, "render", "vllm")
+    assert rendered.returncode == 0, rendered.stderr
+    assert (scratch / "build/vllm/Dockerfile").read_text().startswith("# Rendered by layer-audit")
+    assert run(inside, tool, "lock", "vllm", "--check").returncode == 0
+    audited = run(inside, tool, "audit-deps")
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    elsewhere = scratch.parent
+    assert (
+        run(elsewhere, tool, "--project", str(scratch), "lock", "vllm", "--check").returncode == 0
+    )
+    assert run(elsewhere, tool, "render", "vllm", "--project", str(scratch)).returncode == 0
+    lost = run(elsewhere, tool, "render", "vllm")
+    assert lost.returncode == 2 and "no images/ folder" in lost.stderr
+    assert "Traceback" not in lost.stderr
+
+
+def test_the_gate_passes_a_clean_branch_and_fails_a_downgrade(
+    installed: Path, scratch: Path
+) -> None:
+    tool = str(installed / "layer-audit")
+    clean = run(scratch, tool, "gate", "--base", "main")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    pins = {**CLEAN_PINS, "v3": {"rich": "14.0.0", "nvidia-nccl-cu13": "2.29.7"}}
+    write_project(scratch, Project(pins=pins))
+    git(scratch, "commit", "-q", "-am", "the nightly moves nccl")
+    failed = run(scratch / "locks", tool, "gate", "--base", "main")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "nvidia-nccl-cu13" in failed.stdout + failed.stderr
+
+
+def test_init_then_render_and_the_scaffold_noxfile(installed: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    tool = str(installed / "layer-audit")
+    first = run(repo, tool, "init")
+    assert first.returncode == 0, first.stderr
+    rendered = run(repo, tool, "render", "example")
+    assert rendered.returncode == 0, rendered.stderr
+    nox = Path(sys.executable).parent / "nox"
+    if not nox.is_file():
+        pytest.skip("nox is not installed beside this interpreter")
+    path = f"{installed}{os.pathsep}{os.environ['PATH']}"
+    session = run(repo, str(nox), "-s", "render", "--", "example", env={"PATH": path})
+    assert session.returncode == 0, session.stdout + session.stderr
+    assert str(installed / "layer-audit") in session.stdout + session.stderr

@@ -109,7 +109,10 @@ def test_a_copy_source_that_is_not_a_project_file_is_refused(
 def test_a_template_that_is_not_a_project_file_is_refused(
     demo: Path, tmp_path: Path, make: str
 ) -> None:
-    replace_with(demo / "templates" / "Dockerfile.j2", make, tmp_path)
+    override = demo / "templates" / "Dockerfile.j2"  # a project override of the packaged one
+    override.parent.mkdir(parents=True, exist_ok=True)
+    override.write_text("FROM scratch\n")
+    replace_with(override, make, tmp_path)
     done = run_audit(demo, "render", "demo")
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     assert "templates/Dockerfile.j2" in done.stderr and "Traceback" not in done.stderr

@@ -25,6 +25,7 @@ from tests.support.project import ProjectSpec, base_record, write_project
 
 NIGHTLY = "0.6.18.dev20261120"
 SITE = "/usr/local/lib/python3/dist-packages"
+FIELD_BASE = "example/vllm-openai:glm53-flash"
 ZERO = "sha256:" + "0" * 64
 VLLM = "0.11.1.dev5+gabc1234.cu130"
 TORCH = "2.9.0+cu130"
@@ -79,7 +80,7 @@ def recipe(
 ) -> str:
     """``stages``: stage name -> the TOML of its one pip layer (after ``pip = ...``)."""
     head = (
-        '[image]\nbase = "example/vllm-openai:glm53-flash"\nplatform = "linux/amd64"\n'
+        f'[image]\nbase = "{FIELD_BASE}"\nplatform = "linux/amd64"\n'
         f'cuda = "cu130"\ninterpreters = ["/opt/venv/bin/python"]\nrepository = "local/field"\n'
         f'index_url = "{index}"\nresolver = "{resolver}"\n{policy}'
     )
@@ -110,7 +111,7 @@ def make_field_project(
         "field",
         recipe(index, stages, policy, resolver),
         REQUIREMENTS,
-        base_record(*field_base(), python=platform.python_version()),
+        base_record(*field_base(), python=platform.python_version(), image=FIELD_BASE),
     )
     return write_project(root, spec)
 
@@ -322,7 +323,7 @@ def test_uv_locks_for_an_arm64_target_on_this_host_with_aarch64_hashes(
     wheelhouse("native", "3.0", tag="py3-none-manylinux2014_x86_64")  # not for the target
     markers = {"platform_machine": "aarch64", "python_version": "3.12", "sys_platform": "linux"}
     toml = recipe(local_index, {"v1": ""}, "", "uv").replace("linux/amd64", "linux/arm64")
-    record = base_record(python="3.12.3", markers=markers)
+    record = base_record(python="3.12.3", markers=markers, image=FIELD_BASE)
     write_project(tmp_path, ProjectSpec("field", toml, {"v1.in": "native\n"}, record))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["lock", "field"]) == 0, capsys.readouterr().err

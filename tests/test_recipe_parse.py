@@ -55,8 +55,13 @@ def test_example_recipes_load() -> None:
     vllm = recipes["glm53-flash-vllm"]
     assert [s.name for s in vllm.stages] == [f"v{n}" for n in range(1, 9)]
     assert vllm.policy.cuda == "cu130" and vllm.tag("v8") == "v8-arm64-cu130"
+    overrides = (
+        "nvidia-nccl-cu13==2.30.7",
+        "nvidia-cutlass-dsl==4.3.1",
+        "nvidia-cutlass-dsl-libs-base==4.3.1",
+    )
     assert vllm.stage("v2").layers[0] == PipLayer(
-        "requirements/v2-flashinfer-nightly.in", "flashinfer-nightly", True
+        "requirements/v2-flashinfer-nightly.in", "flashinfer-nightly", True, override=overrides
     )
     groups = {g.name: g.members for g in vllm.policy.lockstep}
     assert groups["cutlass-dsl"] == ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-*")

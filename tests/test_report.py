@@ -69,6 +69,7 @@ def test_json_is_schema_versioned_with_stable_keys() -> None:
         "rule",
         "severity",
         "waiver",
+        "waiver_index",
         "where",
     ]
     json.dumps(document)

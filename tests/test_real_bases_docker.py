@@ -176,3 +176,19 @@ def test_the_vllm_route_locks_audits_and_builds_in_the_vendor_image(
     assert built.returncode == 1, built.stderr[-3000:]
     assert "v3 layer 1" in built.stderr and "2.30.7 -> 2.29.7" in built.stderr
     assert images_of(f"{TEST_REPOSITORY}/field") == before  # no tag moved
+
+
+def test_a_recipe_interpreter_the_base_lacks_is_bad_input_naming_image_toml(
+    tmp_path: Path, base_image: BaseImageFactory, index: tuple[str, Path]
+) -> None:
+    url, _ = index
+    write_field(tmp_path, url, {"v1": ""})
+    toml = tmp_path / "images/field/image.toml"
+    text = toml.read_text().replace(f'base = "{VENDOR}"', f'base = "{base_image()}"')
+    toml.write_text(
+        text.replace(f'interpreters = ["{PYTHON}"]', 'interpreters = ["/usr/bin/python9"]')
+    )
+    done = audit(tmp_path, "lock", "field")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "images/field/image.toml: image.interpreters" in done.stderr
+    assert "/usr/bin/python9 does not exist" in done.stderr and "qemu" not in done.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from audit.cli.lock_fast import RecordingSource, fresh_answer, fresh_message, write_stamp
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
+from audit.core.errors import EXIT_OK, EXIT_VIOLATION, EnvironmentProblem, UsageError
 from audit.engines import console
 from audit.plan import paths
 from audit.plan.lock import (
@@ -212,16 +212,20 @@ def report_check(image: str, states: list[LockState]) -> int:
 def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Any:
     from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
     from audit.engines import docker_host
+    from audit.engines.base_record import missing_interpreter
 
     mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
-    out = docker_host.run_in_image(
-        recipe.base_ref,
-        [interpreter, SNAPSHOT_TARGET],
-        mounts=[mount],
-        network="none",
-        platform=recipe.platform,
-        timeout=600,
-    )
+    try:
+        out = docker_host.run_in_image(
+            recipe.base_ref,
+            [interpreter, SNAPSHOT_TARGET],
+            mounts=[mount],
+            network="none",
+            platform=recipe.platform,
+            timeout=600,
+        )
+    except EnvironmentProblem as exc:
+        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
     found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.base_ref}")
     return dataclasses.replace(found[0], interpreter=interpreter)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from audit.core.errors import EXIT_OK, LockError, RecipeError, UsageError
+from audit.core.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
 from audit.engines import atomic, console, docker_host
 from audit.plan import paths
 from audit.plan.lock import read_base_digest
@@ -136,13 +136,36 @@ def write_record(root: Path, source: Source, recipe: Recipe, record: BaseRecord)
         console.stdout.print(f"base: {escape(line)}")
 
 
+_NOT_THERE = ("no such file or directory", "executable file not found", "not found in $path")
+
+
+def missing_interpreter(
+    recipe: Recipe, interpreter: str, error: EnvironmentProblem
+) -> RecipeError | None:
+    """A recipe interpreter the base image does not have is the recipe's mistake (exit 2)."""
+    if not any(marker in error.message.lower() for marker in _NOT_THERE):
+        return None
+    return RecipeError(
+        f"{recipe.source}: image.interpreters",
+        f"{interpreter} does not exist in {recipe.base_ref}",
+        "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python); "
+        "nox -s audit-deps -- --image REF lists the environments it finds",
+    )
+
+
 def refuse_externally_managed(recipe: Recipe) -> None:
     """Exit 2 naming ``break_system_packages`` when pip layers' interpreter (the first; the
     others are only audited) is externally managed."""
     interpreter = recipe.interpreters[0]
-    out = docker_host.run_in_image(
-        recipe.base_ref, [interpreter, "-c", PEP668_PROBE], network="none", platform=recipe.platform
-    )
+    try:
+        out = docker_host.run_in_image(
+            recipe.base_ref,
+            [interpreter, "-c", PEP668_PROBE],
+            network="none",
+            platform=recipe.platform,
+        )
+    except EnvironmentProblem as exc:
+        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
     if out.strip() == "1":
         raise RecipeError(
             f"{recipe.source.as_posix()}: image.interpreters[1]",

@@ -330,3 +330,66 @@ def test_uv_locks_for_an_arm64_target_on_this_host_with_aarch64_hashes(
     lock_file = parse_lock((tmp_path / "locks/field/v1-01.txt").read_bytes(), "v1")
     assert {n: p.version for n, p in lock_file.pins.items()} == {"native": "2.0"}
     assert lock_file.pins["native"].hashes == (f"sha256:{sha256_of(arm)}",)
+
+
+# --- deliberate moves ------------------------------------------------------------------------
+
+
+def moves_project(root: Path, index: str, policy: str = "", resolver: str = "pip-tools") -> Path:
+    spec = ProjectSpec(
+        "field",
+        recipe(index, {"v1": ""}, policy, resolver),
+        {"v1.in": "beta\ngamma\n"},
+        base_record(python=platform.python_version(), image=FIELD_BASE),
+    )
+    return write_project(root, spec)
+
+
+def test_a_re_lock_keeps_earlier_pins_and_upgrade_package_moves_one(
+    field: tuple[Path, str],
+    wheelhouse: Wheelhouse,
+    backend: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, index = field
+    wheelhouse("beta", "1.0")
+    wheelhouse("gamma", "1.0")
+    moves_project(root, index, resolver=backend)
+    assert lock(backend=backend) == 0
+    wheelhouse("beta", "1.1")  # newer releases appear on the index
+    wheelhouse("gamma", "1.1")
+    wheelhouse("delta", "1.0")
+    (root / "images/field/requirements/v1.in").write_text("beta\ngamma\ndelta\n")
+    assert lock(backend=backend) == 0  # one edit: delta comes, beta and gamma stay
+    assert pins(root, "v1-01") == {"beta": "1.0", "gamma": "1.0", "delta": "1.0"}
+    capsys.readouterr()
+    assert lock("--upgrade-package", "beta", backend=backend) == 0
+    assert pins(root, "v1-01") == {"beta": "1.1", "gamma": "1.0", "delta": "1.0"}
+    out = capsys.readouterr().out
+    assert "moved: v1 layer 1 (requirements/v1.in): beta 1.0 -> 1.1 (upgraded)" in out
+    assert lock("--upgrade-package", "gamma==1.0", "--upgrade", backend=backend) == 0
+    assert pins(root, "v1-01") == {"beta": "1.1", "gamma": "1.0", "delta": "1.0"}
+
+
+def test_an_upgrade_the_policy_forbids_is_refused(
+    field: tuple[Path, str], wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    wheelhouse("beta", "1.0")
+    wheelhouse("gamma", "1.0")
+    moves_project(root, index, '[policy]\nforbid = ["beta>=1.1"]\n')
+    assert lock() == 0
+    wheelhouse("beta", "1.1")
+    capsys.readouterr()
+    assert lock("--upgrade-package", "beta") == 1
+    assert "forbidden" in capsys.readouterr().err
+    assert pins(root, "v1-01")["beta"] == "1.0"  # the refused run wrote nothing
+
+
+def test_upgrade_package_refuses_what_is_not_a_name_or_pin(
+    field: tuple[Path, str], wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, index = field
+    moves_project(root, index)
+    assert lock("--upgrade-package", "beta>=2") == 2
+    assert "only == pins a version" in capsys.readouterr().err

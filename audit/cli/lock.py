@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,9 @@ from audit.plan import paths
 from audit.plan.lock import (
     LockState,
     Survey,
+    Upgrade,
     base_constraints,
+    parse_upgrade_package,
     pip_steps,
     read_base_digest,
     survey_locks,
@@ -56,12 +58,14 @@ class LockOptions:
     host: bool
     docker: str | None
     resolver: str | None = None
+    upgrade: Upgrade = field(default_factory=Upgrade)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LockOptions:
+        packages = dict(parse_upgrade_package(text) for text in args.upgrade_package)
         return cls(
             args.image, args.stage, args.check, args.record_base, args.host, args.docker,
-            args.resolver,
+            args.resolver, Upgrade(args.upgrade, packages),
         )  # fmt: skip
 
 
@@ -94,6 +98,20 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="compile with this machine's Python instead of inside the base image "
         "(only when its platform and Python version match the base)",
+    )
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="move every layer's own pins to the newest versions allowed (what the base and "
+        "earlier layers installed stays given); the summary says what moved",
+    )
+    parser.add_argument(
+        "--upgrade-package",
+        metavar="NAME[==VERSION]",
+        action="append",
+        default=[],
+        help="move this package (to VERSION, or the newest allowed) wherever it is pinned or "
+        "installed, and nothing else; repeatable",
     )
     parser.add_argument(
         "--resolver",
@@ -141,7 +159,8 @@ def handle(args: argparse.Namespace) -> int:
         if code == EXIT_OK:
             stamp_fresh(root, recipe, survey, source)
         return code
-    if survey.base is not None and not options.record_base and _all_fresh(states):
+    upgrading = options.upgrade.active
+    if survey.base is not None and not options.record_base and _all_fresh(states) and not upgrading:
         stamp_fresh(root, recipe, survey, source)
         return _nothing_to_compile(states)
     from audit.engines import atomic
@@ -154,7 +173,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _stamped_answer(root: Path, options: LockOptions) -> str | None:
     """The verified-fresh stamp's answer; --record-base always does the work it asks for."""
-    if options.record_base or options.resolver:
+    if options.record_base or options.resolver or options.upgrade.active:
         return None
     return fresh_answer(str(root), options.image, options.stage, check=options.check)
 
@@ -279,13 +298,42 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions)
         survey = survey_locks(source, recipe)
     assert survey.base is not None
     states = _upto(list(survey.states), recipe, options.stage)
-    if _all_fresh(states):
+    if _all_fresh(states) and not options.upgrade.active:
         return _nothing_to_compile(states)
     compiler = _compiler(root, source, recipe, options, survey)
     for state in states:
         compiler.visit(state)
     _print_summary(compiler.done)
+    _print_moves(compiler.moves, options.upgrade)
     return EXIT_OK
+
+
+def _direction(name: str, old: str | None, new: str | None) -> str:
+    """upgraded, downgraded, variant...; a pin gone from the lock now stays as installed."""
+    from audit.core.diff import diff
+    from audit.core.snapshot import Distribution
+
+    if new is None:
+        return "no longer pinned: what is installed stays"
+    before = {name: Distribution(name, old)} if old else {}
+    changes = diff(before, {name: Distribution(name, new)})
+    return changes[0].kind if changes else "unchanged"
+
+
+def _print_moves(moves: list[tuple[str, str, str | None, str | None]], upgrade: Upgrade) -> None:
+    """What this run moved on purpose, with the direction (the gate shows it too)."""
+    from rich.markup import escape
+
+    if not upgrade.active:
+        return
+    for label, name, old, new in moves:
+        kind = _direction(name, old, new)
+        console.stdout.print(
+            f"moved: {escape(label)}: {name} {old or '-'} -> {new or '-'} ({kind})"
+        )
+    missing = sorted(set(upgrade.packages) - {name for _, name, _, _ in moves})
+    for name in missing:
+        console.stderr.print(f"[yellow]note:[/] --upgrade-package {name}: nothing moved")
 
 
 def _compiler(
@@ -300,7 +348,10 @@ def _compiler(
     base_pins = base_constraints(record, recipe.interpreters[0], where)
     judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
     backend = _backend(recipe, record, options)
-    return LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend)
+    return LockRun(
+        root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
+        options.upgrade,
+    )  # fmt: skip
 
 
 def _backend(recipe: Recipe, record: BaseRecord, options: LockOptions) -> Backend:

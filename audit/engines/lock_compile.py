@@ -39,6 +39,7 @@ DEFAULT_TOOLS_INDEX = "https://pypi.org/simple"
 CACHE_ENV = "LAYER_AUDIT_CACHE"
 CA_TARGET = "/run/layer-audit-ca.pem"
 INSTALLED = "installed.txt"
+CONSTRAINTS = "constraints.txt"
 OUTPUT = "compiled.txt"
 REPORT = "report.json"
 STANDINS = "standins"
@@ -127,6 +128,8 @@ class CompileJob:
     standins: Mapping[str, bytes]  # wheel filename -> bytes
     no_deps: bool = False
     overrides: tuple[str, ...] = ()  # "name==version" pins that win over the resolution
+    preferred: str = ""  # the existing output pip-compile starts from ("": ``existing``)
+    constraints: str = ""  # "name==version" lines --upgrade-package asked for
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ def index_args(inputs: LayerInputs) -> list[str]:
     return [*args, "--pre"] if inputs.pre else args
 
 
-def compile_args(inputs: LayerInputs) -> list[str]:
+def compile_args(inputs: LayerInputs, constrained: bool = False) -> list[str]:
     """pip-compile's arguments: hashes, explicit indexes, the stand-ins as find-links, the
     existing output as preferences; nothing machine-specific emitted."""
     args = [
@@ -214,12 +217,13 @@ def compile_args(inputs: LayerInputs) -> list[str]:
         "--pip-args", "--isolated --no-input --retries 2 --timeout 30",
         "--find-links", f"../{STANDINS}",
     ]  # fmt: skip
-    return [*args, *index_args(inputs), "-o", f"../{OUTPUT}", inputs.requirements]
+    limits = ["-c", f"../{CONSTRAINTS}"] if constrained else []
+    return [*args, *index_args(inputs), *limits, "-o", f"../{OUTPUT}", inputs.requirements]
 
 
 def job_document(job: CompileJob) -> dict[str, Any]:
     return {
-        "compile": [] if job.no_deps else compile_args(job.inputs),
+        "compile": [] if job.no_deps else compile_args(job.inputs, bool(job.constraints)),
         "report": index_args(job.inputs),
         "requirements": job.inputs.requirements,
         "overrides": list(job.overrides),
@@ -237,7 +241,8 @@ def prepare_work(work: Path, job: CompileJob) -> None:
     for filename, data in job.standins.items():
         (work / STANDINS / filename).write_bytes(data)
     (work / INSTALLED).write_text(job.existing)
-    (work / OUTPUT).write_text(job.existing)
+    (work / OUTPUT).write_text(job.preferred or job.existing)
+    (work / CONSTRAINTS).write_text(job.constraints)
     (work / "job.json").write_text(json.dumps(job_document(job)))
     (work / "driver.py").write_text(driver_source())
 

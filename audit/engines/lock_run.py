@@ -40,12 +40,16 @@ from audit.plan.lock import (
 from audit.plan.lock import (
     Constraint,
     LockState,
+    Upgrade,
     existing_pins,
     installed_before,
     layer_inputs,
     lock_body,
     moved_pins,
     pin_blocks,
+    pin_moves,
+    preferred_pins,
+    upgrade_constraints,
     via_parents,
     who_asks,
 )
@@ -99,13 +103,15 @@ class LockRun:
     fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
     judge: StepJudge
     backend: Backend
+    upgrade: Upgrade = field(default_factory=Upgrade)
     earlier: list[tuple[Step, Lock]] = field(default_factory=list)
+    moves: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
     done: list[tuple[LockState, str]] = field(default_factory=list)
 
     def visit(self, state: LockState) -> None:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger)."""
         before = self.environment()
-        if state.status == "fresh":
+        if state.status == "fresh" and not self.upgrade.active:
             lock = self.fresh_locks[state.step.slug]
             self.judge_layer(state.step, before, lock, {})
             self.done.append((state, "kept"))
@@ -129,12 +135,15 @@ class LockRun:
         installed = installed_before(self.base_pins, self.earlier)
         assert isinstance(step.layer, PipLayer)
         layer = step.layer
+        previous = self.fresh_locks.get(step.slug)
         job = CompileJob(
             inputs,
             existing_pins(installed),
             standin_wheels(installed),
             layer.no_deps,
             layer.override,
+            preferred_pins(installed, previous, self.upgrade),
+            upgrade_constraints(self.upgrade),
         )
         console.stderr.print(f"resolving {escape(step.label)} with {self.backend.label}")
         outcome = self.backend.compile(job)
@@ -148,6 +157,7 @@ class LockRun:
         lock = parse_lock(text.encode(), relpath)
         self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
         atomic.write_text(self.root / relpath, text)
+        self.moves += [(step.label, *move) for move in pin_moves(previous, lock)]
         return lock
 
     def save_log(self, step: Step, log: str) -> str:

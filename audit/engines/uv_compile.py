@@ -34,6 +34,7 @@ from audit.core.snapshot import canonical_name
 from audit.engines import atomic
 from audit.engines import process as commands
 from audit.engines.lock_compile import (
+    CONSTRAINTS,
     OUTPUT,
     STANDINS,
     CompileJob,
@@ -181,6 +182,7 @@ def _run(work: Path, target: UvTarget, job: CompileJob) -> Outcome:
     if not job.no_deps:
         argv = ["pip", "compile", job.inputs.requirements, "-o", f"../{OUTPUT}",
                 "--generate-hashes", "--no-header", "--find-links", f"../{STANDINS}"]  # fmt: skip
+        argv += ["-c", f"../{CONSTRAINTS}"] if job.constraints else []
         code = _uv(work, [*argv, *common], log)
         if code:
             return Outcome(code, "", "", "\n".join(log))

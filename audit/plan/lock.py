@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from audit.core.errors import LockError
+from audit.core.errors import LockError, UsageError
 from audit.core.lockformat import Pin
 from audit.core.snapshot import Distribution, canonical_name
 from audit.plan.lockfile import (
@@ -375,3 +375,80 @@ def who_asks(name: str, parents: Iterable[str], after: Mapping[str, Constraint])
             asks = f"requires {wanted}" if wanted else f"depends on {name}"
             found.append(f"{other.raw_name or other.name} {other.version} {asks}")
     return found
+
+
+# -- deliberate moves -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """What a lock run may move on purpose (``--upgrade``, ``--upgrade-package``).
+
+    Without it a re-lock prefers, besides everything installed before the layer, what the
+    layer's previous lock pinned: one edited line moves one package, not every pin. With
+    ``everything`` the layer's own pins go to the newest allowed; ``packages`` (canonical name
+    -> exact version, or None for the newest allowed) lose their preference wherever they are.
+    """
+
+    everything: bool = False
+    packages: Mapping[str, str | None] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.everything or bool(self.packages)
+
+
+def parse_upgrade_package(text: str) -> tuple[str, str | None]:
+    """``NAME`` or ``NAME==VERSION`` from the command line; UsageError (exit 2) otherwise."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as exc:
+        raise UsageError(
+            f"--upgrade-package {text!r}: {exc}", "write NAME or NAME==VERSION"
+        ) from exc
+    specs = list(requirement.specifier)
+    if requirement.marker or requirement.url or requirement.extras or len(specs) > 1:
+        raise UsageError(
+            f"--upgrade-package {text!r}: not NAME or NAME==VERSION", "e.g. torch==2.9.1"
+        )
+    if specs and (specs[0].operator != "==" or "*" in specs[0].version):
+        raise UsageError(f"--upgrade-package {text!r}: only == pins a version", "e.g. torch==2.9.1")
+    return canonical_name(requirement.name), str(Version(specs[0].version)) if specs else None
+
+
+def preferred_pins(
+    installed: Mapping[str, Constraint], previous: Lock | None, upgrade: Upgrade
+) -> str:
+    """pip-compile's existing output for one layer: what is installed, then what the layer's
+    previous lock pinned (unless ``--upgrade``), without the packages to upgrade."""
+    preferred = {name: c.version for name, c in installed.items()}
+    if previous is not None and not upgrade.everything:
+        preferred |= {name: pin.version for name, pin in previous.pins.items()}
+    for name in upgrade.packages:
+        preferred.pop(name, None)
+    return "".join(f"{name}=={_normal(v)}\n" for name, v in sorted(preferred.items()))
+
+
+def _normal(version: str) -> str:
+    try:
+        return str(Version(version))
+    except InvalidVersion:
+        return version
+
+
+def upgrade_constraints(upgrade: Upgrade) -> str:
+    """``NAME==VERSION`` lines for the packages ``--upgrade-package`` names with a version."""
+    return "".join(f"{n}=={v}\n" for n, v in sorted(upgrade.packages.items()) if v is not None)
+
+
+def pin_moves(previous: Lock | None, current: Lock) -> list[tuple[str, str | None, str | None]]:
+    """(name, old, new) for every pin that differs between two locks of one layer, sorted."""
+    old = {n: p.version for n, p in previous.pins.items()} if previous else {}
+    new = {n: p.version for n, p in current.pins.items()}
+    return [
+        (name, old.get(name), new.get(name))
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from audit.engines import docker_host
-from audit.plan.lockfile import render_lock
+from audit.plan.lock import RESOLVER, layer_inputs, pip_steps, read_base_digest
+from audit.plan.lockfile import lock_relpath, parse_lock, render_lock
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
 from tests.support.fixtures import BaseImageFactory, Wheelhouse
@@ -117,8 +118,10 @@ def cleanup() -> Iterator[None]:
 
 
 def hand_lock(root: Path, slug: str, pins: list[tuple[str, str]], wheels: Path) -> None:
-    """A lock written by hand (as a careless merge would leave one), pinning ``pins``."""
-    recipe = load_recipe(DirectorySource(root), "field")
+    """A lock written by hand (as a careless merge would leave one), pinning ``pins``, with
+    inputs that make it fresh: only the guard in the build can then catch what it does."""
+    source = DirectorySource(root)
+    recipe = load_recipe(source, "field")
     (step,) = [s for s in recipe.steps() if s.slug == slug]
 
     def digest(name: str, version: str) -> str:
@@ -126,7 +129,16 @@ def hand_lock(root: Path, slug: str, pins: list[tuple[str, str]], wheels: Path) 
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
     body = "".join(f"{n}=={v} \\\n    --hash=sha256:{digest(n, v)}\n" for n, v in pins)
-    text = render_lock("field", step, "by hand", {"requirements": "edited"}, body)
+    base = read_base_digest(source, recipe)
+    assert base is not None
+    steps = pip_steps(recipe)
+    before = steps[: [s.slug for s in steps].index(slug)]
+    earlier = {
+        s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug).content_digest
+        for s in before
+    }
+    inputs = layer_inputs(source, recipe, step, base[1], earlier)
+    text = render_lock("field", step, RESOLVER, inputs.digests, body)
     (root / "locks" / "field" / f"{slug}.txt").write_text(text)
 
 

@@ -13,7 +13,7 @@ never do (a re-run of ``lock`` on unchanged inputs) do not pay for importing it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
@@ -201,6 +201,18 @@ class Container:
         out = self.handle.logs(stdout=True, stderr=False).decode(errors="replace")
         err = self.handle.logs(stdout=False, stderr=True).decode(errors="replace")
         return out, err
+
+    def follow(self, on_line: Callable[[str], None]) -> None:
+        """Hand each line the started container writes (stdout and stderr) to ``on_line`` as it
+        comes, until the container ends; :meth:`logs` still has all of it afterwards."""
+        pending = b""
+        for chunk in self.handle.logs(stream=True, follow=True, stdout=True, stderr=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                on_line(line.decode(errors="replace"))
+        if pending:
+            on_line(pending.decode(errors="replace"))
 
     def files(self, path: str) -> dict[str, bytes]:
         """File name -> bytes of every regular file under ``path``; empty when it is absent."""

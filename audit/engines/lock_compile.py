@@ -20,7 +20,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict, UsageError
 from audit.engines import docker_host
 from audit.engines import process as commands
+from audit.engines.container import Container
 from audit.plan.lock import PIP_TOOLS_VERSION, PIP_VERSION, Constraint, LayerInputs
 from audit.plan.lockfile import BaseRecord
 
@@ -38,6 +39,7 @@ TOOLS_INDEX_ENV = "LAYER_AUDIT_TOOLS_INDEX_URL"
 DEFAULT_TOOLS_INDEX = "https://pypi.org/simple"
 CACHE_ENV = "LAYER_AUDIT_CACHE"
 CA_TARGET = "/run/layer-audit-ca.pem"
+OnLine = Callable[[str], None]
 INSTALLED = "installed.txt"
 CONSTRAINTS = "constraints.txt"
 OUTPUT = "compiled.txt"
@@ -66,9 +68,13 @@ if cert:
     env["SSL_CERT_FILE"] = cert
 os.makedirs(env["HOME"], exist_ok=True)
 os.makedirs(env["TMPDIR"], exist_ok=True)
+def step(text):
+    sys.stderr.write("layer-audit: %s\\n" % text)
+    sys.stderr.flush()
 with open(os.path.join(cache, ".tools.lock"), "w") as guard:
     fcntl.flock(guard, fcntl.LOCK_EX)
     if not os.path.exists(os.path.join(tools, ".complete")):
+        step("installing pip-tools " + PIP_TOOLS)
         shutil.rmtree(tools + ".partial", ignore_errors=True)
         subprocess.check_call([sys.executable, "-m", "venv", tools + ".partial"], env=env)
         pip = [os.path.join(tools + ".partial", "bin", "python"), "-m", "pip"]
@@ -80,6 +86,7 @@ with open(os.path.join(cache, ".tools.lock"), "w") as guard:
 python = os.path.join(tools, "bin", "python")
 recipe = os.path.join(work, "recipe")
 if job["compile"]:
+    step("resolving with pip-compile")
     code = subprocess.call([python, "-m", "piptools", "compile"] + certs + job["compile"],
                            env=env, cwd=recipe)
     if code:
@@ -100,6 +107,7 @@ if job["compile"]:
 else:
     wanted = ["-r", job["requirements"]]
 if wanted:
+    step("reading what moves (pip --report)")
     report = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
               "--isolated", "--no-input", "--retries", "2", "--timeout", "30",
               "--report", os.path.join(work, "report.json")]
@@ -259,20 +267,21 @@ def _read_output(work: Path, job: CompileJob, returncode: int, log: str) -> Outc
     return Outcome(returncode, output, text(REPORT), log)
 
 
-def _compile_on_host(target: CompileTarget, work: Path) -> tuple[int, str]:
+def _compile_on_host(target: CompileTarget, work: Path, on_line: OnLine) -> tuple[int, str]:
     cache = cache_root() / "host"
     cache.mkdir(parents=True, exist_ok=True)
     cert = str(target.ca_bundle) if target.ca_bundle else ""
     argv = [target.interpreter, "-I", str(work / "driver.py"), str(cache), str(work)]
-    done = commands.run(
+    done = commands.stream(
         [*argv, tools_index(), cert],
+        on_line,
         env={"PATH": os.defpath, "HOME": str(cache), "LC_ALL": "C.UTF-8"},
         check=False,
     )
     return done.returncode, done.stderr + done.stdout
 
 
-def _compile_in_image(target: CompileTarget, work: Path) -> tuple[int, str]:
+def _compile_in_image(target: CompileTarget, work: Path, on_line: OnLine) -> tuple[int, str]:
     assert target.image is not None
     cache = cache_root() / target.image_id.removeprefix("sha256:")[:16]
     cache.mkdir(parents=True, exist_ok=True)
@@ -284,25 +293,26 @@ def _compile_in_image(target: CompileTarget, work: Path) -> tuple[int, str]:
         mounts.append(docker_host.BindMount(target.ca_bundle, CA_TARGET))
     cert = CA_TARGET if target.ca_bundle else ""
     argv = [target.interpreter, "-I", "/work/driver.py", "/cache", "/work", tools_index(), cert]
-    result = docker_host.run_in_image_result(
-        target.image,
-        argv,
-        mounts=mounts,
-        network="host",
-        platform=target.platform,
-        user=f"{os.getuid()}:{os.getgid()}",
-    )
-    return result.exit_code, result.stderr + result.stdout
+    user = f"{os.getuid()}:{os.getgid()}"
+    with Container(
+        target.image, argv, mounts=mounts, network="host", platform=target.platform, user=user
+    ) as box:
+        box.start()
+        box.follow(on_line)
+        code = box.wait()
+        out, err = box.logs()
+    return code, err + out
 
 
-def run_compile(target: CompileTarget, job: CompileJob) -> Outcome:
-    """Run one layer's job in a fresh work folder; the folder is always removed."""
+def run_compile(target: CompileTarget, job: CompileJob, on_line: OnLine = print) -> Outcome:
+    """Run one layer's job in a fresh work folder; the folder is always removed. Each line of
+    the tools' output goes to ``on_line`` as it comes (progress)."""
     work = Path(tempfile.mkdtemp(prefix="layer-audit-lock-"))
     try:
         work.chmod(0o755)
         prepare_work(work, job)
         runner = _compile_on_host if target.image is None else _compile_in_image
-        returncode, log = runner(target, work)
+        returncode, log = runner(target, work, on_line)
         return _read_output(work, job, returncode, log)
     finally:
         shutil.rmtree(work, ignore_errors=True)

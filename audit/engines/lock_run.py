@@ -26,12 +26,14 @@ from audit.engines import atomic, console
 from audit.engines.lock_compile import (
     CompileJob,
     CompileTarget,
+    OnLine,
     Outcome,
     clean_body,
     explain_failure,
     run_compile,
     yanked_pins,
 )
+from audit.engines.lock_progress import LockProgress
 from audit.engines.uv_compile import RESOLVER as UV_RESOLVER
 from audit.engines.uv_compile import UvTarget, run_uv
 from audit.plan.lock import (
@@ -66,7 +68,7 @@ class Backend(Protocol):
     @property
     def label(self) -> str: ...
 
-    def compile(self, job: CompileJob) -> Outcome: ...
+    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome: ...
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,8 @@ class PipToolsBackend:
     target: CompileTarget
     label: str = PIP_TOOLS_RESOLVER
 
-    def compile(self, job: CompileJob) -> Outcome:
-        return run_compile(self.target, job)
+    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
+        return run_compile(self.target, job, on_line)
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,8 @@ class UvBackend:
     target: UvTarget
     label: str = UV_RESOLVER
 
-    def compile(self, job: CompileJob) -> Outcome:
-        return run_uv(self.target, job)
+    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
+        return run_uv(self.target, job, on_line)
 
 
 @dataclass
@@ -145,8 +147,8 @@ class LockRun:
             preferred_pins(installed, previous, self.upgrade),
             upgrade_constraints(self.upgrade),
         )
-        console.stderr.print(f"resolving {escape(step.label)} with {self.backend.label}")
-        outcome = self.backend.compile(job)
+        with LockProgress(f"{step.label} ({self.backend.label})") as progress:
+            outcome = self.backend.compile(job, progress.feed)
         log_path = self.save_log(step, outcome.log)
         if outcome.returncode != 0:
             raise explain_failure(outcome.log, inputs, installed, log_path)

@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.core.errors import EnvironmentProblem
@@ -38,6 +38,7 @@ from audit.engines.lock_compile import (
     OUTPUT,
     STANDINS,
     CompileJob,
+    OnLine,
     Outcome,
     ambient_ca_bundle,
     cache_root,
@@ -45,6 +46,7 @@ from audit.engines.lock_compile import (
     prepare_work,
     tools_index,
 )
+from audit.engines.lock_progress import STEP_MARK
 from audit.plan.lock import RESOLVERS, UV_VERSION
 from audit.plan.lockfile import BaseRecord
 
@@ -157,72 +159,86 @@ def moved_lines(job: CompileJob, compiled: str, requirements: str) -> list[str]:
     return [p for p in pins if _key(p) not in installed]
 
 
-def run_uv(target: UvTarget, job: CompileJob) -> Outcome:
-    """One layer's job with uv in a fresh work folder; the folder is always removed."""
+def run_uv(target: UvTarget, job: CompileJob, on_line: OnLine = print) -> Outcome:
+    """One layer's job with uv in a fresh work folder; the folder is always removed. Output
+    lines and step announcements go to ``on_line`` as they come."""
     work = Path(tempfile.mkdtemp(prefix="layer-audit-uv-"))
     try:
         prepare_work(work, job)
-        return _run(work, target, job)
+        return _run(work, target, job, on_line)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _uv(work: Path, argv: list[str], log: list[str]) -> int:
-    done = commands.run(
-        [str(uv_binary()), *argv], cwd=work / "recipe", env=_environment(), check=False
-    )
-    log.append(done.stderr + done.stdout)
-    return done.returncode
+@dataclass
+class _Session:
+    """One layer's uv runs: the work folder, the target's arguments, the log, the progress."""
+
+    work: Path
+    common: list[str]
+    on_line: OnLine
+    log: list[str] = field(default_factory=list)
+
+    def uv(self, argv: list[str]) -> int:
+        """Run ``uv ARGV`` (with the target's arguments) in the recipe folder; its exit code."""
+        self.on_line(f"{STEP_MARK}{' '.join(argv[:2])} with uv {UV_VERSION}")
+        done = commands.stream(
+            [str(uv_binary()), *argv, *self.common],
+            self.on_line,
+            cwd=self.work / "recipe",
+            env=_environment(),
+            check=False,
+        )
+        self.log.append(done.stderr + done.stdout)
+        return done.returncode
+
+    def failed(self, code: int) -> Outcome:
+        return Outcome(code or 1, "", "", "\n".join(self.log))
 
 
-def _run(work: Path, target: UvTarget, job: CompileJob) -> Outcome:
-    log: list[str] = []
-    common = _common(job, target)
+def _run(work: Path, target: UvTarget, job: CompileJob, on_line: OnLine) -> Outcome:
+    session = _Session(work, _common(job, target), on_line)
     compiled = ""
     if not job.no_deps:
         argv = ["pip", "compile", job.inputs.requirements, "-o", f"../{OUTPUT}",
                 "--generate-hashes", "--no-header", "--find-links", f"../{STANDINS}"]  # fmt: skip
         argv += ["-c", f"../{CONSTRAINTS}"] if job.constraints else []
-        code = _uv(work, [*argv, *common], log)
+        code = session.uv(argv)
         if code:
-            return Outcome(code, "", "", "\n".join(log))
+            return session.failed(code)
         compiled = (work / OUTPUT).read_text()
     requirements = (work / "recipe" / job.inputs.requirements).read_text()
     moved = moved_lines(job, compiled, requirements)
-    repins = _repins(work, job, common, moved, log)
-    if repins is None:
-        return Outcome(1, "", "", "\n".join(log))
-    report = _metadata(work, common, moved, log)
-    if report is None:
-        return Outcome(1, "", "", "\n".join(log))
-    return Outcome(0, compiled, report, "\n".join(log), repins)
+    repins = _repins(session, job, moved)
+    report = _metadata(session, moved) if repins is not None else None
+    if repins is None or report is None:
+        return session.failed(1)
+    return Outcome(0, compiled, report, "\n".join(session.log), repins)
 
 
-def _repins(
-    work: Path, job: CompileJob, common: list[str], moved: list[str], log: list[str]
-) -> str | None:
+def _repins(session: _Session, job: CompileJob, moved: list[str]) -> str | None:
     """Hash-pinned lines of the override / no_deps pins that move ("" when none do)."""
     names = {_key(o)[0] for o in job.overrides}
     wanted = [m for m in moved if job.no_deps or _key(m)[0] in names]
     if not wanted:
         return ""
-    (work / "repins.in").write_text("".join(f"{line}\n" for line in wanted))
+    (session.work / "repins.in").write_text("".join(f"{line}\n" for line in wanted))
     argv = ["pip", "compile", "../repins.in", "-o", f"../{REPINS}", "--no-deps",
             "--generate-hashes", "--no-header", "--no-annotate"]  # fmt: skip
-    if _uv(work, [*argv, *common], log):
+    if session.uv(argv):
         return None
-    return clean_body((work / REPINS).read_text())
+    return clean_body((session.work / REPINS).read_text())
 
 
-def _metadata(work: Path, common: list[str], moved: list[str], log: list[str]) -> str | None:
+def _metadata(session: _Session, moved: list[str]) -> str | None:
     """pip's --report shape (``install[].metadata``) for the moved pins, from their METADATA."""
     if not moved:
         return json.dumps({"install": []})
-    (work / "moved.txt").write_text("".join(f"{line}\n" for line in moved))
-    target = work / "meta"
+    (session.work / "moved.txt").write_text("".join(f"{line}\n" for line in moved))
+    target = session.work / "meta"
     argv = ["pip", "install", "--target", str(target), "--no-deps", "-r", "../moved.txt",
             "--quiet", "--find-links", f"../{STANDINS}"]  # fmt: skip
-    if _uv(work, [*argv, *common], log):
+    if session.uv(argv):
         return None
     return json.dumps({"install": [_read_metadata(p) for p in sorted(target.glob("*.dist-info"))]})
 

@@ -117,7 +117,10 @@ def _once(prepare: Callable[[], object] | None) -> Callable[[], None]:
 
 
 def _handler_for(
-    root: Path, delivery: Delivery, prepare: Callable[[], object] | None = None
+    root: Path,
+    delivery: Delivery,
+    prepare: Callable[[], object] | None = None,
+    slow_seconds: float = SLOW_SECONDS,
 ) -> type[BaseHTTPRequestHandler]:
     ready = _once(prepare)
 
@@ -142,7 +145,7 @@ def _handler_for(
 
         def _send_file(self, path: Path) -> None:
             if delivery == "slow" and path.is_file():
-                time.sleep(SLOW_SECONDS)
+                time.sleep(slow_seconds)
             body = path.read_bytes() if path.is_file() else None
             self._send(body, "binary/octet-stream", drop=delivery == "drop")
 
@@ -168,7 +171,11 @@ def _handler_for(
 
 @contextlib.contextmanager
 def serve_index(
-    wheel_dir: Path, delivery: Delivery = "whole", *, prepare: Callable[[], object] | None = None
+    wheel_dir: Path,
+    delivery: Delivery = "whole",
+    *,
+    prepare: Callable[[], object] | None = None,
+    slow_seconds: float = SLOW_SECONDS,
 ) -> Iterator[str]:
     """Serve ``wheel_dir`` as a simple index; yield ``http://127.0.0.1:PORT/simple/``.
 
@@ -176,7 +183,7 @@ def serve_index(
     ``prepare``, when given, fills ``wheel_dir`` before the first request is answered (once),
     so an index nobody asks costs nothing.
     """
-    handler = _handler_for(wheel_dir, delivery, prepare)
+    handler = _handler_for(wheel_dir, delivery, prepare, slow_seconds)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="test-index", daemon=True)

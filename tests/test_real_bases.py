@@ -21,6 +21,7 @@ from audit.cli import main as cli
 from audit.core.snapshot import Distribution
 from audit.plan.lockfile import parse_lock
 from tests.support.fixtures import Wheelhouse
+from tests.support.pkgindex import serve_index
 from tests.support.project import ProjectSpec, base_record, write_project
 
 NIGHTLY = "0.6.18.dev20261120"
@@ -393,3 +394,36 @@ def test_upgrade_package_refuses_what_is_not_a_name_or_pin(
     moves_project(root, index)
     assert lock("--upgrade-package", "beta>=2") == 2
     assert "only == pins a version" in capsys.readouterr().err
+
+
+# --- several indexes ---------------------------------------------------------------------------
+
+
+def test_a_package_on_the_extra_index_never_comes_from_the_primary_one(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    backend: str,
+) -> None:
+    wheelhouse("flashy", "9.9")  # published on the public index by someone else
+    nightly = Wheelhouse(tmp_path / "nightly")
+    nightly("flashy", "1.0.dev1")
+    with serve_index(nightly.path) as extra:
+        indexes = f'[indexes]\nnightly = "{extra}"\n'
+        layer = '  index = "nightly"\n  pre = true'
+        toml = recipe(local_index, {"v1": layer}, indexes, backend)
+        record = base_record(python=platform.python_version(), image=FIELD_BASE)
+        write_project(tmp_path, ProjectSpec("field", toml, {"v1.in": "flashy\n"}, record))
+        monkeypatch.chdir(tmp_path)
+        code = lock(backend=backend)
+    err = capsys.readouterr().err
+    if backend == "uv":  # first-index: the declared extra index wins by itself
+        assert code == 0, err
+        assert pins(tmp_path, "v1-01") == {"flashy": "1.0.dev1"}
+    else:  # pip merges indexes and takes 9.9: refused, nothing written
+        assert code == 1, err
+        assert "flashy 9.9 exists on the layer's extra index" in err
+        assert "dependency confusion" in err
+        assert not (tmp_path / "locks/field/v1-01.txt").exists()

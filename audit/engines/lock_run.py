@@ -23,6 +23,7 @@ from audit.core.lockformat import parse_pins
 from audit.core.snapshot import Distribution, canonical_name
 from audit.core.verdict import CHANGE_RULES
 from audit.engines import atomic, console
+from audit.engines.index_origin import refuse_confusion
 from audit.engines.lock_compile import (
     CompileJob,
     CompileTarget,
@@ -68,6 +69,12 @@ class Backend(Protocol):
     @property
     def label(self) -> str: ...
 
+    @property
+    def merges_indexes(self) -> bool:
+        """True when the resolver takes a package from whichever index has the highest
+        version (pip): the run then checks where each moved file came from."""
+        ...
+
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome: ...
 
 
@@ -77,6 +84,7 @@ class PipToolsBackend:
 
     target: CompileTarget
     label: str = PIP_TOOLS_RESOLVER
+    merges_indexes: bool = True
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
         return run_compile(self.target, job, on_line)
@@ -88,6 +96,7 @@ class UvBackend:
 
     target: UvTarget
     label: str = UV_RESOLVER
+    merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
         return run_uv(self.target, job, on_line)
@@ -153,6 +162,9 @@ class LockRun:
         if outcome.returncode != 0:
             raise explain_failure(outcome.log, inputs, installed, log_path)
         _warn_yanked(step, outcome.log)
+        if self.backend.merges_indexes and inputs.extra_index_url:
+            chosen = chosen_files(outcome.report, step)
+            refuse_confusion(step.label, inputs.extra_index_url, chosen)
         body, blocks = _body(step, outcome, installed)
         text = render_lock(self.recipe.name, step, self.backend.label, inputs.digests, body)
         relpath = lock_relpath(self.recipe, step)
@@ -300,6 +312,17 @@ def no_deps_blocks(report: str, step: Step) -> dict[str, str]:
             )
         blocks[name] = f"{name}=={version} \\\n    --hash=sha256:{digest}\n    # via override\n"
     return blocks
+
+
+def chosen_files(report: str, step: Step) -> list[tuple[str, str, str]]:
+    """(name, version, sha256) of every file pip's report says the layer installs or moves."""
+    found = []
+    for item in _report_items(report, step):
+        meta = item.get("metadata", {})
+        digest = _archive_sha256(item)
+        if digest:
+            found.append((_item_name(item), str(meta.get("version", "")), digest))
+    return found
 
 
 def _archive_sha256(item: Mapping[str, Any]) -> str:

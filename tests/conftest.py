@@ -1,4 +1,6 @@
-"""Shared test options. Docker tests are opt-in: ``pytest --docker`` or ``AUDIT_TEST_DOCKER=1``."""
+"""Shared test options. Docker tests are opt-in: ``pytest --docker`` or ``AUDIT_TEST_DOCKER=1``;
+tests against the real public index are opt-in too: ``pytest --network`` or
+``AUDIT_TEST_NETWORK=1`` (they download hundreds of megabytes)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=bool(os.environ.get("AUDIT_TEST_DOCKER")),
         help="run tests that need a Docker daemon with BuildKit (and emulation, when present)",
     )
+    parser.addoption(
+        "--network",
+        action="store_true",
+        default=bool(os.environ.get("AUDIT_TEST_NETWORK")),
+        help="run tests marked network: real packages from the public index (large downloads)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--docker"):
-        return
-    skip = pytest.mark.skip(reason="needs Docker: run with --docker")
+    no_docker = pytest.mark.skip(reason="needs Docker: run with --docker")
+    no_network = pytest.mark.skip(reason="downloads from the public index: run with --network")
     for item in items:
-        if "docker" in item.keywords:
-            item.add_marker(skip)
+        if "docker" in item.keywords and not config.getoption("--docker"):
+            item.add_marker(no_docker)
+        if "network" in item.keywords and not config.getoption("--network"):
+            item.add_marker(no_network)

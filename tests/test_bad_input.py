@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import time
@@ -47,16 +46,6 @@ QUIET = {QUIET_ENV: "1"}  # a spawned run's stderr holds its messages, not the c
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the committed demo recipe, its locks and the templates, as the working dir."""
-    root = tmp_path / "project"
-    for folder in ("images/demo", "locks/demo", "templates"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".lock"))
-    monkeypatch.chdir(root)
-    return root
 
 
 def files_of(root: Path, folder: str) -> dict[str, bytes]:

@@ -9,7 +9,6 @@ atomic writes a killed run left behind.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 V1_IN = "images/demo/requirements/v1-http.in"
 BANNER = "images/demo/scripts/banner.py"
 PASSWORD = "n3trcPassw0rd"
-
-
-@pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    for folder in ("images/demo", "locks/demo", "templates"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".lock"))
-    monkeypatch.chdir(root)
-    return root
 
 
 def run_audit(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 TOML = "images/demo/image.toml"
 SECRET = "pa55w0rdXYZ"
 LINE = 'repository = "layer-audit/demo"'
-
-
-@pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    for folder in ("images/demo", "locks/demo", "templates"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".lock"))
-    monkeypatch.chdir(root)
-    return root
 
 
 @pytest.mark.parametrize(

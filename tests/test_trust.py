@@ -30,7 +30,7 @@ from audit.plan.render import pip_command
 from audit.plan.sources import DirectorySource
 from audit.plan.trust import base_identity_drift, base_record_mismatch, recorded_platform
 from tests.support.cli import edit, fails
-from tests.support.fixtures import Wheelhouse
+from tests.support.fixtures import Wheelhouse, copy_demo
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,10 +44,8 @@ DIGEST = "sha256:" + "b" * 64
 
 @pytest.fixture
 def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The committed demo (recipe, fresh locks, base record, templates) as the working dir."""
-    root = tmp_path / "project"
-    for folder in ("images/demo", "locks/demo", "templates"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".lock"))
+    """The committed demo as the working dir, with no Docker daemon to reach."""
+    root = copy_demo(tmp_path)
     monkeypatch.chdir(root)
     monkeypatch.setenv("DOCKER_HOST", NO_DAEMON)
     return root

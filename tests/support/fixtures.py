@@ -21,6 +21,7 @@ a daemon that does not answer (or missing emulation) is a failure, never a skip.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +154,22 @@ def base_image(pytestconfig: pytest.Config, docker_client: Any) -> BaseImageFact
         return built[suite, arch]
 
     return factory
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def copy_demo(tmp_path: Path) -> Path:
+    """A copy of the committed demo recipe, its locks and the templates folder, under tmp."""
+    root = tmp_path / "project"
+    for folder in ("images/demo", "locks/demo", "templates"):
+        shutil.copytree(REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns(".lock"))
+    return root
+
+
+@pytest.fixture
+def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The committed demo (recipe, fresh locks, base record, templates) as the working dir."""
+    root = copy_demo(tmp_path)
+    monkeypatch.chdir(root)
+    return root

@@ -21,7 +21,7 @@ from audit.cli import main as cli
 from audit.core.snapshot import Distribution
 from audit.plan.lockfile import parse_lock
 from tests.support.fixtures import Wheelhouse
-from tests.support.pkgindex import serve_index
+from tests.support.pkgindex import serve_index, yank
 from tests.support.project import ProjectSpec, base_record, write_project
 
 NIGHTLY = "0.6.18.dev20261120"
@@ -427,3 +427,52 @@ def test_a_package_on_the_extra_index_never_comes_from_the_primary_one(
         assert "flashy 9.9 exists on the layer's extra index" in err
         assert "dependency confusion" in err
         assert not (tmp_path / "locks/field/v1-01.txt").exists()
+
+
+# --- the two backends agree --------------------------------------------------------------------
+
+
+def differential_index(wheelhouse: Wheelhouse) -> None:
+    """Markers, extras, a package with only pre-releases, local versions and a yanked file."""
+    wheelhouse("plat", "1.0", requires=['winonly; sys_platform == "win32"',
+                                        'linonly; sys_platform == "linux"'])  # fmt: skip
+    wheelhouse("winonly", "1.0")
+    wheelhouse("linonly", "1.0")
+    wheelhouse("extrad", "1.0", requires=['speedup; extra == "fast"'])
+    wheelhouse("speedup", "1.0")
+    wheelhouse("preonly", "2.0rc1")
+    wheelhouse("localpkg", "1.0+cpu")
+    wheelhouse("localpkg", "1.0+cu130")
+    wheelhouse("yanky", "1.0")
+    yank(wheelhouse("yanky", "2.0"))
+    wheelhouse("oldpy", "1.0")
+    wheelhouse("oldpy", "2.0", requires=[])  # Requires-Python is not written by the helper
+
+
+DIFFERENTIAL_IN = "plat\nextrad[fast]\npreonly\nlocalpkg==1.0+cu130\nyanky\noldpy<2\n"
+
+
+def test_both_backends_lock_the_same_pins_for_the_same_layer(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    differential_index(wheelhouse)
+    found: dict[str, dict[str, str]] = {}
+    for backend in BACKENDS:
+        root = tmp_path / backend
+        toml = recipe(local_index, {"v1": ""}, "", backend)
+        record = base_record(python=platform.python_version(), image=FIELD_BASE,
+                             markers={"sys_platform": "linux", "platform_machine": "x86_64",
+                                      "python_version": "3.11"})  # fmt: skip
+        write_project(root, ProjectSpec("field", toml, {"v1.in": DIFFERENTIAL_IN}, record))
+        monkeypatch.chdir(root)
+        assert lock(backend=backend) == 0, capsys.readouterr().err
+        found[backend] = pins(root, "v1-01")
+    assert found["pip-tools"] == found["uv"]
+    assert found["uv"] == {
+        "plat": "1.0", "linonly": "1.0", "extrad": "1.0", "speedup": "1.0",
+        "preonly": "2.0rc1", "localpkg": "1.0+cu130", "yanky": "1.0", "oldpy": "1.0",
+    }  # fmt: skip

@@ -65,8 +65,22 @@ def metadata_text(constraint: Constraint, version: str) -> str:
     python = _valid_python(constraint.requires_python)
     if python:
         lines.append(f"Requires-Python: {python}")
-    lines += [f"Requires-Dist: {text}" for text in _valid_requirements(constraint.requires_dist)]
+    requires = _valid_requirements(constraint.requires_dist)
+    lines += [f"Provides-Extra: {extra}" for extra in provided_extras(requires)]
+    lines += [f"Requires-Dist: {text}" for text in requires]
     return "\n".join(lines) + "\n\n"
+
+
+_EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
+
+
+def provided_extras(requires: Iterable[str]) -> list[str]:
+    """The extras a distribution's requirements mention (``; extra == "fast"``): pip ignores a
+    requested extra that METADATA does not declare with ``Provides-Extra``."""
+    found = {
+        re.sub(r"[-_.]+", "-", extra).lower() for text in requires for extra in _EXTRA.findall(text)
+    }
+    return sorted(found)
 
 
 def _zip(files: Mapping[str, str]) -> bytes:

@@ -19,6 +19,8 @@ from packaging.tags import parse_tag
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from audit.plan.standins import provided_extras
+
 # A fixed timestamp keeps a wheel's bytes (and so its sha256) identical from run to run.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)
 
@@ -41,6 +43,7 @@ def _record_hash(data: bytes) -> str:
 
 def _metadata(name: str, version: str, requires: Sequence[str]) -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {Version(version)}"]
+    lines += [f"Provides-Extra: {extra}" for extra in provided_extras(requires)]
     lines += [f"Requires-Dist: {Requirement(req)}" for req in requires]
     return "\n".join(lines) + "\n\n"
 

@@ -476,3 +476,25 @@ def test_both_backends_lock_the_same_pins_for_the_same_layer(
         "plat": "1.0", "linonly": "1.0", "extrad": "1.0", "speedup": "1.0",
         "preonly": "2.0rc1", "localpkg": "1.0+cu130", "yanky": "1.0", "oldpy": "1.0",
     }  # fmt: skip
+
+
+def test_a_no_deps_re_pin_layer_after_the_nightly_needs_no_waiver_either(
+    field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
+) -> None:
+    root, index = field
+    stages = {"v1": "", "v2": "  pre = true"}
+    toml = recipe(index, stages, POLICY, backend) + (
+        '  [[stage.layer]]\n  pip = "requirements/v2-repin.in"\n  no_deps = true\n'
+    )
+    record = base_record(*field_base(), python=platform.python_version(), image=FIELD_BASE)
+    repin = "nvidia-nccl-cu13==2.30.7\nnvidia-cutlass-dsl==4.3.1\n"
+    files = {**REQUIREMENTS, "v2-repin.in": repin}
+    write_project(root, ProjectSpec("field", toml, files, record))
+    assert lock(backend=backend) == 0, capsys.readouterr().err
+    # the nightly's lock already holds the re-pinned versions: no image layer has NCCL 2.29.7
+    assert pins(root, "v2-01") == {"flashinfer-python": NIGHTLY}
+    assert pins(root, "v2-02") == {}
+    code, report = audit_json(root, capsys)
+    assert code == 0, report
+    overrides = {f["package"] for f in findings(report) if f["rule"] == "override"}
+    assert overrides == {"nvidia-nccl-cu13", "nvidia-cutlass-dsl"}

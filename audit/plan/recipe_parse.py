@@ -8,6 +8,7 @@ Every error names the file and the 1-based key path: ``images/x/image.toml: stag
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import posixpath
 import re
@@ -384,7 +385,48 @@ def _stage(node: _Node, number: int, context: _Context) -> Stage:
     layers = tuple(_layer(layer, context) for layer in node.tables("layer"))
     if not layers:
         raise node.error("layer", "a stage needs at least one [[stage.layer]]")
+    layers = _repins_to_resolution(node, layers)
     return Stage(name, layers, node.text("description", ""), node.optional_text("smoke"))
+
+
+def _repins_to_resolution(node: _Node, layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
+    """A no_deps re-pin layer also overrides the nearest pip layer before it in its stage.
+
+    "Install the nightly, then force NCCL back with --no-deps" then never leaves the broken
+    versions in any image layer: the nightly's lock already holds the re-pinned versions (the
+    re-pin layer installs nothing more), and the nightly layer reports each as an override.
+    """
+    found = list(layers)
+    for index, layer in enumerate(layers):
+        if isinstance(layer, PipLayer) and layer.no_deps:
+            target = _resolving_layer_before(found, index)
+            if target is not None:
+                found[target] = _merged(node, found[target], layer, target)
+    return tuple(found)
+
+
+def _resolving_layer_before(layers: list[Layer], index: int) -> int | None:
+    for earlier in range(index - 1, -1, -1):
+        layer = layers[earlier]
+        if isinstance(layer, PipLayer) and not layer.no_deps:
+            return earlier
+    return None
+
+
+def _merged(node: _Node, layer: Layer, repin: PipLayer, index: int) -> PipLayer:
+    assert isinstance(layer, PipLayer)
+    pins = {pin.split("==", 1)[0]: pin for pin in layer.override}
+    for pin in repin.override:
+        name = pin.split("==", 1)[0]
+        if pins.get(name, pin) != pin:
+            raise node.error(
+                f"layer[{index + 1}].override",
+                f"{name} is overridden as {pins[name]} here and re-pinned as {pin} by "
+                f"{repin.requirements}",
+                "keep one version of it",
+            )
+        pins[name] = pin
+    return dataclasses.replace(layer, override=tuple(pins.values()))
 
 
 def _layer(node: _Node, context: _Context) -> Layer:
@@ -432,9 +474,9 @@ def _pip_layer(node: _Node, context: _Context) -> PipLayer:
             "add a requirement line, or remove this layer",
         )
     no_deps = node.boolean("no_deps", False)
-    if no_deps:
-        _exact_pins_only(node, parsed)
     override = _override(node) if "override" in node.data else ()
+    if no_deps:
+        override = _exact_pins_only(node, parsed)
     return PipLayer(path, index, node.boolean("pre", False), no_deps, override)
 
 
@@ -462,8 +504,10 @@ def _override(node: _Node) -> tuple[str, ...]:
     return tuple(pins.values())
 
 
-def _exact_pins_only(node: _Node, parsed: RequirementsFile) -> None:
-    """A no_deps layer re-pins: each of its requirements names one version with ``==``."""
+def _exact_pins_only(node: _Node, parsed: RequirementsFile) -> tuple[str, ...]:
+    """A no_deps layer re-pins: each of its requirements names one version with ``==``; its
+    pins, ``name==version`` with canonical names, are its overrides."""
+    pins = []
     for requirement in parsed.requirements:
         specs = list(requirement.specifier)
         if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
@@ -473,6 +517,8 @@ def _exact_pins_only(node: _Node, parsed: RequirementsFile) -> None:
                 f"{requirement.name} with ==",
                 "a no_deps layer re-pins packages on purpose: write name==version on each line",
             )
+        pins.append(f"{canonicalize_name(requirement.name)}=={Version(specs[0].version)}")
+    return tuple(pins)
 
 
 def _recipe_file(node: _Node, key: str, context: _Context, under: str = "") -> str:

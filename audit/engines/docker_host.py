@@ -22,7 +22,7 @@ from typing import Unpack
 from packaging.version import InvalidVersion, Version
 
 from audit.core.errors import CommandFailed, EnvironmentProblem
-from audit.engines import process
+from audit.engines import docker_endpoint, process
 from audit.engines.container import (
     BindMount,
     Container,
@@ -156,8 +156,12 @@ def add_client_option(parser: argparse.ArgumentParser) -> None:
 
 
 def client_env(client: DockerClient, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment to run ``client`` with (``base`` defaults to this process's)."""
-    env = dict(os.environ if base is None else base)
+    """The environment to run ``client`` with (``base`` defaults to this process's).
+
+    ``DOCKER_HOST`` names the engine every SDK call uses too (``--docker-host``,
+    ``$DOCKER_HOST`` or the active context: :mod:`audit.engines.docker_endpoint`).
+    """
+    env = docker_endpoint.client_environment(os.environ if base is None else base)
     env["DOCKER_BUILDKIT"] = "1"
     env.setdefault("BUILDKIT_PROGRESS", "plain")
     return env

@@ -131,3 +131,15 @@ def ensure_image(ref: str, why: str, client: DockerClient | None = None) -> bool
             "docker load a saved copy",
         ) from exc
     return True
+
+
+def repository_digest(base: str, repo_digests: Sequence[str]) -> str | None:
+    """The repository digest of ``base``'s own repository (``repo@sha256:…``) among an image's,
+    else its first one, else None: an image pulled from two registries has one for each."""
+    name = base.partition("@")[0]
+    last = name.rpartition("/")[2]
+    repository = name.rpartition(":")[0] if ":" in last else name
+    for found in repo_digests:
+        if found.partition("@")[0] == repository:
+            return found
+    return next(iter(repo_digests), None)

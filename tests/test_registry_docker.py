@@ -318,7 +318,14 @@ def test_build_on_a_second_engine_push_pull_and_audit_here_then_reuse_its_cache(
     docker("pull", ref)
     audited = checkout.run("audit-deps", "--image", ref, "--format", "json")
     assert audited.returncode == 0, audited.stderr[-3000:]
-    assert "alpha" in audited.stdout and "nccl-like" in audited.stdout
+    assert json.loads(audited.stdout)["verdict"] == "pass"
+    against = checkout.run(
+        "audit-deps", "--image", ref, "--against", f"{base}@{digest}", "--format", "json"
+    )
+    assert against.returncode == 0, against.stderr[-3000:]
+    found = json.loads(against.stdout)["sections"]
+    added = {(f["rule"], f["package"], f["after"]) for s in found for f in s["findings"]}
+    assert {("added", "alpha", "1.0"), ("added", "nccl-like", "2.30.0")} <= added
     for tag in list(images_of(repository)):
         forget(tag)
 

@@ -126,12 +126,13 @@ def resolve(environ: Mapping[str, str] | None = None, home: Path | None = None) 
 
 
 def client_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` with ``DOCKER_HOST`` set to the chosen engine, for a docker client program.
+    """``base`` with ``DOCKER_HOST`` set to the engine this command chose (resolved from this
+    process's environment: one choice per command), for a docker client program.
 
     ``DOCKER_CONTEXT`` is dropped: the client must not pick a context over the resolved host.
     """
     env = dict(base)
-    endpoint = resolve(base)
+    endpoint = resolve()
     env.pop("DOCKER_CONTEXT", None)
     if endpoint.is_local_default:
         env.pop("DOCKER_HOST", None)

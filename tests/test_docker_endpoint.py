@@ -200,7 +200,11 @@ def test_cache_from_and_cache_to_use_the_inline_cache() -> None:
 
 def test_a_multi_platform_push_is_one_buildx_build_per_stage_pushing_its_final_tags() -> None:
     options = BuildOptions(
-        image="spark", platform="linux/amd64,linux/arm64", push=True, builder="spark-pair"
+        image="spark",
+        platform="linux/amd64,linux/arm64",
+        push=True,
+        builder="spark-pair",
+        cache_to="local/spark:buildcache",
     )
     built = plan(options, client=BUILDX)
     assert built.multi_platform and built.arch == "amd64-arm64"
@@ -210,7 +214,9 @@ def test_a_multi_platform_push_is_one_buildx_build_per_stage_pushing_its_final_t
     assert flag_values(target, "--platform") == ["linux/amd64,linux/arm64"]
     assert flag_values(target, "-t") == [
         "local/spark:v3-amd64-arm64-cu130", "local/spark:latest-amd64-arm64-cu130",
+        "local/spark:buildcache",
     ]  # fmt: skip
+    assert flag_values(built.builds[1].argv, "-t") == ["local/spark:v1-amd64-arm64-cu130"]
 
 
 def test_a_multi_platform_build_needs_buildx_and_push() -> None:

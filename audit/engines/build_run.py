@@ -227,8 +227,9 @@ def move_tags(client: DockerClient, plan: BuildPlan) -> tuple[registry.Pushed, .
 
 
 def push_cache(client: DockerClient, plan: BuildPlan) -> None:
-    """``--cache-to REF``: the target's image, inline cache in its configuration, pushed."""
-    if plan.cache_to is None:
+    """``--cache-to REF``: the target's image, inline cache in its configuration, pushed
+    (a multi-platform build's buildx pushed it already, as one more tag of its target)."""
+    if plan.cache_to is None or plan.multi_platform:
         return
     repository, _, tag = plan.cache_to.rpartition(":")
     if not repository or "/" in tag:

@@ -5,6 +5,10 @@ secrets, cache mounts and ``--platform`` live there; everything else (is the dae
 inspect, run a throwaway container) goes through the docker SDK; the connection and the one
 :class:`audit.engines.container.Container` live in :mod:`audit.engines.container`.
 
+Engine choice: one per command, for the client programs (``DOCKER_HOST`` in
+:func:`client_env`) and the SDK alike: ``--docker-host``, ``$DOCKER_HOST`` or the active docker
+context (:mod:`audit.engines.docker_endpoint`).
+
 Client choice: ``--docker PATH`` or ``$LAYER_AUDIT_DOCKER`` when given, else the first of
 ``docker`` on PATH and ``/usr/bin/docker`` that has a working ``buildx`` plugin, else the first
 older than 23 (those still build with BuildKit under ``DOCKER_BUILDKIT=1``; from 23 on, a

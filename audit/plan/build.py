@@ -416,7 +416,7 @@ def plan_build(
     builds = tuple(
         _stage_build(
             recipe, common, stage, arch=arch, token=token, no_cache=options.no_cache and i == 0,
-            multi=multi,
+            multi=multi, cache_to=options.cache_to if multi and i == 0 else None,
         )
         for i, stage in enumerate(stages)
     )  # fmt: skip
@@ -445,13 +445,15 @@ def _stage_build(
     token: str,
     no_cache: bool,
     multi: bool = False,
+    cache_to: str | None = None,
 ) -> StageBuild:
     """One stage's build: under a temporary tag, or (``multi``) pushed by buildx straight to
-    its final tags, which it moves only when the whole multi-platform build passed."""
+    its final tags, which it moves only when the whole multi-platform build passed (and to
+    ``cache_to``, the target's inline cache, when given)."""
     temp_ref = f"{recipe.repository}:layer-audit-build-{token}-{stage}"
     # An unguarded build is for measuring only: it never earns the tags guarded images carry.
     tags = stage_tags(recipe, stage, arch) if common.guard else ()
-    refs = tags if multi else (temp_ref,)
+    refs = (*tags, *([cache_to] if cache_to else [])) if multi else (temp_ref,)
     return StageBuild(
         stage=stage,
         argv=common.argv(stage, refs, no_cache),

@@ -160,13 +160,24 @@ def checkout(tmp_path: Path, index: Index) -> Checkout:
     return Checkout(tmp_path, index)
 
 
+def names_of(repository: str) -> list[str]:
+    """Every name of ``repository`` on the main engine: tags and ``repo@digest`` references
+    (a pull by digest leaves only the latter)."""
+    found = list(images_of(repository))
+    for image in docker_host.daemon().images.list():
+        digests = image.attrs.get("RepoDigests") or []
+        found += [ref for ref in digests if ref.partition("@")[0] == repository]
+    return found
+
+
 @pytest.fixture
 def cleanup() -> Iterator[list[str]]:
     repositories: list[str] = []
     yield repositories
     for repository in repositories:
-        for tag in images_of(repository):
-            forget(tag)
+        forget(*names_of(repository))
+    for repository in repositories:
+        assert names_of(repository) == [], f"left behind: {names_of(repository)}"
 
 
 def flat(text: str) -> str:

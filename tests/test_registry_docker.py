@@ -145,9 +145,12 @@ class Checkout:
         (self.root / "locks" / name).mkdir(parents=True, exist_ok=True)
         return Project(self.root, self.index, name)
 
-    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        """``python -m audit ARGV`` here, on the main engine unless ``extra`` (variables of the
+        environment) says otherwise."""
         env = dict(os.environ, LAYER_AUDIT_DOCKER=CLIENT, PYTHONPATH=str(REPO_ROOT))
         env.pop("DOCKER_HOST", None)
+        env.update(extra)
         return subprocess.run(
             [sys.executable, "-m", "audit", *argv],
             cwd=self.root, env=env, capture_output=True, text=True, check=False, timeout=900,
@@ -324,8 +327,20 @@ def test_build_on_a_second_engine_push_pull_and_audit_here_then_reuse_its_cache(
         "images", "--format", "{{.Repository}}:{{.Tag}}", host=engine.host
     )
     assert images_of(repository) == {}  # built there, not here
+    reports = checkout.root / "build/reports/remote"
+    assert json.loads((reports / "v2/report.json").read_text())["verdict"] == "pass"
+    assert (reports / "v2/sbom.cdx.json").is_file() and (reports / "push.json").is_file()
 
     ref = f"{repository}:v2-amd64-cpu"
+    # the same engine chosen by $DOCKER_HOST, and by a docker context the CLI wrote
+    assert checkout.run("audit-deps", "--image", ref, DOCKER_HOST=engine.host).returncode == 0
+    config = checkout.root / "docker-config"
+    created = ["context", "create", f"{TAG}-second", "--docker", f"host={engine.host}"]
+    docker("--config", str(config), *created)
+    by_context = checkout.run(
+        "audit-deps", "--image", ref, DOCKER_CONFIG=str(config), DOCKER_CONTEXT=f"{TAG}-second"
+    )
+    assert by_context.returncode == 0, by_context.stderr[-3000:]
     docker("pull", ref)
     audited = checkout.run("audit-deps", "--image", ref, "--format", "json")
     assert audited.returncode == 0, audited.stderr[-3000:]

@@ -229,6 +229,45 @@ def test_push_with_the_registry_down_names_local_only_tags_and_a_rerun_pushes_th
     }
 
 
+# bcrypt of PASSWORD (what `htpasswd -B` writes), so the test needs no bcrypt library
+USER, PASSWORD = "ci", "s3cret-pw"
+HTPASSWD = f"{USER}:$2b$05$abcdefghijklmnopqrstuuzSvhclVSvY9ufOheOOhcPviTPFJlqIC\n"
+
+
+def test_a_refused_login_is_exit_3_and_after_docker_login_the_rerun_pushes(
+    checkout: Checkout,
+    base_image: BaseImageFactory,
+    cleanup: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    offline = base_image()
+    config = tmp_path_factory.mktemp(f"{TAG}-docker-config")  # logins never touch ~/.docker
+    with serve_registry(tmp_path_factory.mktemp(f"{TAG}-auth-registry"), HTPASSWD) as locked:
+        repository = f"{locked.host}/{TEST_REPOSITORY}/authed"
+        cleanup.append(repository)
+        checkout.write("authed", offline, repository, RUN_STAGE)
+        (checkout.root / "locks/authed/base.json").write_text(base_json(offline, offline, None))
+
+        refused = checkout.run("build", "authed", "--push", DOCKER_CONFIG=str(config))
+
+        assert refused.returncode == 3, refused.stderr[-3000:]
+        said = flat(refused.stderr)
+        assert "local only, not in the registry" in said and f"{repository}:v1-amd64-cpu" in said
+        assert "docker login" in said and "Traceback" not in said
+        env = dict(os.environ, DOCKER_CONFIG=str(config))
+        login = [CLIENT, "login", "-u", USER, "--password-stdin", locked.host]
+        subprocess.run(login, input=PASSWORD, env=env, check=True, capture_output=True, text=True)
+
+        again = checkout.run("build", "authed", "--push", DOCKER_CONFIG=str(config))
+
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"pushed {repository}:latest-amd64-cpu sha256:" in flat(again.stdout)
+        for text in (refused.stdout, refused.stderr, again.stdout, again.stderr):
+            assert PASSWORD not in text
+        log = (checkout.root / "build/reports/authed/build.log").read_text()
+        assert PASSWORD not in log
+
+
 # ----------------------------------------------------------------------------- bases
 
 

@@ -77,6 +77,7 @@ class Registry:
     folder: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    htpasswd: str = ""  # "user:bcrypt-hash" lines: the registry then refuses anonymous pushes
 
     @property
     def host(self) -> str:
@@ -89,16 +90,23 @@ class Registry:
     def write_config(self) -> None:
         storage = self.folder / "storage"
         storage.mkdir(parents=True, exist_ok=True)
+        auth = ""
+        if self.htpasswd:
+            (self.folder / "htpasswd").write_text(self.htpasswd)
+            auth = f"auth:\n  htpasswd:\n    realm: test\n    path: {self.folder / 'htpasswd'}\n"
         self.config.write_text(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
             f"    rootdirectory: {storage}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.host}\n"
+            f"http:\n  addr: {self.host}\n{auth}"
         )
 
     def answers(self) -> bool:
+        """``/v2/`` answers: 200, or 401 when it wants a login."""
         try:
             with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2) as reply:
                 return bool(reply.status == 200)
+        except urllib.error.HTTPError as exc:
+            return exc.code == 401
         except (urllib.error.URLError, OSError):
             return False
 
@@ -141,9 +149,10 @@ class Registry:
 
 
 @contextlib.contextmanager
-def serve_registry(folder: Path) -> Iterator[Registry]:
-    """A running registry storing under ``folder``; stopped and its storage removed after."""
-    registry = Registry(folder)
+def serve_registry(folder: Path, htpasswd: str = "") -> Iterator[Registry]:
+    """A running registry storing under ``folder`` (with ``htpasswd``: logins required);
+    stopped and its storage removed after."""
+    registry = Registry(folder, htpasswd=htpasswd)
     registry.start()
     try:
         yield registry

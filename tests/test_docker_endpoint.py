@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from audit.cli.main import main
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, CommandFailed, UsageError
+from audit.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ENVIRONMENT,
+    CommandFailed,
+    EnvironmentProblem,
+    UsageError,
+)
 from audit.engines import docker_endpoint, docker_host, registry
 from audit.engines import process as commands
 from audit.engines.process import Completed
@@ -246,4 +252,46 @@ def test_a_context_made_by_the_docker_cli_resolves_to_its_endpoint(tmp_path: Pat
         subprocess.run([client, *argv], env=env, check=True, capture_output=True)
     assert docker_endpoint.resolve() == docker_endpoint.Endpoint(
         "tcp://127.0.0.1:23750", "docker context spark-two"
+    )
+
+
+def test_a_missing_base_is_pulled_said_so_and_an_offline_base_never_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran: list[list[str]] = []
+
+    def run(args: Sequence[str | Path], **_: Any) -> Completed:
+        ran.append([str(a) for a in args])
+        return Completed(tuple(ran[-1]), 0, "", "")
+
+    monkeypatch.setattr(commands, "run", run)
+    monkeypatch.setattr(docker_host, "image_exists", lambda ref: ref == "here:1")
+    docker_endpoint.use_host("tcp://127.0.0.1:2400")
+    pinned = f"127.0.0.1:5000/team/vllm-openai:glm53@{DIGEST}"
+    assert registry.ensure_image(pinned, "the base of glm53", LEGACY)
+    assert ran == [[LEGACY.path, "pull", pinned]]
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"pulling {pinned} (the base of glm53; the engine at tcp://127.0.0.1:2400" in err
+    assert not registry.ensure_image("here:1", "present", LEGACY) and len(ran) == 1
+
+    def missing(ref: str) -> None:
+        raise docker_host._missing_image(ref)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(docker_host, "image_info", missing)
+    with pytest.raises(EnvironmentProblem, match="python -m audit base-image"):
+        registry.ensure_image("layer-audit/base:trixie-arm64", "the base", LEGACY)
+    assert len(ran) == 1
+
+
+def test_a_refused_pull_is_exit_3_naming_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(args: Sequence[str | Path], **_: Any) -> Completed:
+        raise CommandFailed("pull failed", output="manifest unknown")
+
+    monkeypatch.setattr(commands, "run", run)
+    monkeypatch.setattr(docker_host, "image_exists", lambda ref: False)
+    with pytest.raises(EnvironmentProblem) as caught:
+        registry.ensure_image("reg.example/x:1", "the base", LEGACY)
+    assert caught.value.exit_code == EXIT_ENVIRONMENT
+    assert "cannot pull reg.example/x:1 into the engine at unix:///var/run/docker.sock" in str(
+        caught.value
     )

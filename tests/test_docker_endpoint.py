@@ -295,3 +295,15 @@ def test_a_refused_pull_is_exit_3_naming_the_engine(monkeypatch: pytest.MonkeyPa
     assert "cannot pull reg.example/x:1 into the engine at unix:///var/run/docker.sock" in str(
         caught.value
     )
+
+
+def test_the_sdk_reaches_an_ssh_engine_through_the_ssh_program() -> None:
+    from audit.engines.container import sdk_arguments
+
+    assert sdk_arguments({"DOCKER_HOST": "ssh://admin@spark-2"}) == {
+        "base_url": "ssh://admin@spark-2",
+        "use_ssh_client": True,
+    }
+    assert sdk_arguments({"DOCKER_HOST": "tcp://127.0.0.1:2375"}) == {
+        "base_url": "tcp://127.0.0.1:2375"
+    }

@@ -27,6 +27,11 @@ DAEMON_HINT = (
     "start dockerd (as root: dockerd --iptables=false &, then wait for /var/run/docker.sock), "
     "or point --docker-host / DOCKER_HOST at a running daemon"
 )
+SSH_HINT = (
+    "the docker SDK reaches ssh:// engines only with paramiko (pip install 'docker[ssh]' "
+    "where layer-audit is installed); or forward the socket: ssh -NL "
+    "/tmp/engine.sock:/var/run/docker.sock USER@HOST & then --docker-host unix:///tmp/engine.sock"
+)
 EMULATION_HINT = "a foreign platform needs qemu registered with binfmt_misc (.ci/setup-machine)"
 TMPFS = {"/tmp": "rw,exec,size=512m"}  # noqa: S108 (a path inside the container)
 
@@ -80,16 +85,28 @@ def daemon() -> Any:
     endpoint = docker_endpoint.resolve()
     where = redact(endpoint.host)
     try:
-        env = docker_endpoint.sdk_environment()
-        client = docker.DockerClient(**docker.utils.kwargs_from_env(environment=env))
+        client = docker.DockerClient(**sdk_arguments(docker_endpoint.sdk_environment()))
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         chosen = "" if endpoint.is_local_default else f" (chosen by {endpoint.source})"
+        hint = SSH_HINT if "paramiko" in str(exc) else DAEMON_HINT
         raise EnvironmentProblem(
             f"the Docker daemon at {where} does not answer: {_no_answer(where, exc)}{chosen}",
-            DAEMON_HINT,
+            hint,
         ) from exc
     return client
+
+
+def sdk_arguments(env: Mapping[str, str]) -> dict[str, Any]:
+    """``docker.DockerClient``'s arguments for the chosen engine: ``base_url`` and TLS from
+    ``env``; an ``ssh://`` engine goes through the ``ssh`` program, as the docker CLI does
+    (no paramiko needed)."""
+    import docker
+
+    arguments: dict[str, Any] = docker.utils.kwargs_from_env(environment=dict(env))
+    if str(arguments.get("base_url", "")).startswith("ssh://"):
+        arguments["use_ssh_client"] = True
+    return arguments
 
 
 def _no_answer(where: str, exc: Exception) -> str:

@@ -15,7 +15,7 @@ from audit.engines import docker_host
 from audit.engines import process as commands
 from audit.engines.build_progress import parse, step_labels, step_table
 from audit.engines.build_run import move_tags
-from audit.engines.process import shown_command
+from audit.engines.process import Completed, shown_command
 from audit.plan.build import BuildOptions
 from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer, Stage
 from tests.test_build_plan import LEGACY, make_recipe, plan
@@ -97,9 +97,10 @@ def test_push_pushes_every_moved_tag_after_tagging(
 ) -> None:
     daemon, pushed = _Daemon(), []
 
-    def run(args: Sequence[str | Path], **kwargs: object) -> None:
+    def run(args: Sequence[str | Path], **kwargs: object) -> Completed:
         assert daemon.moved, "a tag is pushed only after every tag moved"
         pushed.append([str(a) for a in args])
+        return Completed(tuple(pushed[-1]), 0, f"x: digest: sha256:{'a' * 64} size: 9\n", "")
 
     monkeypatch.setattr(docker_host, "daemon", lambda: daemon)
     monkeypatch.setattr(commands, "run", run)

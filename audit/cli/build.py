@@ -42,9 +42,28 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--platform",
         metavar="OS/ARCH",
-        help="build for this platform, e.g. linux/arm64 (default: the recipe's platform)",
+        help="build for this platform, e.g. linux/arm64 (default: the recipe's platform); "
+        "a list (linux/amd64,linux/arm64) makes one multi-arch tag: buildx and --push only",
     )
-    parser.add_argument("--push", action="store_true", help="push every tag after the build")
+    parser.add_argument(
+        "--push",
+        action="store_true",
+        help="push every tag the build moved, after its guard and smoke test passed; the "
+        "digests go to build/reports/IMAGE/push.json",
+    )
+    parser.add_argument(
+        "--cache-from",
+        action="append",
+        default=[],
+        metavar="REF",
+        help="reuse the BuildKit inline cache of this pushed image (repeatable), e.g. what "
+        "another machine pushed with --cache-to",
+    )
+    parser.add_argument(
+        "--cache-to",
+        metavar="REF",
+        help="push the target stage's image here with its inline cache, for --cache-from",
+    )
     parser.add_argument(
         "--builder",
         metavar="NAME",
@@ -95,6 +114,8 @@ class BuildCommandOptions:
             ca_bundle=args.ca_bundle,
             guard=not args.no_guard,
             no_cache=args.no_cache,
+            cache_from=tuple(args.cache_from),
+            cache_to=args.cache_to,
         )
         return cls(paths.find_root(), build)
 

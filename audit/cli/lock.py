@@ -254,11 +254,13 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     from rich.markup import escape
 
     from audit.engines import atomic, docker_host
+    from audit.engines.registry import ensure_image, repository_digest
 
+    ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
     console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
     info = docker_host.image_info(recipe.base_ref)
     environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
-    digest = recipe.base_digest or next(iter(info.repo_digests), None)
+    digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
     record = BaseRecord(recipe.base, info.id, digest, environments)
     old = read_base_digest(source, recipe)
     atomic.write_text(root / base_relpath(recipe), render_base(record))
@@ -273,7 +275,9 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
 def image_target(recipe: Recipe, record: BaseRecord) -> CompileTarget:
     from audit.engines import docker_host
     from audit.engines.lock_compile import CompileTarget, ambient_ca_bundle
+    from audit.engines.registry import ensure_image
 
+    ensure_image(recipe.base_ref, f"compiling {recipe.name}'s locks in its base")
     info = docker_host.image_info(recipe.base_ref)
     if info.id != record.image_id:
         console.stderr.print(

@@ -19,7 +19,7 @@ from pathlib import Path
 from audit import __version__
 from audit.core.errors import EXIT_BAD_INPUT, AuditError
 from audit.core.redact import redact
-from audit.engines import console
+from audit.engines import console, docker_endpoint
 from audit.plan import paths
 
 # Command name -> module. Only the module of the command being run is imported, so a quick
@@ -37,6 +37,10 @@ COMMAND_MODULES = {
     "import": "audit.cli.import_dockerfile",
 }
 PROG = "layer-audit"
+DOCKER_HOST_HELP = (
+    "the Docker engine for every Docker call (tcp://HOST:2375, ssh://USER@HOST, unix:///PATH); "
+    "default: $DOCKER_HOST, else the active docker context, else the local socket"
+)
 PROJECT_HELP = (
     "the project folder (the one holding images/); default: the nearest such folder at or "
     "above the working folder"
@@ -72,12 +76,21 @@ def _wanted_modules(argv: Sequence[str]) -> list[str]:
     return list(COMMAND_MODULES.values())
 
 
+GLOBAL_PAIRS = ("--project", "--docker-host")  # options taking a value, before the command
+
+
 def _without_project(argv: Sequence[str]) -> list[str]:
-    """``argv`` less a ``--project DIR`` pair, so that DIR is never taken for a command."""
-    words = list(argv)
-    for index, word in enumerate(words):
-        if word == "--project":
-            return words[:index] + words[index + 2 :]
+    """``argv`` less its ``--project DIR`` and ``--docker-host URL`` pairs, so that neither
+    value is ever taken for a command."""
+    words: list[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in GLOBAL_PAIRS:
+            skip = True
+        else:
+            words.append(word)
     return words
 
 
@@ -86,6 +99,7 @@ def build_parser(argv: Sequence[str] = (), prog: str = PROG) -> argparse.Argumen
     parser = _Parser(prog=prog, description=DESCRIPTION, epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--project", metavar="DIR", type=Path, help=PROJECT_HELP)
+    parser.add_argument("--docker-host", metavar="URL", help=DOCKER_HOST_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in _wanted_modules(argv):
         importlib.import_module(name).register(subparsers)
@@ -96,6 +110,9 @@ def build_parser(argv: Sequence[str] = (), prog: str = PROG) -> argparse.Argumen
             command.add_argument(
                 "--project", metavar="DIR", type=Path, default=argparse.SUPPRESS, help=PROJECT_HELP
             )
+        command.add_argument(
+            "--docker-host", metavar="URL", default=argparse.SUPPRESS, help=DOCKER_HOST_HELP
+        )
     return parser
 
 
@@ -121,6 +138,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         if getattr(args, "needs_project", True):
             paths.use_project(args.project)
+        docker_endpoint.use_host(getattr(args, "docker_host", None))
         code: int = args.handler(args)
     except AuditError as error:
         report_error(error)
@@ -130,4 +148,5 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         return 130
     finally:
         paths.use_project(None)  # in-process callers (tests) start the next command afresh
+        docker_endpoint.use_host(None)
     return code

@@ -94,8 +94,12 @@ def before_lock(root: Path, source: Source, recipe: Recipe, args: argparse.Names
         stale = base_record_mismatch(recipe, base[0])
         if stale:
             raise LockError(stale, record_hint(recipe.name))
-    if (base is None or args.record_base) and not recipe.break_system_packages:
-        refuse_externally_managed(recipe)
+    if base is None or args.record_base:
+        from audit.engines.registry import ensure_image  # printed, by digest when pinned
+
+        ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
+        if not recipe.break_system_packages:
+            refuse_externally_managed(recipe)
     return None
 
 

@@ -2,9 +2,19 @@
 
 Order (nothing is lost): every build of the plan runs under a temporary unique tag; then each
 stage's smoke command runs and its trail is extracted into ``build/reports/<image>/<stage>/``;
-only then do the final tags move (and get pushed with ``--push``). A failed build, guard
-verdict or smoke test moves no tag. The temporary tags are always removed, and the full
-output of every build is saved to ``build/reports/<image>/build.log``.
+only then do the final tags move, all of them, and get pushed with ``--push`` (each digest
+printed and written to ``build/reports/<image>/push.json``); ``--cache-to REF`` pushes the
+target's image with its inline cache last. A failed build, guard verdict or smoke test moves
+no tag; a failed push (exit 3) leaves every local tag moved and names the tags the registry
+does not have. The temporary tags are always removed, and the full output of every build is
+saved to ``build/reports/<image>/build.log``.
+
+The engine is the one :mod:`audit.engines.docker_endpoint` chose (``--docker-host``,
+``$DOCKER_HOST``, the active context) for the client and the SDK alike; a base image the
+engine lacks is pulled first, by digest when the recipe pins one, and said so.
+
+A multi-platform build (buildx, ``--platform a,b --push``) pushes its final tags itself once
+the guarded build passed: no local image, so no smoke test and no trail extraction.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from audit.core.errors import (
     EnvironmentProblem,
 )
 from audit.core.redact import redact_all
-from audit.engines import atomic, console, docker_host, process
+from audit.engines import atomic, console, docker_host, process, registry
 from audit.engines.base_trust import verify_base
 from audit.engines.build_progress import LiveView, Progress, step_labels
 from audit.engines.build_trail import read_trail, write_trail_reports
@@ -88,8 +98,10 @@ def secret_files(recipe: Recipe, sources: SecretSources) -> Iterator[dict[str, P
 # ----------------------------------------------------------------------------- preflight
 
 
-def check_base(recipe: Recipe, arch: str) -> None:
-    """The base image must be in the local store for the target architecture."""
+def check_base(recipe: Recipe, arch: str, client: DockerClient | None = None) -> None:
+    """The base image must be in the engine's store for the target architecture: pulled
+    (printed, by digest when pinned) when the engine lacks it."""
+    registry.ensure_image(recipe.base_ref, f"the base of {recipe.name}", client)
     info = docker_host.image_info(recipe.base_ref)
     if info.architecture and info.architecture != arch:
         raise EnvironmentProblem(
@@ -196,7 +208,12 @@ def run_smoke(plan: BuildPlan, build: StageBuild) -> None:
         ) from exc
 
 
-def move_tags(client: DockerClient, plan: BuildPlan) -> None:
+def move_tags(client: DockerClient, plan: BuildPlan) -> tuple[registry.Pushed, ...]:
+    """Move every final tag, then (``--push``) push them all in the plan's order.
+
+    Invariant: no push starts before every tag moved; a push failure raises
+    :class:`audit.engines.registry.PushFailed` with what was and was not pushed.
+    """
     daemon = docker_host.daemon()
     for build in plan.builds:
         image = daemon.images.get(build.temp_ref)
@@ -205,8 +222,35 @@ def move_tags(client: DockerClient, plan: BuildPlan) -> None:
             image.tag(repository, tag)
             console.stdout.print(f"tagged {ref}")
     if plan.push:
-        for ref in plan.tags:
-            process.run([client.path, "push", ref], capture=False)
+        return registry.push_tags(client, plan.tags)
+    return ()
+
+
+def push_cache(client: DockerClient, plan: BuildPlan) -> None:
+    """``--cache-to REF``: the target's image, inline cache in its configuration, pushed
+    (a multi-platform build's buildx pushed it already, as one more tag of its target)."""
+    if plan.cache_to is None or plan.multi_platform:
+        return
+    repository, _, tag = plan.cache_to.rpartition(":")
+    if not repository or "/" in tag:
+        repository, tag = plan.cache_to, "latest"
+    docker_host.daemon().images.get(plan.builds[0].temp_ref).tag(repository, tag)
+    registry.push_tags(client, (f"{repository}:{tag}",))
+
+
+def move_and_push(root: Path, client: DockerClient, plan: BuildPlan) -> None:
+    """Move the tags and push; the push report is written whether the push passed or not."""
+    folder = root / "build" / "reports" / plan.image
+    try:
+        pushed = move_tags(client, plan)
+    except registry.PushFailed as failure:
+        report = registry.write_push_report(folder, failure.results)
+        failure.hint = f"{failure.hint}; what was pushed: {report}"
+        raise
+    if pushed:
+        report = registry.write_push_report(folder, pushed)
+        console.stderr.print(f"push report: {report}", markup=False)
+    push_cache(client, plan)
 
 
 def remove_temporary(plan: BuildPlan) -> None:
@@ -221,6 +265,13 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
     try:
         for build in plan.builds:
             run_stage_build(recipe, build, env, log)
+        if plan.multi_platform:
+            console.stderr.print(
+                f"pushed {', '.join(plan.tags)} ({plan.platform}, one multi-arch tag each); "
+                "no smoke test or trail extraction: no local image",
+                markup=False,
+            )
+            return 0
         for build in plan.builds:
             run_smoke(plan, build)
         if plan.guard:  # one read: the target's trail holds every earlier stage's
@@ -230,7 +281,7 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
                 folder, report = write_trail_reports(root, recipe, stage, trail)
                 console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
                 write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
-        move_tags(client, plan)
+        move_and_push(root, client, plan)
     finally:
         log.save()
         remove_temporary(plan)
@@ -276,6 +327,7 @@ def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) 
             secrets=secrets,
             token=os.urandom(4).hex(),
         )
-        check_base(recipe, plan.arch)
-        verify_base(root, recipe)  # before layer 1: the base is the one base.json recorded
+        if not plan.multi_platform:  # buildx pulls each platform's base itself
+            check_base(recipe, plan.arch, client)
+            verify_base(root, recipe)  # before layer 1: the base is the one base.json recorded
         return execute(root, recipe, plan, client)

@@ -12,7 +12,6 @@ never do (a re-run of ``lock`` on unchanged inputs) do not pay for importing it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -20,11 +19,18 @@ from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
 from audit.core.errors import EnvironmentProblem
+from audit.core.redact import redact
+from audit.engines import docker_endpoint
 from audit.plan.base_image import make_command
 
 DAEMON_HINT = (
     "start dockerd (as root: dockerd --iptables=false &, then wait for /var/run/docker.sock), "
-    "or point DOCKER_HOST at a running daemon"
+    "or point --docker-host / DOCKER_HOST at a running daemon"
+)
+SSH_HINT = (
+    "the docker SDK reaches ssh:// engines only with paramiko (pip install 'docker[ssh]' "
+    "where layer-audit is installed); or forward the socket: ssh -NL "
+    "/tmp/engine.sock:/var/run/docker.sock USER@HOST & then --docker-host unix:///tmp/engine.sock"
 )
 EMULATION_HINT = "a foreign platform needs qemu registered with binfmt_misc (.ci/setup-machine)"
 TMPFS = {"/tmp": "rw,exec,size=512m"}  # noqa: S108 (a path inside the container)
@@ -68,19 +74,39 @@ class ContainerSettings(TypedDict, total=False):
 
 
 def daemon() -> Any:
-    """A docker SDK client for a daemon that answers; exit 3 with a hint when none does."""
+    """A docker SDK client for a daemon that answers; exit 3 with a hint when none does.
+
+    The engine is :func:`audit.engines.docker_endpoint.resolve`'s: ``--docker-host``,
+    ``$DOCKER_HOST`` or the active docker context, the one the docker client programs get.
+    """
     import docker
     import requests
 
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    endpoint = docker_endpoint.resolve()
+    where = redact(endpoint.host)
     try:
-        client = docker.from_env()
+        client = docker.DockerClient(**sdk_arguments(docker_endpoint.sdk_environment()))
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        chosen = "" if endpoint.is_local_default else f" (chosen by {endpoint.source})"
+        hint = SSH_HINT if "paramiko" in str(exc) else DAEMON_HINT
         raise EnvironmentProblem(
-            f"the Docker daemon at {where} does not answer: {_no_answer(where, exc)}", DAEMON_HINT
+            f"the Docker daemon at {where} does not answer: {_no_answer(where, exc)}{chosen}",
+            hint,
         ) from exc
     return client
+
+
+def sdk_arguments(env: Mapping[str, str]) -> dict[str, Any]:
+    """``docker.DockerClient``'s arguments for the chosen engine: ``base_url`` and TLS from
+    ``env``; an ``ssh://`` engine goes through the ``ssh`` program, as the docker CLI does
+    (no paramiko needed)."""
+    import docker
+
+    arguments: dict[str, Any] = docker.utils.kwargs_from_env(environment=dict(env))
+    if str(arguments.get("base_url", "")).startswith("ssh://"):
+        arguments["use_ssh_client"] = True
+    return arguments
 
 
 def _no_answer(where: str, exc: Exception) -> str:

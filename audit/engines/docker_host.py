@@ -5,6 +5,10 @@ secrets, cache mounts and ``--platform`` live there; everything else (is the dae
 inspect, run a throwaway container) goes through the docker SDK; the connection and the one
 :class:`audit.engines.container.Container` live in :mod:`audit.engines.container`.
 
+Engine choice: one per command, for the client programs (``DOCKER_HOST`` in
+:func:`client_env`) and the SDK alike: ``--docker-host``, ``$DOCKER_HOST`` or the active docker
+context (:mod:`audit.engines.docker_endpoint`).
+
 Client choice: ``--docker PATH`` or ``$LAYER_AUDIT_DOCKER`` when given, else the first of
 ``docker`` on PATH and ``/usr/bin/docker`` that has a working ``buildx`` plugin, else the first
 older than 23 (those still build with BuildKit under ``DOCKER_BUILDKIT=1``; from 23 on, a
@@ -22,7 +26,7 @@ from typing import Unpack
 from packaging.version import InvalidVersion, Version
 
 from audit.core.errors import CommandFailed, EnvironmentProblem
-from audit.engines import process
+from audit.engines import docker_endpoint, process
 from audit.engines.container import (
     BindMount,
     Container,
@@ -156,8 +160,12 @@ def add_client_option(parser: argparse.ArgumentParser) -> None:
 
 
 def client_env(client: DockerClient, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment to run ``client`` with (``base`` defaults to this process's)."""
-    env = dict(os.environ if base is None else base)
+    """The environment to run ``client`` with (``base`` defaults to this process's).
+
+    ``DOCKER_HOST`` names the engine every SDK call uses too (``--docker-host``,
+    ``$DOCKER_HOST`` or the active context: :mod:`audit.engines.docker_endpoint`).
+    """
+    env = docker_endpoint.client_environment(os.environ if base is None else base)
     env["DOCKER_BUILDKIT"] = "1"
     env.setdefault("BUILDKIT_PROGRESS", "plain")
     return env

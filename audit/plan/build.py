@@ -30,6 +30,7 @@ TRAIL_DIR = "/var/lib/layer-audit/trail"
 SECRET_CA = "pip-ca"  # noqa: S105
 SECRET_NETRC = "pip-netrc"  # noqa: S105
 NO_GUARD_ARG = "LAYER_AUDIT_NO_GUARD"
+INLINE_CACHE_ARG = "BUILDKIT_INLINE_CACHE"  # BuildKit embeds its cache keys in the image
 OCI = "org.opencontainers.image"
 CREATED_LABEL = f"{OCI}.created"
 LABEL_PREFIX = "io.layer-audit"
@@ -52,10 +53,11 @@ class DockerClient:
     version: str
 
 
-def build_command(client: DockerClient) -> list[str]:
-    """The argv prefix of a BuildKit build whose result lands in the local image store."""
+def build_command(client: DockerClient, *, push: bool = False) -> list[str]:
+    """The argv prefix of a BuildKit build whose result lands in the local image store, or
+    (``push``: a buildx multi-platform build, which no local store can hold) in the registry."""
     if client.mode == "buildx":
-        return [client.path, "buildx", "build", "--load"]
+        return [client.path, "buildx", "build", "--push" if push else "--load"]
     return [client.path, "build"]
 
 
@@ -73,6 +75,8 @@ class BuildOptions:
     ca_bundle: Path | None = None
     guard: bool = True
     no_cache: bool = False
+    cache_from: tuple[str, ...] = ()  # image references whose inline cache the build may use
+    cache_to: str | None = None  # push the target's image here, with its inline cache
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,8 @@ class BuildPlan:
     builds: tuple[StageBuild, ...]
     push: bool
     guard: bool
+    cache_to: str | None = None
+    multi_platform: bool = False  # buildx pushes the final tags itself; no local image
 
     @property
     def target(self) -> str:
@@ -153,15 +159,43 @@ def target_stages(recipe: Recipe, stage: str | None) -> tuple[str, ...]:
 
 
 def effective_platform(recipe: Recipe, platform: str | None) -> tuple[str, str]:
-    """``(platform, arch)``: the recipe's unless ``--platform`` overrides it."""
+    """``(platform, arch)``: the recipe's unless ``--platform`` overrides it.
+
+    A list (``linux/amd64,linux/arm64``, one multi-arch tag) gives the arches joined with
+    ``-`` (``amd64-arm64``), which takes ``{arch}``'s place in the tags.
+    """
     chosen = platform or recipe.platform
-    parts = chosen.split("/")
-    if len(parts) not in (2, 3) or not all(parts):
+    arches = []
+    for item in chosen.split(","):
+        parts = item.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise UsageError(
+                f"--platform {chosen}: expected os/arch, e.g. linux/arm64",
+                "pass --platform linux/amd64 or linux/arm64 (a comma-separated list with "
+                "buildx and --push), or leave it out for the recipe's",
+            )
+        arches.append(parts[1])
+    return chosen, "-".join(arches)
+
+
+def check_multi_platform(client: DockerClient, options: BuildOptions, platform: str) -> bool:
+    """True for a multi-platform build, which needs buildx and ``--push`` (exit 2 otherwise):
+    no local image store holds a multi-platform image, so buildx pushes it as one tag."""
+    if "," not in platform:
+        return False
+    if client.mode != "buildx":
         raise UsageError(
-            f"--platform {chosen}: expected os/arch, e.g. linux/arm64",
-            "pass --platform linux/amd64 or linux/arm64, or leave it out for the recipe's",
+            f"--platform {platform}: one multi-arch tag needs buildx; {client.path} "
+            f"{client.version} has none",
+            "install the buildx plugin, or build each platform on its own",
         )
-    return chosen, parts[1]
+    if not options.push or not options.guard:
+        raise UsageError(
+            f"--platform {platform}: a multi-platform image cannot be loaded locally",
+            "add --push, with the guard on (buildx pushes the one multi-arch tag after the "
+            "guarded build)",
+        )
+    return True
 
 
 def stage_tags(recipe: Recipe, stage: str, arch: str) -> tuple[str, ...]:
@@ -287,16 +321,31 @@ def stage_labels(recipe: Recipe, stage: str) -> tuple[tuple[str, str], ...]:
     )
 
 
-def client_flags(client: DockerClient, builder: str | None) -> list[str]:
+def client_flags(client: DockerClient, builder: str | None, *, push: bool = False) -> list[str]:
     """The argv prefix for ``client``; ``--builder`` needs buildx."""
     if builder is None:
-        return build_command(client)
+        return build_command(client, push=push)
     if client.mode != "buildx":
         raise UsageError(
             f"--builder {builder}: {client.path} {client.version} has no buildx",
             "install the buildx plugin or drop --builder",
         )
-    return [*build_command(client), "--builder", builder]
+    return [*build_command(client, push=push), "--builder", builder]
+
+
+def cache_flags(options: BuildOptions) -> tuple[str, ...]:
+    """``--cache-from REF`` for each given, and the inline cache when ``--cache-to`` is given.
+
+    The inline cache (``BUILDKIT_INLINE_CACHE=1``) stores BuildKit's cache keys in the image's
+    configuration; pushed, it lets another engine (``--cache-from REF``) reuse its layers.
+    Works with the 20.10 client's BuildKit and with buildx alike.
+    """
+    flags: list[str] = []
+    for ref in options.cache_from:
+        flags += ["--cache-from", ref]
+    if options.cache_to:
+        flags += ["--build-arg", f"{INLINE_CACHE_ARG}=1"]
+    return tuple(flags)
 
 
 @dataclass(frozen=True)
@@ -311,13 +360,17 @@ class _Common:
     guard: bool
     context: Path
     recipe: Recipe
+    cache: tuple[str, ...] = ()
 
     def stage_labels(self, stage: str) -> tuple[tuple[str, str], ...]:
         return stage_labels(self.recipe, stage)
 
-    def argv(self, stage: str, temp_ref: str, no_cache: bool) -> tuple[str, ...]:
+    def argv(self, stage: str, refs: tuple[str, ...], no_cache: bool) -> tuple[str, ...]:
         argv = [*self.prefix, "--progress=plain", "--platform", self.platform]
-        argv += ["--target", stage, "-t", temp_ref]
+        argv += ["--target", stage]
+        for ref in refs:
+            argv += ["-t", ref]
+        argv += self.cache
         for secret in self.secrets:
             argv += ["--secret", secret.flag]
         if self.network:
@@ -347,9 +400,10 @@ def plan_build(
     target once, and the earlier stages then come from that fresh cache.
     """
     platform, arch = effective_platform(recipe, options.platform)
+    multi = check_multi_platform(client, options, platform)
     stages = target_stages(recipe, options.stage)
     common = _Common(
-        prefix=tuple(client_flags(client, options.builder)),
+        prefix=tuple(client_flags(client, options.builder, push=multi)),
         platform=platform,
         network=choose_network(recipe, options.network),
         secrets=tuple(Secret(key, secrets[key]) for key in sorted(secrets)),
@@ -357,13 +411,15 @@ def plan_build(
         guard=options.guard,
         context=context,
         recipe=recipe,
+        cache=cache_flags(options),
     )
     builds = tuple(
         _stage_build(
-            recipe, common, stage, arch=arch, token=token, no_cache=options.no_cache and i == 0
+            recipe, common, stage, arch=arch, token=token, no_cache=options.no_cache and i == 0,
+            multi=multi, cache_to=options.cache_to if multi and i == 0 else None,
         )
         for i, stage in enumerate(stages)
-    )
+    )  # fmt: skip
     return BuildPlan(
         image=recipe.name,
         context=context,
@@ -375,18 +431,32 @@ def plan_build(
         builds=builds,
         push=options.push,
         guard=options.guard,
+        cache_to=options.cache_to,
+        multi_platform=multi,
     )
 
 
 def _stage_build(
-    recipe: Recipe, common: _Common, stage: str, *, arch: str, token: str, no_cache: bool
+    recipe: Recipe,
+    common: _Common,
+    stage: str,
+    *,
+    arch: str,
+    token: str,
+    no_cache: bool,
+    multi: bool = False,
+    cache_to: str | None = None,
 ) -> StageBuild:
+    """One stage's build: under a temporary tag, or (``multi``) pushed by buildx straight to
+    its final tags, which it moves only when the whole multi-platform build passed (and to
+    ``cache_to``, the target's inline cache, when given)."""
     temp_ref = f"{recipe.repository}:layer-audit-build-{token}-{stage}"
     # An unguarded build is for measuring only: it never earns the tags guarded images carry.
     tags = stage_tags(recipe, stage, arch) if common.guard else ()
+    refs = (*tags, *([cache_to] if cache_to else [])) if multi else (temp_ref,)
     return StageBuild(
         stage=stage,
-        argv=common.argv(stage, temp_ref, no_cache),
+        argv=common.argv(stage, refs, no_cache),
         temp_ref=temp_ref,
         tags=tags,
         smoke=recipe.stage(stage).smoke,

@@ -3,7 +3,11 @@
 Built from a recipe's predicted steps (:class:`audit.plan.auditdeps.RecipeAudit`): a column is
 the environment after the stage's last layer, the base column the environment before the first.
 A cell's kind is the change from the column before it (added, removed, upgraded, downgraded,
-variant, rebuilt), or ``waived`` when a waiver allowed that package's finding in that stage.
+variant, rebuilt), ``override`` when a layer of that stage re-pins the package on purpose (a
+finding of rule ``override``: shown even when the re-pin keeps the installed version), or
+``waived`` when a waiver allowed that package's finding in that stage (waived wins).
+:func:`change_matrix` is the other matrix the gate shows: per stage, the environment it ships at
+the pull request's base ref against the head ref (each changed cell says ``old → new``).
 Rendered three ways: a rich table, Markdown (folded when long) and a self-contained HTML page
 (inline CSS, no script, no external asset: a Content-Security-Policy forbids every load).
 Invariants: pure (no I/O); the same audit renders the same bytes; every text is escaped.
@@ -25,13 +29,15 @@ from audit.plan.auditdeps import RecipeAudit
 from audit.plan.report import Report, ordered, summary_line
 
 WAIVED = "waived"
-ALARM = ("downgraded", "removed", "variant", "waived", "rebuilt", "unparsable")
+OVERRIDE = "override"
+ALARM = ("downgraded", "removed", "variant", "override", "waived", "rebuilt", "unparsable")
 STYLES = {
     "added": "green",
     "upgraded": "cyan",
     "downgraded": "bold red",
     "removed": "bold red",
     "variant": "bold magenta",
+    "override": "bold blue",
     "rebuilt": "yellow",
     "waived": "yellow",
     "unparsable": "yellow",
@@ -42,6 +48,7 @@ MARKDOWN_MARK = {
     "downgraded": "🔻 ",
     "removed": "❌ ",
     "variant": "🟣 ",
+    "override": "📌 ",
     "rebuilt": "🟡 ",
     "waived": "⚪ ",
     "unparsable": "❔ ",
@@ -51,8 +58,21 @@ FOLD_AFTER = 15  # Markdown matrices with more rows fold into <details>
 
 @dataclass(frozen=True)
 class Cell:
+    """One package in one column. In a change matrix (``compared``) ``before`` is the version
+    the base ref ships in that stage; a changed cell then reads ``before → version``."""
+
     version: str | None  # None: not installed in this column
-    kind: str = ""  # "" when unchanged from the column before
+    kind: str = ""  # "" when unchanged from the column before (or from the base ref)
+    before: str | None = None
+    compared: bool = False
+
+    @property
+    def text(self) -> str:
+        """``2.30.1``, ``—`` when absent, ``2.30.1 → 2.29.7`` for a changed compared cell."""
+        now = self.version or "—"
+        if self.compared and self.kind and self.before != self.version:
+            return f"{self.before or '—'} → {now}"
+        return now
 
 
 @dataclass(frozen=True)
@@ -76,18 +96,50 @@ class StageMatrix:
     rows: tuple[Row, ...]  # alarming rows first, then by name
 
 
+Marks = Mapping[tuple[str, str], str]  # (column, package) -> "override" | "waived"
+
+
 def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
     """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
-    columns = _columns(audit)
+    marks = finding_marks(audit.recipe.name, audit.findings)
+    return columns_matrix(audit.recipe.name, _columns(audit), marks, all_rows=all_rows)
+
+
+def columns_matrix(
+    image: str,
+    columns: Mapping[str, Mapping[str, Distribution]],
+    marks: Marks,
+    *,
+    all_rows: bool = False,
+) -> StageMatrix:
+    """Packages x ``columns`` (in order: each cell compared with the column before it)."""
     names = sorted({name for env in columns.values() for name in env})
-    waived = _waived(audit.recipe.name, audit.findings)
-    rows = []
-    for name in names:
-        row = _row(name, columns, waived)
-        if all_rows or row.changes:
-            rows.append(row)
-    rows.sort(key=lambda row: (not row.alarming, row.package))
-    return StageMatrix(audit.recipe.name, tuple(columns), tuple(rows))
+    rows = [_row(name, columns, marks) for name in names]
+    return _matrix(image, tuple(columns), rows, all_rows)
+
+
+def change_matrix(
+    image: str,
+    old: Mapping[str, Mapping[str, Distribution]],
+    new: Mapping[str, Mapping[str, Distribution]],
+    marks: Marks,
+    *,
+    all_rows: bool = False,
+) -> StageMatrix:
+    """What a pull request changes: per column of ``new`` (base, v1 … vN at the head ref), the
+    same column at the base ref against it; a column the base ref lacks compares with the
+    base ref's last column (a new stage extends the last one)."""
+    last: Mapping[str, Distribution] = list(old.values())[-1] if old else {}
+    pairs = {column: (old.get(column, last), env) for column, env in new.items()}
+    names = sorted({name for pair in pairs.values() for env in pair for name in env})
+    rows = [_compared_row(name, pairs, marks) for name in names]
+    return _matrix(image, tuple(new), rows, all_rows)
+
+
+def _matrix(image: str, columns: tuple[str, ...], rows: list[Row], all_rows: bool) -> StageMatrix:
+    kept = [row for row in rows if all_rows or row.changes]
+    kept.sort(key=lambda row: (not row.alarming, row.package))
+    return StageMatrix(image, columns, tuple(kept))
 
 
 def _columns(audit: RecipeAudit) -> dict[str, Mapping[str, Distribution]]:
@@ -100,31 +152,67 @@ def _columns(audit: RecipeAudit) -> dict[str, Mapping[str, Distribution]]:
     return columns
 
 
-def _waived(image: str, findings: Iterable[Finding]) -> set[tuple[str, str]]:
-    """(stage, package) pairs whose finding a waiver allowed."""
-    pairs = set()
+def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
+    """(stage, package) -> ``override`` for a declared re-pin, ``waived`` (which wins) for a
+    finding a waiver allowed; the stage is read from the finding's ``stage``, else its
+    ``where`` (``"<image> <stage> ..."``)."""
+    marks: dict[tuple[str, str], str] = {}
     for finding in findings:
-        if finding.waiver and finding.where.startswith(f"{image} "):
-            stage = finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
-            pairs.add((stage, finding.package))
-    return pairs
+        stage = _stage_of(image, finding)
+        if stage is None or not finding.package:
+            continue
+        if finding.waiver:
+            marks[(stage, finding.package)] = WAIVED
+        elif finding.rule == OVERRIDE:
+            marks.setdefault((stage, finding.package), OVERRIDE)
+    return marks
 
 
-def _row(
-    name: str, columns: Mapping[str, Mapping[str, Distribution]], waived: set[tuple[str, str]]
-) -> Row:
+def _stage_of(image: str, finding: Finding) -> str | None:
+    stage = getattr(finding, "stage", None)
+    if isinstance(stage, str):
+        return stage
+    if not finding.where.startswith(f"{image} "):
+        return None
+    return finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
+
+
+def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> str:
+    old, now = before.get(name), after.get(name)
+    changes = diff({name: old} if old else {}, {name: now} if now else {})
+    return changes[0].kind if changes else ""
+
+
+def _marked(kind: str, mark: str | None) -> str:
+    """A mark replaces the change's kind; ``override`` shows even on an unchanged cell."""
+    if mark == OVERRIDE or (mark == WAIVED and kind):
+        return mark
+    return kind
+
+
+def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Marks) -> Row:
     cells = []
     previous: Mapping[str, Distribution] = {}
     for index, (column, env) in enumerate(columns.items()):
         now = env.get(name)
-        kind = ""
-        if index:
-            before = {name: previous[name]} if name in previous else {}
-            changes = diff(before, {name: now} if now else {})
-            kind = changes[0].kind if changes else ""
-            kind = WAIVED if kind and (column, name) in waived else kind
+        kind = _marked(_kind(name, previous, env), marks.get((column, name))) if index else ""
         cells.append(Cell(now.version if now else None, kind))
         previous = env
+    return Row(name, tuple(cells))
+
+
+def _compared_row(
+    name: str,
+    pairs: Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]],
+    marks: Marks,
+) -> Row:
+    cells = []
+    for column, (old, new) in pairs.items():
+        was, now = old.get(name), new.get(name)
+        kind = _kind(name, old, new)
+        kind = _marked(kind, marks.get((column, name))) if kind else ""
+        version = now.version if now else None
+        cells.append(Cell(version, kind, was.version if was else None, compared=True))
     return Row(name, tuple(cells))
 
 
@@ -145,7 +233,7 @@ def matrix_table(matrix: StageMatrix) -> Table:
 
 
 def _rich_cell(cell: Cell) -> str:
-    text = escape(cell.version or "—")
+    text = escape(cell.text)
     if not cell.kind:
         return f"[dim]{text}[/]"
     return f"[{STYLES.get(cell.kind, 'bold')}]{text} {cell.kind}[/]"
@@ -154,8 +242,11 @@ def _rich_cell(cell: Cell) -> str:
 # --- Markdown -------------------------------------------------------------------------------
 
 
-def matrix_markdown(matrix: StageMatrix) -> str:
-    """A Markdown table (GitHub): versions, a mark and a word per change; folded when long."""
+def matrix_markdown(matrix: StageMatrix, title: str | None = None) -> str:
+    """A Markdown table (GitHub): versions, a mark and a word per change; folded when long.
+
+    ``title`` (Markdown, already escaped) replaces the default "<image>: N package(s) change
+    across stages"."""
     header = ["package", *matrix.columns]
     lines = [
         "| " + " | ".join(_md(text) for text in header) + " |",
@@ -164,7 +255,8 @@ def matrix_markdown(matrix: StageMatrix) -> str:
     for row in matrix.rows:
         cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
         lines.append("| " + " | ".join(cells) + " |")
-    title = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
+    default = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
+    title = title or default
     if not matrix.rows:
         return f"{title}\n"
     table = "\n".join(lines)
@@ -178,7 +270,7 @@ def _md(text: str) -> str:
 
 
 def _md_cell(cell: Cell) -> str:
-    text = _md(cell.version or "—")
+    text = _md(cell.text)
     if not cell.kind:
         return text
     bold = "**" if cell.kind in ALARM else ""
@@ -199,6 +291,7 @@ td.same { color: #8c959f; }
 .added { background: #dafbe1; } .upgraded { background: #ddf4ff; }
 .downgraded, .removed { background: #ffcecb; font-weight: bold; }
 .variant { background: #fbefff; font-weight: bold; }
+.override { background: #ddebff; font-weight: bold; }
 .rebuilt, .waived, .unparsable { background: #fff8c5; }
 table.findings td { white-space: normal; font-family: system-ui, sans-serif; }
 .kind { font-size: 11px; color: #57606a; margin-left: 6px; font-family: system-ui, sans-serif; }
@@ -234,7 +327,16 @@ def _h(text: str) -> str:
 
 
 def _legend() -> str:
-    kinds = ["added", "upgraded", "downgraded", "removed", "variant", "rebuilt", "waived"]
+    kinds = [
+        "added",
+        "upgraded",
+        "downgraded",
+        "removed",
+        "variant",
+        "override",
+        "rebuilt",
+        "waived",
+    ]
     spans = "".join(f'<span class="{k}">{k}</span>' for k in kinds)
     return f'<p class="legend">{spans}</p>'
 
@@ -256,7 +358,7 @@ def _html_matrix(matrix: StageMatrix) -> list[str]:
 
 
 def _html_cell(cell: Cell) -> str:
-    text = _h(cell.version or "—")
+    text = _h(cell.text)
     if not cell.kind:
         return f'<td class="same">{text}</td>'
     return f'<td class="{_h(cell.kind)}">{text}<span class="kind">{_h(cell.kind)}</span></td>'

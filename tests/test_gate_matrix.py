@@ -51,8 +51,8 @@ def test_the_markdown_leads_each_image_with_its_matrices(repo: Path, tmp_path: P
     findings = part.index("| ❌ | downgraded | `alpha`")
     assert changes < head < findings
     assert "| package | base | v1 | v2 |" in part
-    # per stage: the base ref's version -> the head's; v2 inherits v1's move
-    assert "| `alpha` | — | 🔻 **2.0 → 1.0** downgraded | 🔻 **2.0 → 1.0** downgraded |" in part
+    # per stage: the base ref's version -> the head's, marked where it first shows (v1)
+    assert "| `alpha` | — | 🔻 **2.0 → 1.0** downgraded | 1.0 |" in part
     # at the head, alpha arrives in v1 and stays
     assert "| `alpha` | — | 🟢 1.0 added | 1.0 |" in part
 
@@ -86,6 +86,15 @@ def test_markdown_shows_the_override_and_folds_long_matrices(repo: Path, tmp_pat
     assert "<details><summary>**What this pull request changes** in `demo`: 21" in markdown
     [override] = findings(report, "override")
     assert override["package"] == "alpha"
+
+
+def test_a_huge_matrix_is_cut_with_its_alarming_rows_kept(repo: Path, tmp_path: Path) -> None:
+    many = {f"pkg-{n:03d}": "1.0" for n in range(80)}
+    propose(repo, Project(pins={**DOWNGRADE, "v2": {"gamma": "3.0", **many}}))
+    _, markdown, _ = run_gate(repo, tmp_path)
+    changes = markdown.split("**What this pull request changes**", 1)[1].split("</details>")[0]
+    assert changes.count("\n| `") == 60 and "| `alpha` |" in changes
+    assert "… and 21 more package(s)" in changes
 
 
 def test_an_unchanged_image_gets_no_matrix_noise(repo: Path, tmp_path: Path) -> None:

@@ -31,7 +31,13 @@ from audit.core.policy import Policy, Waiver
 from audit.core.verdict import CHANGE_RULES, Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
-from audit.plan.matrix import StageMatrix, change_matrix, columns_matrix, finding_marks
+from audit.plan.matrix import (
+    StageMatrix,
+    change_matrix,
+    columns_matrix,
+    declared_marks,
+    finding_marks,
+)
 from audit.plan.predict import (
     Installed,
     PredictedStep,
@@ -209,22 +215,32 @@ def _image(
 def image_matrices(
     name: str, old: Side | None, new: Side, found: tuple[Finding, ...], today: date
 ) -> ImageMatrices:
-    """The head's stage matrix (judged layer by layer with the head's policy, so overrides
-    and waivers are marked) and, when the base ref has the image, the change matrix marked
+    """The head's stage matrix and, when the base ref has the image, the change matrix marked
     with the gate's own findings."""
-    assert new.recipe is not None
-    judge = StepJudge(new.recipe, today, new.markers)
-    judged = [
-        finding
-        for p in new.steps
-        if p.before is not p.after  # a layer without a lock changes nothing predictable
-        for finding in judge.judge(p.step, p.before, p.after, f"{name} {p.step.label}")
-    ]
-    head = columns_matrix(name, _columns(new), finding_marks(name, judged))
+    head = columns_matrix(name, _columns(new), head_marks(name, new, today))
     if old is None:
         return ImageMatrices(name, head, None)
     changes = change_matrix(name, _columns(old), _columns(new), finding_marks(name, found))
     return ImageMatrices(name, head, changes)
+
+
+def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]:
+    """(stage, package) marks of the head's own progression: every package a layer re-pins on
+    purpose is ``override``; with waivers in the policy, each layer is judged as audit-deps
+    judges it and what a waiver allowed is ``waived`` (no waiver: nothing to judge, which
+    keeps the gate fast)."""
+    assert side.recipe is not None
+    marks = declared_marks(side.steps)
+    if not side.recipe.policy.waivers:
+        return marks
+    judge = StepJudge(side.recipe, today, side.markers)
+    judged = [
+        finding
+        for p in side.steps
+        if p.before is not p.after  # a layer without a lock changes nothing predictable
+        for finding in judge.judge(p.step, p.before, p.after, f"{name} {p.step.label}")
+    ]
+    return {**marks, **finding_marks(name, judged)}
 
 
 def _columns(side: Side) -> dict[str, Installed]:

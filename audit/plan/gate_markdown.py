@@ -21,6 +21,7 @@ from audit.plan.matrix import matrix_markdown
 from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
 
 CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
+MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
 
 
@@ -95,10 +96,10 @@ def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
             f"**What this pull request changes** in {name}: {len(changes.rows)} package(s), "
             "base ref → head ref per stage"
         )
-        lines += [matrix_markdown(changes, title), ""]
+        lines += [matrix_markdown(changes, title, MATRIX_ROWS), ""]
     head = matrices.head
     title = f"**Stage matrix at the head ref**: {len(head.rows)} package(s) change across stages"
-    lines += [matrix_markdown(head, title), ""]
+    lines += [matrix_markdown(head, title, MATRIX_ROWS), ""]
     return lines
 
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from rich.markup import escape
 from rich.table import Table
 
-from audit.core.diff import diff
+from audit.core.diff import ADDED, REMOVED, diff
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
+from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
 
 WAIVED = "waived"
@@ -101,7 +102,7 @@ Marks = Mapping[tuple[str, str], str]  # (column, package) -> "override" | "waiv
 
 def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
     """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
-    marks = finding_marks(audit.recipe.name, audit.findings)
+    marks = {**declared_marks(audit.steps), **finding_marks(audit.recipe.name, audit.findings)}
     return columns_matrix(audit.recipe.name, _columns(audit), marks, all_rows=all_rows)
 
 
@@ -152,6 +153,16 @@ def _columns(audit: RecipeAudit) -> dict[str, Mapping[str, Distribution]]:
     return columns
 
 
+def declared_marks(steps: Iterable[PredictedStep]) -> dict[tuple[str, str], str]:
+    """(stage, package) -> ``override`` for every package a layer of that stage re-pins on
+    purpose (its ``override`` names; every package a ``no_deps`` layer moves)."""
+    return {
+        (p.step.stage.name, package): OVERRIDE
+        for p in steps
+        for package in declared_overrides(p.step, p.after, p.before)
+    }
+
+
 def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
     """(stage, package) -> ``override`` for a declared re-pin, ``waived`` (which wins) for a
     finding a waiver allowed; the stage is read from the finding's ``stage``, else its
@@ -178,7 +189,12 @@ def _stage_of(image: str, finding: Finding) -> str | None:
 
 
 def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> str:
+    """The change kind of ``name`` from ``before`` to ``after`` ("" when none)."""
     old, now = before.get(name), after.get(name)
+    if old is now or old == now:  # the common cases, without parsing a version
+        return ""
+    if old is None or now is None:
+        return ADDED if old is None else REMOVED
     changes = diff({name: old} if old else {}, {name: now} if now else {})
     return changes[0].kind if changes else ""
 
@@ -206,13 +222,18 @@ def _compared_row(
     pairs: Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]],
     marks: Marks,
 ) -> Row:
-    cells = []
+    """A change matrix row: a cell is marked only where its (base ref, head ref) pair first
+    differs from the column before it (a v1 change that v2…vN inherit is marked once, in v1,
+    as the gate reports it)."""
+    cells: list[Cell] = []
+    previous: tuple[str | None, str | None] = (None, None)
     for column, (old, new) in pairs.items():
         was, now = old.get(name), new.get(name)
-        kind = _kind(name, old, new)
+        pair = (was.version if was else None, now.version if now else None)
+        kind = _kind(name, old, new) if pair != previous or not cells else ""
         kind = _marked(kind, marks.get((column, name))) if kind else ""
-        version = now.version if now else None
-        cells.append(Cell(version, kind, was.version if was else None, compared=True))
+        cells.append(Cell(pair[1], kind, pair[0], compared=True))
+        previous = pair
     return Row(name, tuple(cells))
 
 
@@ -242,24 +263,36 @@ def _rich_cell(cell: Cell) -> str:
 # --- Markdown -------------------------------------------------------------------------------
 
 
-def matrix_markdown(matrix: StageMatrix, title: str | None = None) -> str:
+def matrix_markdown(
+    matrix: StageMatrix, title: str | None = None, max_rows: int | None = None
+) -> str:
     """A Markdown table (GitHub): versions, a mark and a word per change; folded when long.
 
     ``title`` (Markdown, already escaped) replaces the default "<image>: N package(s) change
-    across stages"."""
+    across stages". ``max_rows`` keeps the first rows (alarming rows lead) and says how many
+    were left out: a pull-request comment or job summary has a size limit.
+    """
     header = ["package", *matrix.columns]
     lines = [
         "| " + " | ".join(_md(text) for text in header) + " |",
         "| " + " | ".join("---" for _ in header) + " |",
     ]
-    for row in matrix.rows:
+    shown = matrix.rows if max_rows is None else matrix.rows[:max_rows]
+    for row in shown:
         cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
         lines.append("| " + " | ".join(cells) + " |")
     default = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
     title = title or default
     if not matrix.rows:
         return f"{title}\n"
-    table = "\n".join(lines)
+    left = len(matrix.rows) - len(shown)
+    more = (
+        f"\n\n… and {left} more package(s): the most alarming come first; "
+        f"`layer-audit audit-deps {_md(matrix.image)} --format html` shows every row"
+        if left
+        else ""
+    )
+    table = "\n".join(lines) + more
     if len(matrix.rows) > FOLD_AFTER:
         return f"<details><summary>{title}</summary>\n\n{table}\n\n</details>\n"
     return f"{title}\n\n{table}\n"

@@ -293,7 +293,9 @@ def lock_findings(new: Side, old: Side) -> list[Finding]:
     hint = f"recompile the locks and commit them: nox -s lock -- {new.recipe.name}"
     before = _unfresh(old.lock_states)
     return [
-        _lock_finding(new.recipe, state, hint, key in before)
+        _lock_finding(new.recipe, state, hint, key in before).located(
+            new.recipe.name, state.step.stage.name, state.step.position
+        )
         for key, state in _unfresh(new.lock_states).items()
     ]
 
@@ -322,7 +324,7 @@ def _lock_finding(recipe: Recipe, state: LockState, hint: str, preexisting: bool
 
 def _removed_image(name: str) -> Section:
     message = f"images/{name} is removed by this pull request: its stages are no longer built"
-    finding = Finding("image-removed", INFO, "", None, None, message, where=name)
+    finding = Finding("image-removed", INFO, "", None, None, message, where=name).located(name)
     return Section(section_title(name, "image removed"), (finding,))
 
 
@@ -335,11 +337,13 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
         return Section(title, ()), set()
     stale = _stale_base(name, new)
     if stale is not None:  # the snapshot is of another image: predicting from it means nothing
-        return Section(title, (_base_identity(old, new, f"{name} base image"), stale)), set()
+        pair = (_base_identity(old, new, f"{name} base image"), stale)
+        return Section(title, tuple(f.located(name) for f in pair)), set()
     where = f"{name} base image"
     found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
     identity = _base_identity(old, new, where)
-    return Section(title, (identity, *found)), {finding_key(f) for f in found}
+    located = tuple(f.located(name) for f in (identity, *found))
+    return Section(title, located), {finding_key(f) for f in found}
 
 
 def _stale_base(name: str, side: Side) -> Finding | None:
@@ -394,6 +398,7 @@ def _stage_sections(
             markers=new.markers,
         )
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
+        fresh = [f if f.layer else f.located(name, stage.name) for f in fresh]
         seen = _seen_keys(found)
         runs = run_layer_findings(name, old.recipe, new.recipe, stage)
         sections.append(Section(section_title(name, stage.name), (*runs, *fresh)))
@@ -451,7 +456,7 @@ def _run_finding(name: str, step: Step) -> Finding:
         f"{NOT_PREDICTABLE}: {step.layer.command}",
         where=f"{name} {step.label}",
         hint="build the image (nox -s build-image) to see what this command changes",
-    )
+    ).located(name, step.stage.name, step.position)
 
 
 def finding_key(finding: Finding) -> FindingKey:
@@ -466,8 +471,10 @@ def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
     for predicted in reversed(side.steps):
         if predicted.step.stage is stage and _moves(predicted, finding.package):
             assert side.recipe is not None
-            where = f"{side.recipe.name} {predicted.step.label}"
-            return dataclasses.replace(finding, where=where)
+            step = predicted.step
+            where = f"{side.recipe.name} {step.label}"
+            located = finding.located(side.recipe.name, step.stage.name, step.position)
+            return dataclasses.replace(located, where=where)
     return finding
 
 
@@ -486,6 +493,7 @@ def _dropped_stages(old: Side, new: Side) -> list[Stage]:
 def _removed_stage(name: str, stage: Stage) -> Section:
     message = f"stage {stage.name} is removed by this pull request"
     finding = Finding("stage-removed", INFO, "", None, None, message, where=f"{name} {stage.name}")
+    finding = finding.located(name, stage.name)
     return Section(section_title(name, stage.name), (finding,))
 
 
@@ -519,7 +527,7 @@ def _waiver_findings(
                 message,
                 where=f"{name} policy",
                 hint=hint,
-            )
+            ).located(name)
         )
     return findings
 

@@ -66,7 +66,11 @@ def test_every_schema_is_valid_draft_07_and_shipped_as_package_data(name: str) -
     assert "schemas/*.json" in pyproject["tool"]["setuptools"]["package-data"]["audit"]
 
 
-@pytest.mark.parametrize("recipe", sorted((ROOT / "images").glob("*/image.toml")), ids=str)
+@pytest.mark.parametrize(
+    "recipe",
+    sorted([*ROOT.glob("images/*/image.toml"), *ROOT.glob("benchmarks/recipes/*/image.toml")]),
+    ids=str,
+)
 def test_the_committed_recipes_are_valid(recipe: Path) -> None:
     document = as_json(tomllib.loads(recipe.read_text()))
     assert problems("image", document) == []
@@ -129,3 +133,10 @@ def test_a_snapshot_from_the_in_image_script_is_valid(tmp_path: Path) -> None:
     assert problems("snapshot", json.loads(written.read_text())) == []
     document["schema"] = "layer-audit.snapshot/9"
     assert problems("snapshot", document)
+
+
+def test_the_recipe_init_writes_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    assert cli.main(["init", str(tmp_path)]) == 0
+    [recipe] = tmp_path.glob("images/*/image.toml")
+    assert problems("image", as_json(tomllib.loads(recipe.read_text()))) == []

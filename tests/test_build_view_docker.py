@@ -25,6 +25,7 @@ from tests.test_build_docker import (
     make_project,
     two_stages,
 )
+from tests.test_schemas import problems
 
 __all__ = ["amd64", "cleanup", "index"]  # fixtures shared with tests/test_build_docker.py
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -97,3 +98,9 @@ def test_on_a_pipe_a_long_step_is_never_silent(
     assert done.stderr.index("livepipe v2: build log ") < done.stderr.index("[v1 1/2]")
     live = tmp_path / "build" / "reports" / "livepipe" / "build.live.log"
     assert "tick-14" in live.read_text()
+    # the build's trail report: valid against the packaged schema, each finding located
+    trail = json.loads((tmp_path / "build/reports/livepipe/v2/report.json").read_text())
+    assert problems("report", trail) == []
+    located = {(f["image"], f["stage"], f["layer"]) for s in trail["sections"]
+               for f in s["findings"]}  # fmt: skip
+    assert ("livepipe", "v1", 1) in located

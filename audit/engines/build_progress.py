@@ -302,7 +302,10 @@ class LiveView:
             self._copy.close()
 
     def _table(self) -> Table:
-        return step_table(self.progress, self.title, self.labels)
+        """The table, drawn under the lock: rich's refresh thread calls this while the build's
+        lines are being fed."""
+        with self._lock:
+            return step_table(self.progress, self.title, self.labels)
 
     def feed(self, line: str) -> None:
         """One line of BuildKit's output."""

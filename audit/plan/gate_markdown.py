@@ -96,10 +96,10 @@ def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
             f"**What this pull request changes** in {name}: {len(changes.rows)} package(s), "
             "base ref → head ref per stage"
         )
-        lines += [matrix_markdown(changes, title, MATRIX_ROWS), ""]
+        lines += [matrix_markdown(changes, title, MATRIX_ROWS).rstrip("\n"), ""]
     head = matrices.head
     title = f"**Stage matrix at the head ref**: {len(head.rows)} package(s) change across stages"
-    lines += [matrix_markdown(head, title, MATRIX_ROWS), ""]
+    lines += [matrix_markdown(head, title, MATRIX_ROWS).rstrip("\n"), ""]
     return lines
 
 

@@ -180,9 +180,9 @@ def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, st
 
 
 def _stage_of(image: str, finding: Finding) -> str | None:
-    stage = getattr(finding, "stage", None)
-    if isinstance(stage, str):
-        return stage
+    """The finding's stage; from ``where`` when it has none (``base`` for the base image)."""
+    if finding.stage is not None:
+        return finding.stage
     if not finding.where.startswith(f"{image} "):
         return None
     return finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
@@ -195,7 +195,7 @@ def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Dis
         return ""
     if old is None or now is None:
         return ADDED if old is None else REMOVED
-    changes = diff({name: old} if old else {}, {name: now} if now else {})
+    changes = diff({name: old}, {name: now})
     return changes[0].kind if changes else ""
 
 

@@ -5,6 +5,7 @@ clock, rich consoles writing to strings."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -145,3 +146,22 @@ def render(table: object) -> str:
     buffer = StringIO()
     Console(file=buffer, width=200, no_color=True).print(table)
     return buffer.getvalue()
+
+
+def test_a_live_copy_that_cannot_be_written_never_stops_the_build(tmp_path: Path) -> None:
+    out = StringIO()
+    with LiveView(pipe(out), "glm53", LABELS, log_path=tmp_path / "build.log",
+                  clock=Clock(), heartbeat=None) as view:  # fmt: skip
+        assert view._copy is not None
+        view._copy.close()
+        view._copy = FullDisk()
+        for line in LINES:
+            view.feed(line)
+    assert "[v2 1/1] error" in out.getvalue()
+
+
+class FullDisk(StringIO):
+    """A file whose every write fails the way a full disk makes it fail."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")

@@ -19,6 +19,7 @@ The guard prints ``LAYER-AUDIT-VIOLATION {json}`` lines, which arrive as vertex 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -310,12 +311,23 @@ class LiveView:
     def feed(self, line: str) -> None:
         """One line of BuildKit's output."""
         with self._lock:
-            if self._copy is not None:
-                self._copy.write(redact(line) + "\n")
-                self._copy.flush()
+            self._copy_line(line)
             changed = self.progress.feed(line)
             if changed and self._live is None:
                 self._print_steps()
+
+    def _copy_line(self, line: str) -> None:
+        """Append ``line``, redacted, to the live copy; a copy that fails (a full disk) is
+        dropped, never the build: the final log is written at the end regardless."""
+        if self._copy is None:
+            return
+        try:
+            self._copy.write(redact(line) + "\n")
+            self._copy.flush()
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._copy.close()
+            self._copy = None
 
     def tick(self) -> None:
         """On a pipe: when nothing was printed for ``heartbeat`` seconds, a line per running

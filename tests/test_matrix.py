@@ -218,3 +218,24 @@ def test_the_html_report_in_headless_chromium(root: Path, tmp_path: Path) -> Non
     assert (width, height) == (1100, 700)
     red = count_colour(shot.read_bytes(), DOWNGRADE_RGB)
     assert red > 200, "the downgraded cell is not visible in the screenshot"
+
+
+def test_an_override_is_marked_even_where_it_keeps_the_installed_version(root: Path) -> None:
+    """v3 re-pins nccl down on purpose; v2 keeps torch as installed (override) though the
+    layer's lock leaves it: both cells say override, and both rows lead the matrix."""
+    project = with_pins(v3={"rich": "14.0.0", "nvidia-nccl-cu13": "2.30.0"})
+    project.recipe = CUDA_RECIPE.replace(
+        'pip = "requirements/v3.in"\n',
+        'pip = "requirements/v3.in"\n  override = ["nvidia-nccl-cu13==2.30.0"]\n',
+    ).replace(
+        'pip = "requirements/v2.in"\n',
+        'pip = "requirements/v2.in"\n  override = ["torch==2.9.0+cu130"]\n',
+    )
+    write_project(root, project)
+    audit, matrix = matrix_of(root)
+    assert not audit.failed and any(f.rule == "override" for f in audit.findings)
+    rows = {row.package: row.cells for row in matrix.rows}
+    assert rows["nvidia-nccl-cu13"][-1] == Cell("2.30.0", "override")
+    assert rows["torch"][2] == Cell("2.9.0+cu130", "override")
+    assert {row.package for row in matrix.rows[:2]} == {"nvidia-nccl-cu13", "torch"}
+    assert "📌 **2.30.0** override" in matrix_markdown(matrix)

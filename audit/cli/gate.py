@@ -100,14 +100,15 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
-    report = gate_refs(
+    result = gate_refs(
         options.repo,
         options.base,
         options.head,
         today=date.today(),
         strict_waivers=options.strict_waivers,
     )
-    markdown = gate_markdown(report)
+    report = result.report
+    markdown = gate_markdown(report, result.matrices)
     _print(report, options.fmt, markdown)
     _write_files(report, options, markdown)
     return report_exit_code(report)

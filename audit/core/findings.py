@@ -6,7 +6,7 @@ inside images (see ``audit/inimage/guard.py``), so it must not import rich, jinj
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 # Severities, most serious first. "error" fails the job (exit 1); "warning" and "info" do not.
@@ -14,6 +14,7 @@ ERROR = "error"
 WARNING = "warning"
 INFO = "info"
 SEVERITIES = (ERROR, WARNING, INFO)
+LOCATION_KEYS = ("image", "stage", "layer")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Finding:
     ``waiver`` says which waiver allowed it and why (then severity is "info"), and
     ``waiver_index`` is that waiver's position in the policy (so a later layer knows it was
     spent); ``override`` rules report a declared ``--no-deps`` re-pin and what it breaks.
+    ``image``, ``stage`` and ``layer`` (1-based, within the stage) say in structured form
+    what ``where`` says for a human, where it is known (None otherwise).
     """
 
     rule: str
@@ -39,9 +42,22 @@ class Finding:
     hint: str = ""
     waiver: str | None = None
     waiver_index: int | None = None
+    image: str | None = None
+    stage: str | None = None
+    layer: int | None = None
+
+    def located(self, image: str, stage: str | None = None, layer: int | None = None) -> Finding:
+        """This finding with its structured location (``where`` is left as it is)."""
+        return replace(self, image=image, stage=stage, layer=layer)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field; the location fields only where known (a JSON key is never null for
+        them, so older readers and documents stay as they were)."""
+        data = asdict(self)
+        for key in LOCATION_KEYS:
+            if data[key] is None:
+                del data[key]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:

@@ -185,7 +185,8 @@ def run_stage_build(
     recipe: Recipe, build: StageBuild, env: Mapping[str, str], log: BuildLog
 ) -> None:
     log.lines.append(f"### {shlex.join(build.argv)}")
-    with LiveView(console.stderr, f"{recipe.name} {build.stage}", step_labels(recipe)) as view:
+    title, labels = f"{recipe.name} {build.stage}", step_labels(recipe)
+    with LiveView(console.stderr, title, labels, log_path=log.path) as view:
         done = process.stream(build.argv, view.feed, env=env, check=False, hint=CLIENT_HINT)
     log.lines.extend(done.lines)
     if done.returncode != 0:

@@ -23,18 +23,19 @@ from audit.plan.report import Report, Section, report_json, report_markdown
 FINDINGS_SUFFIX = ".findings.json"
 
 
-def _labels(recipe: Recipe, stage: str) -> dict[str, str]:
-    return {step.slug: step.label for step in recipe.steps(until=stage)}
-
-
 def trail_report(recipe: Recipe, stage: str, files: dict[str, bytes]) -> Report:
-    """One section per guarded layer up to ``stage``, in build order."""
-    labels = _labels(recipe, stage)
+    """One section per guarded layer up to ``stage``, in build order; each finding located
+    (image, stage, layer) by the layer whose trail file it came from."""
+    steps = {step.slug: step for step in recipe.steps(until=stage)}
     sections = []
-    for slug in [s for s in labels if f"{s}{FINDINGS_SUFFIX}" in files]:
+    for slug in [s for s in steps if f"{s}{FINDINGS_SUFFIX}" in files]:
         document: dict[str, Any] = json.loads(files[f"{slug}{FINDINGS_SUFFIX}"])
-        findings = tuple(Finding.from_json(item) for item in document["findings"])
-        title = f"{labels[slug]} (compared with {document.get('compared_with', '?')})"
+        step = steps[slug]
+        findings = tuple(
+            Finding.from_json(item).located(recipe.name, step.stage.name, step.position)
+            for item in document["findings"]
+        )
+        title = f"{step.label} (compared with {document.get('compared_with', '?')})"
         sections.append(Section(title, findings))
     return Report(f"{recipe.name} {stage}: audit trail", tuple(sections))
 

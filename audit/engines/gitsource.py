@@ -30,8 +30,7 @@ from pathlib import Path, PurePosixPath
 from audit.core.errors import GitError
 from audit.core.redact import public_source_url
 from audit.engines import process as commands
-from audit.plan.gate import gate
-from audit.plan.report import Report
+from audit.plan.gate import GateResult, gate_result
 
 # Blobs larger than this are left out of folder prefetches and read only when asked for.
 PREFETCH_LIMIT = 8 * 1024 * 1024
@@ -248,12 +247,13 @@ def _blob_id(data: bytes, hex_length: int) -> str:
 
 def gate_refs(
     repo: Path, base_ref: str, head_ref: str, *, today: date, strict_waivers: bool = False
-) -> Report:
-    """The dependency gate between two refs of ``repo``, read straight from git (no checkout)."""
+) -> GateResult:
+    """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
+    its report and every image's stage matrices."""
     base = GitSource(repo, base_ref)
     head = GitSource(repo, head_ref)
     title = f"dependency gate: {_label(base)} → {_label(head)}"
-    return gate(base, head, today=today, title=title, strict_waivers=strict_waivers)
+    return gate_result(base, head, today=today, title=title, strict_waivers=strict_waivers)
 
 
 def _label(source: GitSource) -> str:

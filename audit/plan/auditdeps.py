@@ -120,8 +120,9 @@ def _layer_section(
 ) -> Section:
     """The findings of one pip layer, under a title that names the stage and the layer."""
     where = step_where(recipe, predicted)
-    findings = judge.judge(predicted.step, predicted.before, predicted.after, where)
     step = predicted.step
+    found = judge.judge(step, predicted.before, predicted.after, where)
+    findings = [f.located(recipe.name, step.stage.name, step.position) for f in found]
     label = step.label.removeprefix(f"{step.stage.name} ")
     return Section(f"{title}: {label}", tuple(findings))
 
@@ -136,7 +137,9 @@ def _base_findings(
     where = f"{recipe.name} base ({recipe.base_ref})"
     still = {(f.rule, f.package) for f in check_state(final, recipe.policy, where=where)}
     return [
-        f for f in check_state(base, recipe.policy, where=where) if (f.rule, f.package) in still
+        f.located(recipe.name)
+        for f in check_state(base, recipe.policy, where=where)
+        if (f.rule, f.package) in still
     ]
 
 
@@ -150,12 +153,14 @@ def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
             f"on a machine that has {recipe.base_ref} (docker pull or docker load it): "
             f"nox -s lock -- {recipe.name} --record-base, then commit locks/{recipe.name}/"
         )
-        findings.append(_lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record))
+        missing = _lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record)
+        findings.append(missing.located(recipe.name))
     for state in survey.states:
         if state.status != "fresh":
             rule = MISSING_LOCK if state.status == "missing" else STALE_LOCK
             where = f"{recipe.name} {state.step.label}"
-            findings.append(_lock_finding(rule, state.relpath, state.reason, where, hint))
+            found = _lock_finding(rule, state.relpath, state.reason, where, hint)
+            findings.append(found.located(recipe.name, state.step.stage.name, state.step.position))
     return findings
 
 

@@ -10,6 +10,11 @@ attributed to the head layer that installs the new version. The verdict comes fr
 policy and waivers; waivers the pull request adds are listed and marked on what they allow.
 Locks must be fresh at the head (the ``lock --check`` logic), and a re-recorded base image gets
 its own section. Pure given the two sources: no Docker, no network, no checkout.
+
+:func:`gate_result` also returns two stage matrices per image for the Markdown to lead with:
+the head ref's packages x stages (the policy applied layer by layer, as audit-deps does, so
+overrides and waivers are marked), and what the pull request changes per stage (base ref
+against head ref).
 """
 
 from __future__ import annotations
@@ -23,12 +28,20 @@ from types import MappingProxyType
 from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
-from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
+from audit.core.verdict import CHANGE_RULES, Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
+from audit.plan.matrix import (
+    StageMatrix,
+    change_matrix,
+    columns_matrix,
+    declared_marks,
+    finding_marks,
+)
 from audit.plan.predict import (
     Installed,
     PredictedStep,
+    StepJudge,
     base_environment,
     base_markers,
     declared_overrides,
@@ -48,6 +61,7 @@ RUN_LAYER_RULE = "run-layer-changed"
 NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
 STALE_BASE_RULE = "stale-base"
+OVERRIDE_RULE = "override"
 EMPTY: Installed = MappingProxyType({})
 
 FindingKey = tuple[str, str, str | None, str | None]
@@ -83,6 +97,24 @@ class Side:
 ABSENT = Side(None, None, EMPTY, (), MappingProxyType({}))
 
 
+@dataclass(frozen=True)
+class ImageMatrices:
+    """One image's matrices: ``head`` (packages x base, v1 … vN at the head ref) and
+    ``changes`` (per stage, base ref -> head ref; None for an image the pull request adds)."""
+
+    image: str
+    head: StageMatrix
+    changes: StageMatrix | None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's report and, per image the head ref has, its matrices (in image order)."""
+
+    report: Report
+    matrices: tuple[ImageMatrices, ...]
+
+
 def section_title(image: str, part: str) -> str:
     return f"{image}{TITLE_SEPARATOR}{part}"
 
@@ -100,6 +132,18 @@ def gate(
     title: str = "dependency gate",
     strict_waivers: bool = False,
 ) -> Report:
+    """Compare every image at ``base`` with ``head`` (:func:`gate_result`'s report)."""
+    return gate_result(base, head, today=today, title=title, strict_waivers=strict_waivers).report
+
+
+def gate_result(
+    base: Source,
+    head: Source,
+    *,
+    today: date,
+    title: str = "dependency gate",
+    strict_waivers: bool = False,
+) -> GateResult:
     """Compare every image at ``base`` with ``head``; the verdict follows the head's policy.
 
     Waivers the pull request adds or widens come first (every image's, before anything else)
@@ -109,13 +153,16 @@ def gate(
     old = {recipe.name: recipe for recipe in load_all(base)}
     new = {recipe.name: recipe for recipe in load_all(head)}
     sections: list[Section] = []
+    matrices: list[ImageMatrices] = []
     for name in sorted(set(old) | set(new)):
-        sections += image_sections(
+        found, matrix = _image(
             name, old.get(name), new.get(name), base, head, today=today, strict=strict_waivers
         )
+        sections += found
+        matrices += [matrix] if matrix else []
     waivers = [section for section in sections if is_waiver_section(section)]
     rest = [section for section in sections if not is_waiver_section(section)]
-    return Report(title, (*waivers, *rest))
+    return GateResult(Report(title, (*waivers, *rest)), tuple(matrices))
 
 
 def is_waiver_section(section: Section) -> bool:
@@ -133,8 +180,22 @@ def image_sections(
     strict: bool = False,
 ) -> list[Section]:
     """Everything the gate says about one image; empty sections are left out."""
+    return _image(name, old, new, base, head, today=today, strict=strict)[0]
+
+
+def _image(
+    name: str,
+    old: Recipe | None,
+    new: Recipe | None,
+    base: Source,
+    head: Source,
+    *,
+    today: date,
+    strict: bool = False,
+) -> tuple[list[Section], ImageMatrices | None]:
+    """:func:`image_sections` and the image's matrices (None when the head removes it)."""
     if new is None:
-        return [_removed_image(name)]
+        return [_removed_image(name)], None
     old_side = read_side(base, old) if old else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
@@ -146,7 +207,45 @@ def image_sections(
         base_section,
         *_stage_sections(name, old_side, new_side, base_keys, today),
     ]
-    return [_mark_added(section, added) for section in sections if section.findings]
+    kept = [_mark_added(section, added) for section in sections if section.findings]
+    found = tuple(finding for section in kept for finding in section.findings)
+    return kept, image_matrices(name, old_side if old else None, new_side, found, today)
+
+
+def image_matrices(
+    name: str, old: Side | None, new: Side, found: tuple[Finding, ...], today: date
+) -> ImageMatrices:
+    """The head's stage matrix and, when the base ref has the image, the change matrix marked
+    with the gate's own findings."""
+    head = columns_matrix(name, _columns(new), head_marks(name, new, today))
+    if old is None:
+        return ImageMatrices(name, head, None)
+    changes = change_matrix(name, _columns(old), _columns(new), finding_marks(name, found))
+    return ImageMatrices(name, head, changes)
+
+
+def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]:
+    """(stage, package) marks of the head's own progression: every package a layer re-pins on
+    purpose is ``override``; with waivers in the policy, each layer is judged as audit-deps
+    judges it and what a waiver allowed is ``waived`` (no waiver: nothing to judge, which
+    keeps the gate fast)."""
+    assert side.recipe is not None
+    marks = declared_marks(side.steps)
+    if not side.recipe.policy.waivers:
+        return marks
+    judge = StepJudge(side.recipe, today, side.markers)
+    judged = [
+        finding
+        for p in side.steps
+        if p.before is not p.after  # a layer without a lock changes nothing predictable
+        for finding in judge.judge(p.step, p.before, p.after, f"{name} {p.step.label}")
+    ]
+    return {**marks, **finding_marks(name, judged)}
+
+
+def _columns(side: Side) -> dict[str, Installed]:
+    """``base`` then each stage's shipped environment."""
+    return {"base": side.base_env, **side.stages}
 
 
 def read_side(source: Source, recipe: Recipe) -> Side:
@@ -194,7 +293,9 @@ def lock_findings(new: Side, old: Side) -> list[Finding]:
     hint = f"recompile the locks and commit them: nox -s lock -- {new.recipe.name}"
     before = _unfresh(old.lock_states)
     return [
-        _lock_finding(new.recipe, state, hint, key in before)
+        _lock_finding(new.recipe, state, hint, key in before).located(
+            new.recipe.name, state.step.stage.name, state.step.position
+        )
         for key, state in _unfresh(new.lock_states).items()
     ]
 
@@ -223,7 +324,7 @@ def _lock_finding(recipe: Recipe, state: LockState, hint: str, preexisting: bool
 
 def _removed_image(name: str) -> Section:
     message = f"images/{name} is removed by this pull request: its stages are no longer built"
-    finding = Finding("image-removed", INFO, "", None, None, message, where=name)
+    finding = Finding("image-removed", INFO, "", None, None, message, where=name).located(name)
     return Section(section_title(name, "image removed"), (finding,))
 
 
@@ -236,11 +337,13 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
         return Section(title, ()), set()
     stale = _stale_base(name, new)
     if stale is not None:  # the snapshot is of another image: predicting from it means nothing
-        return Section(title, (_base_identity(old, new, f"{name} base image"), stale)), set()
+        pair = (_base_identity(old, new, f"{name} base image"), stale)
+        return Section(title, tuple(f.located(name) for f in pair)), set()
     where = f"{name} base image"
     found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
     identity = _base_identity(old, new, where)
-    return Section(title, (identity, *found)), {finding_key(f) for f in found}
+    located = tuple(f.located(name) for f in (identity, *found))
+    return Section(title, located), {finding_key(f) for f in found}
 
 
 def _stale_base(name: str, side: Side) -> Finding | None:
@@ -295,11 +398,22 @@ def _stage_sections(
             markers=new.markers,
         )
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
-        seen = {finding_key(f) for f in found}
+        fresh = [f if f.layer else f.located(name, stage.name) for f in fresh]
+        seen = _seen_keys(found)
         runs = run_layer_findings(name, old.recipe, new.recipe, stage)
         sections.append(Section(section_title(name, stage.name), (*runs, *fresh)))
     sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
     return sections
+
+
+def _seen_keys(found: list[Finding]) -> set[FindingKey]:
+    """The keys of ``found``; an override's also under every change rule, so that a re-pin an
+    earlier stage declared is not reported again as a downgrade by the stages after it."""
+    keys = {finding_key(f) for f in found}
+    for f in found:
+        if f.rule == OVERRIDE_RULE:
+            keys |= {(rule, f.package, f.before, f.after) for rule in CHANGE_RULES}
+    return keys
 
 
 def _overridden_in(side: Side, stage: Stage) -> tuple[str, ...]:
@@ -342,7 +456,7 @@ def _run_finding(name: str, step: Step) -> Finding:
         f"{NOT_PREDICTABLE}: {step.layer.command}",
         where=f"{name} {step.label}",
         hint="build the image (nox -s build-image) to see what this command changes",
-    )
+    ).located(name, step.stage.name, step.position)
 
 
 def finding_key(finding: Finding) -> FindingKey:
@@ -357,8 +471,10 @@ def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
     for predicted in reversed(side.steps):
         if predicted.step.stage is stage and _moves(predicted, finding.package):
             assert side.recipe is not None
-            where = f"{side.recipe.name} {predicted.step.label}"
-            return dataclasses.replace(finding, where=where)
+            step = predicted.step
+            where = f"{side.recipe.name} {step.label}"
+            located = finding.located(side.recipe.name, step.stage.name, step.position)
+            return dataclasses.replace(located, where=where)
     return finding
 
 
@@ -377,6 +493,7 @@ def _dropped_stages(old: Side, new: Side) -> list[Stage]:
 def _removed_stage(name: str, stage: Stage) -> Section:
     message = f"stage {stage.name} is removed by this pull request"
     finding = Finding("stage-removed", INFO, "", None, None, message, where=f"{name} {stage.name}")
+    finding = finding.located(name, stage.name)
     return Section(section_title(name, stage.name), (finding,))
 
 
@@ -410,7 +527,7 @@ def _waiver_findings(
                 message,
                 where=f"{name} policy",
                 hint=hint,
-            )
+            ).located(name)
         )
     return findings
 

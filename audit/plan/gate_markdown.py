@@ -4,29 +4,38 @@ A reviewer reads the verdict, then per image what moved, downgrades and other fa
 with the stage and layer that did it; routine changes (upgrades, additions) and the fixes fold
 into ``<details>`` so a long list never buries a failure. Text from recipes is escaped: a cell
 never breaks the table or injects HTML.
+
+Each image's part leads with its stage matrices (:mod:`audit.plan.matrix`), when the gate made
+them: what the pull request changes per stage (base ref -> head ref), then the packages x
+stages at the head ref; only rows that change, folded into ``<details>`` when long.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.redact import redact
-from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, image_of
+from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, ImageMatrices, image_of
+from audit.plan.matrix import matrix_markdown
 from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
 
 CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
+MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
 
 
-def gate_markdown(report: Report) -> str:
+def gate_markdown(report: Report, matrices: Iterable[ImageMatrices] = ()) -> str:
     """The whole comment: heading, one-line verdict, the waivers that need owner review, then
-    a part per image (in the report's order, each image once)."""
+    a part per image (in the report's order, each image once), led by its matrices."""
     lines = [f"## {_escape(report.title)}", "", _verdict(report), ""]
     lines += _owner_review(report)
     by_image: dict[str, list[Finding]] = {}
     for section in report.sections:
         by_image.setdefault(image_of(section), []).extend(section.findings)
+    tables = {matrix.image: matrix for matrix in matrices}
     for image, findings in by_image.items():
-        lines += _image_part(image, tuple(findings))
+        lines += _image_part(image, tuple(findings), tables.get(image))
     if not report.sections:
         lines += ["No image's dependencies change.", ""]
     return redact("\n".join(lines).rstrip("\n") + "\n")
@@ -56,11 +65,13 @@ def _verdict(report: Report) -> str:
     return f"**✅ PASS**: no dependency change breaks the policy ({tally})."
 
 
-def _image_part(image: str, findings: tuple[Finding, ...]) -> list[str]:
+def _image_part(
+    image: str, findings: tuple[Finding, ...], matrices: ImageMatrices | None = None
+) -> list[str]:
     rows = ordered(tuple(f for f in findings if f.rule != BASE_IMAGE_RULE))
     important = [f for f in rows if _must_read(f)]
     routine = [f for f in rows if not _must_read(f)]
-    lines = [f"### `{_escape(image)}`", ""]
+    lines = [f"### `{_escape(image)}`", "", *_matrices(image, matrices)]
     lines += [
         f"**Base image:** {_escape(f.message)}\n" for f in findings if f.rule == BASE_IMAGE_RULE
     ]
@@ -71,6 +82,25 @@ def _image_part(image: str, findings: tuple[Finding, ...]) -> list[str]:
     elif routine:
         lines += [*HEADER, *(_row(image, f) for f in routine), ""]
     return lines + _fixes(important)
+
+
+def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
+    """The change matrix (base ref -> head ref per stage), then the head's stage matrix."""
+    if matrices is None:
+        return []
+    name = f"`{_escape(image)}`"
+    lines: list[str] = []
+    changes = matrices.changes
+    if changes is not None and changes.rows:
+        title = (
+            f"**What this pull request changes** in {name}: {len(changes.rows)} package(s), "
+            "base ref → head ref per stage"
+        )
+        lines += [matrix_markdown(changes, title, MATRIX_ROWS).rstrip("\n"), ""]
+    head = matrices.head
+    title = f"**Stage matrix at the head ref**: {len(head.rows)} package(s) change across stages"
+    lines += [matrix_markdown(head, title, MATRIX_ROWS).rstrip("\n"), ""]
+    return lines
 
 
 def _must_read(finding: Finding) -> bool:

@@ -3,7 +3,11 @@
 Built from a recipe's predicted steps (:class:`audit.plan.auditdeps.RecipeAudit`): a column is
 the environment after the stage's last layer, the base column the environment before the first.
 A cell's kind is the change from the column before it (added, removed, upgraded, downgraded,
-variant, rebuilt), or ``waived`` when a waiver allowed that package's finding in that stage.
+variant, rebuilt), ``override`` when a layer of that stage re-pins the package on purpose (a
+finding of rule ``override``: shown even when the re-pin keeps the installed version), or
+``waived`` when a waiver allowed that package's finding in that stage (waived wins).
+:func:`change_matrix` is the other matrix the gate shows: per stage, the environment it ships at
+the pull request's base ref against the head ref (each changed cell says ``old → new``).
 Rendered three ways: a rich table, Markdown (folded when long) and a self-contained HTML page
 (inline CSS, no script, no external asset: a Content-Security-Policy forbids every load).
 Invariants: pure (no I/O); the same audit renders the same bytes; every text is escaped.
@@ -18,20 +22,23 @@ from dataclasses import dataclass
 from rich.markup import escape
 from rich.table import Table
 
-from audit.core.diff import diff
+from audit.core.diff import ADDED, REMOVED, diff
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
+from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
 
 WAIVED = "waived"
-ALARM = ("downgraded", "removed", "variant", "waived", "rebuilt", "unparsable")
+OVERRIDE = "override"
+ALARM = ("downgraded", "removed", "variant", "override", "waived", "rebuilt", "unparsable")
 STYLES = {
     "added": "green",
     "upgraded": "cyan",
     "downgraded": "bold red",
     "removed": "bold red",
     "variant": "bold magenta",
+    "override": "bold blue",
     "rebuilt": "yellow",
     "waived": "yellow",
     "unparsable": "yellow",
@@ -42,6 +49,7 @@ MARKDOWN_MARK = {
     "downgraded": "🔻 ",
     "removed": "❌ ",
     "variant": "🟣 ",
+    "override": "📌 ",
     "rebuilt": "🟡 ",
     "waived": "⚪ ",
     "unparsable": "❔ ",
@@ -51,8 +59,21 @@ FOLD_AFTER = 15  # Markdown matrices with more rows fold into <details>
 
 @dataclass(frozen=True)
 class Cell:
+    """One package in one column. In a change matrix (``compared``) ``before`` is the version
+    the base ref ships in that stage; a changed cell then reads ``before → version``."""
+
     version: str | None  # None: not installed in this column
-    kind: str = ""  # "" when unchanged from the column before
+    kind: str = ""  # "" when unchanged from the column before (or from the base ref)
+    before: str | None = None
+    compared: bool = False
+
+    @property
+    def text(self) -> str:
+        """``2.30.1``, ``—`` when absent, ``2.30.1 → 2.29.7`` for a changed compared cell."""
+        now = self.version or "—"
+        if self.compared and self.kind and self.before != self.version:
+            return f"{self.before or '—'} → {now}"
+        return now
 
 
 @dataclass(frozen=True)
@@ -76,18 +97,50 @@ class StageMatrix:
     rows: tuple[Row, ...]  # alarming rows first, then by name
 
 
+Marks = Mapping[tuple[str, str], str]  # (column, package) -> "override" | "waived"
+
+
 def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
     """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
-    columns = _columns(audit)
+    marks = {**declared_marks(audit.steps), **finding_marks(audit.recipe.name, audit.findings)}
+    return columns_matrix(audit.recipe.name, _columns(audit), marks, all_rows=all_rows)
+
+
+def columns_matrix(
+    image: str,
+    columns: Mapping[str, Mapping[str, Distribution]],
+    marks: Marks,
+    *,
+    all_rows: bool = False,
+) -> StageMatrix:
+    """Packages x ``columns`` (in order: each cell compared with the column before it)."""
     names = sorted({name for env in columns.values() for name in env})
-    waived = _waived(audit.recipe.name, audit.findings)
-    rows = []
-    for name in names:
-        row = _row(name, columns, waived)
-        if all_rows or row.changes:
-            rows.append(row)
-    rows.sort(key=lambda row: (not row.alarming, row.package))
-    return StageMatrix(audit.recipe.name, tuple(columns), tuple(rows))
+    rows = [_row(name, columns, marks) for name in names]
+    return _matrix(image, tuple(columns), rows, all_rows)
+
+
+def change_matrix(
+    image: str,
+    old: Mapping[str, Mapping[str, Distribution]],
+    new: Mapping[str, Mapping[str, Distribution]],
+    marks: Marks,
+    *,
+    all_rows: bool = False,
+) -> StageMatrix:
+    """What a pull request changes: per column of ``new`` (base, v1 … vN at the head ref), the
+    same column at the base ref against it; a column the base ref lacks compares with the
+    base ref's last column (a new stage extends the last one)."""
+    last: Mapping[str, Distribution] = list(old.values())[-1] if old else {}
+    pairs = {column: (old.get(column, last), env) for column, env in new.items()}
+    names = sorted({name for pair in pairs.values() for env in pair for name in env})
+    rows = [_compared_row(name, pairs, marks) for name in names]
+    return _matrix(image, tuple(new), rows, all_rows)
+
+
+def _matrix(image: str, columns: tuple[str, ...], rows: list[Row], all_rows: bool) -> StageMatrix:
+    kept = [row for row in rows if all_rows or row.changes]
+    kept.sort(key=lambda row: (not row.alarming, row.package))
+    return StageMatrix(image, columns, tuple(kept))
 
 
 def _columns(audit: RecipeAudit) -> dict[str, Mapping[str, Distribution]]:
@@ -100,31 +153,87 @@ def _columns(audit: RecipeAudit) -> dict[str, Mapping[str, Distribution]]:
     return columns
 
 
-def _waived(image: str, findings: Iterable[Finding]) -> set[tuple[str, str]]:
-    """(stage, package) pairs whose finding a waiver allowed."""
-    pairs = set()
+def declared_marks(steps: Iterable[PredictedStep]) -> dict[tuple[str, str], str]:
+    """(stage, package) -> ``override`` for every package a layer of that stage re-pins on
+    purpose (its ``override`` names; every package a ``no_deps`` layer moves)."""
+    return {
+        (p.step.stage.name, package): OVERRIDE
+        for p in steps
+        for package in declared_overrides(p.step, p.after, p.before)
+    }
+
+
+def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
+    """(stage, package) -> ``override`` for a declared re-pin, ``waived`` (which wins) for a
+    finding a waiver allowed; the stage is read from the finding's ``stage``, else its
+    ``where`` (``"<image> <stage> ..."``)."""
+    marks: dict[tuple[str, str], str] = {}
     for finding in findings:
-        if finding.waiver and finding.where.startswith(f"{image} "):
-            stage = finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
-            pairs.add((stage, finding.package))
-    return pairs
+        stage = _stage_of(image, finding)
+        if stage is None or not finding.package:
+            continue
+        if finding.waiver:
+            marks[(stage, finding.package)] = WAIVED
+        elif finding.rule == OVERRIDE:
+            marks.setdefault((stage, finding.package), OVERRIDE)
+    return marks
 
 
-def _row(
-    name: str, columns: Mapping[str, Mapping[str, Distribution]], waived: set[tuple[str, str]]
-) -> Row:
+def _stage_of(image: str, finding: Finding) -> str | None:
+    """The finding's stage; from ``where`` when it has none (``base`` for the base image)."""
+    if finding.stage is not None:
+        return finding.stage
+    if not finding.where.startswith(f"{image} "):
+        return None
+    return finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
+
+
+def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> str:
+    """The change kind of ``name`` from ``before`` to ``after`` ("" when none)."""
+    old, now = before.get(name), after.get(name)
+    if old is now or old == now:  # the common cases, without parsing a version
+        return ""
+    if old is None or now is None:
+        return ADDED if old is None else REMOVED
+    changes = diff({name: old}, {name: now})
+    return changes[0].kind if changes else ""
+
+
+def _marked(kind: str, mark: str | None) -> str:
+    """A mark replaces the change's kind; ``override`` shows even on an unchanged cell."""
+    if mark == OVERRIDE or (mark == WAIVED and kind):
+        return mark
+    return kind
+
+
+def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Marks) -> Row:
     cells = []
     previous: Mapping[str, Distribution] = {}
     for index, (column, env) in enumerate(columns.items()):
         now = env.get(name)
-        kind = ""
-        if index:
-            before = {name: previous[name]} if name in previous else {}
-            changes = diff(before, {name: now} if now else {})
-            kind = changes[0].kind if changes else ""
-            kind = WAIVED if kind and (column, name) in waived else kind
+        kind = _marked(_kind(name, previous, env), marks.get((column, name))) if index else ""
         cells.append(Cell(now.version if now else None, kind))
         previous = env
+    return Row(name, tuple(cells))
+
+
+def _compared_row(
+    name: str,
+    pairs: Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]],
+    marks: Marks,
+) -> Row:
+    """A change matrix row: a cell is marked only where its (base ref, head ref) pair first
+    differs from the column before it (a v1 change that v2…vN inherit is marked once, in v1,
+    as the gate reports it)."""
+    cells: list[Cell] = []
+    previous: tuple[str | None, str | None] = (None, None)
+    for column, (old, new) in pairs.items():
+        was, now = old.get(name), new.get(name)
+        pair = (was.version if was else None, now.version if now else None)
+        kind = _kind(name, old, new) if pair != previous or not cells else ""
+        kind = _marked(kind, marks.get((column, name))) if kind else ""
+        cells.append(Cell(pair[1], kind, pair[0], compared=True))
+        previous = pair
     return Row(name, tuple(cells))
 
 
@@ -145,7 +254,7 @@ def matrix_table(matrix: StageMatrix) -> Table:
 
 
 def _rich_cell(cell: Cell) -> str:
-    text = escape(cell.version or "—")
+    text = escape(cell.text)
     if not cell.kind:
         return f"[dim]{text}[/]"
     return f"[{STYLES.get(cell.kind, 'bold')}]{text} {cell.kind}[/]"
@@ -154,20 +263,36 @@ def _rich_cell(cell: Cell) -> str:
 # --- Markdown -------------------------------------------------------------------------------
 
 
-def matrix_markdown(matrix: StageMatrix) -> str:
-    """A Markdown table (GitHub): versions, a mark and a word per change; folded when long."""
+def matrix_markdown(
+    matrix: StageMatrix, title: str | None = None, max_rows: int | None = None
+) -> str:
+    """A Markdown table (GitHub): versions, a mark and a word per change; folded when long.
+
+    ``title`` (Markdown, already escaped) replaces the default "<image>: N package(s) change
+    across stages". ``max_rows`` keeps the first rows (alarming rows lead) and says how many
+    were left out: a pull-request comment or job summary has a size limit.
+    """
     header = ["package", *matrix.columns]
     lines = [
         "| " + " | ".join(_md(text) for text in header) + " |",
         "| " + " | ".join("---" for _ in header) + " |",
     ]
-    for row in matrix.rows:
+    shown = matrix.rows if max_rows is None else matrix.rows[:max_rows]
+    for row in shown:
         cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
         lines.append("| " + " | ".join(cells) + " |")
-    title = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
+    default = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
+    title = title or default
     if not matrix.rows:
         return f"{title}\n"
-    table = "\n".join(lines)
+    left = len(matrix.rows) - len(shown)
+    more = (
+        f"\n\n… and {left} more package(s): the most alarming come first; "
+        f"`layer-audit audit-deps {_md(matrix.image)} --format html` shows every row"
+        if left
+        else ""
+    )
+    table = "\n".join(lines) + more
     if len(matrix.rows) > FOLD_AFTER:
         return f"<details><summary>{title}</summary>\n\n{table}\n\n</details>\n"
     return f"{title}\n\n{table}\n"
@@ -178,7 +303,7 @@ def _md(text: str) -> str:
 
 
 def _md_cell(cell: Cell) -> str:
-    text = _md(cell.version or "—")
+    text = _md(cell.text)
     if not cell.kind:
         return text
     bold = "**" if cell.kind in ALARM else ""
@@ -199,6 +324,7 @@ td.same { color: #8c959f; }
 .added { background: #dafbe1; } .upgraded { background: #ddf4ff; }
 .downgraded, .removed { background: #ffcecb; font-weight: bold; }
 .variant { background: #fbefff; font-weight: bold; }
+.override { background: #ddebff; font-weight: bold; }
 .rebuilt, .waived, .unparsable { background: #fff8c5; }
 table.findings td { white-space: normal; font-family: system-ui, sans-serif; }
 .kind { font-size: 11px; color: #57606a; margin-left: 6px; font-family: system-ui, sans-serif; }
@@ -234,7 +360,16 @@ def _h(text: str) -> str:
 
 
 def _legend() -> str:
-    kinds = ["added", "upgraded", "downgraded", "removed", "variant", "rebuilt", "waived"]
+    kinds = [
+        "added",
+        "upgraded",
+        "downgraded",
+        "removed",
+        "variant",
+        "override",
+        "rebuilt",
+        "waived",
+    ]
     spans = "".join(f'<span class="{k}">{k}</span>' for k in kinds)
     return f'<p class="legend">{spans}</p>'
 
@@ -256,7 +391,7 @@ def _html_matrix(matrix: StageMatrix) -> list[str]:
 
 
 def _html_cell(cell: Cell) -> str:
-    text = _h(cell.version or "—")
+    text = _h(cell.text)
     if not cell.kind:
         return f'<td class="same">{text}</td>'
     return f'<td class="{_h(cell.kind)}">{text}<span class="kind">{_h(cell.kind)}</span></td>'

@@ -6,7 +6,8 @@ Host only (uses rich). JSON schema ``layer-audit.report/1``::
      "counts": {"error": n, "warning": n, "info": n},
      "sections": [{"title": str, "counts": {...}, "findings": [Finding.to_json(), ...]}]}
 
-Each finding has the keys rule, severity, package, before, after, message, where, hint, waiver.
+Each finding has the keys rule, severity, package, before, after, message, where, hint, waiver,
+waiver_index, and where known image, stage and layer (``audit/schemas/report.schema.json``).
 """
 
 from __future__ import annotations

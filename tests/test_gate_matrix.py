@@ -1,0 +1,106 @@
+"""The gate's Markdown leads with stage matrices, on real git repositories: what the pull
+request changes per stage (base ref -> head ref) and the head's packages x stages, with
+overrides and waivers marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audit.core.errors import EXIT_OK, EXIT_VIOLATION
+from audit.engines.gitsource import GitSource
+from audit.plan.gate import gate_result
+from audit.plan.matrix import Cell
+from tests.test_gate import (
+    RECIPE,
+    TODAY,
+    WAIVER,
+    Project,
+    findings,
+    propose,
+    repo,
+    run_gate,
+)
+
+__all__ = ["repo"]  # the fixture, shared with tests/test_gate.py
+
+OVERRIDE_RECIPE = RECIPE.replace(
+    'pip = "requirements/v1.in"\n', 'pip = "requirements/v1.in"\n  override = ["alpha==1.0"]\n', 1
+)
+DOWNGRADE = {"v1": {"alpha": "1.0", "beta": "1.0"}, "v2": {"gamma": "3.0"}}
+
+
+def propose_recipe(repo: Path, project: Project, recipe: str) -> None:
+    """Commit ``project`` with ``recipe`` as its image.toml on the pull-request branch."""
+    from tests import test_gate
+
+    saved = test_gate.RECIPE
+    test_gate.RECIPE = recipe
+    try:
+        propose(repo, project)
+    finally:
+        test_gate.RECIPE = saved
+
+
+def test_the_markdown_leads_each_image_with_its_matrices(repo: Path, tmp_path: Path) -> None:
+    propose(repo, Project(pins=DOWNGRADE))
+    code, markdown, _ = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    part = markdown.split("### `demo`", 1)[1]
+    changes = part.index("**What this pull request changes** in `demo`: 1 package(s)")
+    head = part.index("**Stage matrix at the head ref**")
+    findings = part.index("| ❌ | downgraded | `alpha`")
+    assert changes < head < findings
+    assert "| package | base | v1 | v2 |" in part
+    # per stage: the base ref's version -> the head's, marked where it first shows (v1)
+    assert "| `alpha` | — | 🔻 **2.0 → 1.0** downgraded | 1.0 |" in part
+    # at the head, alpha arrives in v1 and stays
+    assert "| `alpha` | — | 🟢 1.0 added | 1.0 |" in part
+
+
+def test_the_matrices_mark_an_override_and_a_waiver(repo: Path) -> None:
+    propose_recipe(repo, Project(pins=DOWNGRADE), OVERRIDE_RECIPE)
+    result = gate_result(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    assert not result.report.failed  # an override is a warning, not a downgrade
+    [matrices] = result.matrices
+    assert matrices.changes is not None
+    changed = {row.package: row.cells for row in matrices.changes.rows}
+    assert changed["alpha"][1] == Cell("1.0", "override", "2.0", compared=True)
+    head = {row.package: row.cells for row in matrices.head.rows}
+    assert head["alpha"][1] == Cell("1.0", "override")
+    assert matrices.head.rows[0].package == "alpha"  # alarming rows lead
+
+    propose(repo, Project(pins=DOWNGRADE, policy=WAIVER))
+    waived = gate_result(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    assert waived.matrices[0].changes is not None
+    [alpha] = [row for row in waived.matrices[0].changes.rows if row.package == "alpha"]
+    assert alpha.cells[1].kind == "waived" and alpha.cells[1].text == "2.0 → 1.0"
+
+
+def test_markdown_shows_the_override_and_folds_long_matrices(repo: Path, tmp_path: Path) -> None:
+    many = {f"pkg-{n:02d}": "1.0" for n in range(20)}
+    propose_recipe(repo, Project(pins={**DOWNGRADE, "v2": {"gamma": "3.0", **many}}),
+                   OVERRIDE_RECIPE)  # fmt: skip
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    assert "📌 **2.0 → 1.0** override" in markdown
+    assert "<details><summary>**What this pull request changes** in `demo`: 21" in markdown
+    [override] = findings(report, "override")
+    assert override["package"] == "alpha"
+
+
+def test_a_huge_matrix_is_cut_with_its_alarming_rows_kept(repo: Path, tmp_path: Path) -> None:
+    many = {f"pkg-{n:03d}": "1.0" for n in range(80)}
+    propose(repo, Project(pins={**DOWNGRADE, "v2": {"gamma": "3.0", **many}}))
+    _, markdown, _ = run_gate(repo, tmp_path)
+    changes = markdown.split("**What this pull request changes**", 1)[1].split("</details>")[0]
+    assert changes.count("\n| `") == 60 and "| `alpha` |" in changes
+    assert "… and 21 more package(s)" in changes
+
+
+def test_an_unchanged_image_gets_no_matrix_noise(repo: Path, tmp_path: Path) -> None:
+    from tests.test_gitsource import commit_files
+
+    commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "an unrelated change")
+    code, markdown, _ = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    assert "Stage matrix" not in markdown and "No image's dependencies change." in markdown

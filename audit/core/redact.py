@@ -3,7 +3,8 @@
 :func:`redact` takes any text (an error message, a log line, a label value, a report) and
 returns it with the secrets it may carry taken out:
 
-- the userinfo of every URL (``https://ci-token:SECRET@host/x`` becomes ``https://host/x``);
+- the userinfo of every URL (a user and token before the ``@`` of ``https://…@host/x``: the
+  URL becomes ``https://host/x``);
 - known token shapes: GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
   GitLab (``glpat-``), ``Bearer …`` and ``Authorization: …`` values;
 - the values of secret-looking query parameters (``password=``, ``token=``, ``access_token=`` …)
@@ -70,7 +71,7 @@ _SCP_LIKE = re.compile(r"^(?:[^@/\s]+@)?(?P<host>[A-Za-z0-9.\-]+):(?!//)(?P<path
 def public_source_url(remote: str) -> str:
     """A git remote as a credential-free ``https://`` URL, or ``""`` when it is not public.
 
-    ``https://ci-token:SECRET@gitlab.example.com/team/images.git`` and
+    A CI clone URL (a token as userinfo before ``@gitlab.example.com/team/images.git``) and
     ``git@github.com:org/repo.git`` both become ``https://HOST/PATH`` (without ``.git``);
     ``ssh://`` and ``git://`` remotes keep host and path; a local path or ``file://``
     remote has no public address and gives ``""``.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -25,7 +24,7 @@ from typing import Any
 from audit.core.errors import EnvironmentProblem, ResolutionConflict
 from audit.core.redact import redact
 from audit.core.snapshot import canonical_name
-from audit.engines.lock_compile import ambient_ca_bundle
+from audit.engines.lock_compile import tls_context
 
 _HASH_IN_LINK = re.compile(r"sha256=([0-9a-f]{64})")
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.5"
@@ -35,8 +34,7 @@ def project_hashes(index_url: str, name: str, timeout: float = 20.0) -> set[str]
     """The sha256 of every file ``index_url`` lists for ``name``; None when it has no such
     project (404)."""
     url = f"{index_url.rstrip('/')}/{canonical_name(name)}/"
-    bundle = ambient_ca_bundle()
-    context = ssl.create_default_context(cafile=str(bundle) if bundle else None)
+    context = tls_context()
     request = urllib.request.Request(url, headers={"Accept": ACCEPT})  # noqa: S310 (http(s): recipe-checked)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:  # noqa: S310

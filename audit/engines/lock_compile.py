@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import shutil
+import ssl
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict, UsageError
+from audit.core.redact import redact
 from audit.engines import docker_host
 from audit.engines import process as commands
 from audit.engines.container import Container
@@ -166,6 +168,12 @@ def ambient_ca_bundle(env: Mapping[str, str] = os.environ) -> Path | None:
         if value and Path(value).is_file():
             return Path(value)
     return None
+
+
+def tls_context() -> ssl.SSLContext:
+    """TLS for our own requests to an index: the machine's CA bundle when it names one."""
+    bundle = ambient_ca_bundle()
+    return ssl.create_default_context(cafile=str(bundle) if bundle else None)
 
 
 def tools_index() -> str:
@@ -422,7 +430,7 @@ def _unreachable(inputs: LayerInputs) -> EnvironmentProblem | None:
         cause = probe_index(url) if url else None
         if cause:
             return EnvironmentProblem(
-                f"{inputs.step.label}: the index did not answer ({cause}): {_host_of(url or '')}",
+                f"{inputs.step.label}: the index did not answer ({cause}): {redact(url or '')}",
                 "check the network (lock containers use --network host), the index and the CA "
                 "bundle (SSL_CERT_FILE), then run lock again",
             )
@@ -431,14 +439,11 @@ def _unreachable(inputs: LayerInputs) -> EnvironmentProblem | None:
 
 def probe_index(url: str, timeout: float = 10.0) -> str | None:
     """Why ``url`` does not answer (``HTTP 503``, ``connection refused``), or None when it does."""
-    import ssl
     import urllib.error
     import urllib.request
 
-    bundle = ambient_ca_bundle()
-    context = ssl.create_default_context(cafile=str(bundle) if bundle else None)
     try:
-        with urllib.request.urlopen(url, timeout=timeout, context=context):  # noqa: S310 (http(s) only: the recipe refuses other schemes)
+        with urllib.request.urlopen(url, timeout=timeout, context=tls_context()):  # noqa: S310 (http(s) only: the recipe refuses other schemes)
             return None
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code}" if exc.code >= 500 else None
@@ -481,12 +486,12 @@ def _environment(
             "python3-venv), or lock on this machine with --host when it matches the base",
         )
     if _HTTP_STATUS.search(log) or _REFUSED.search(log) or _NETWORK.search(log):
-        indexes = ", ".join(_host_of(u) for u in (inputs.index_url, inputs.extra_index_url) if u)
+        indexes = ", ".join(redact(u) for u in (inputs.index_url, inputs.extra_index_url) if u)
         return EnvironmentProblem(
             f"{where}: the index did not answer ({_network_cause(log)}): {indexes}",
             "check the network (lock containers use --network host), the index and the CA "
             "bundle (SSL_CERT_FILE), then run lock again; the tools come from "
-            + _host_of(tools_index()),
+            + redact(tools_index()),
         )
     return None
 
@@ -496,16 +501,6 @@ def _network_cause(log: str) -> str:
     if status:
         return f"HTTP {status['code'] or status['code2']}"
     return "connection refused or unreachable" if _REFUSED.search(log) else "connection failed"
-
-
-def _host_of(url: str) -> str:
-    """An index as scheme://host[:port]/path, never with credentials."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _not_found(where: str, requirement: str, installed: Mapping[str, Constraint]) -> LockError:
@@ -539,7 +534,7 @@ def _generic(where: str, log: str) -> LockError | EnvironmentProblem:
         return EnvironmentProblem(
             f"{where}: pip-tools could not be installed into the lock environment",
             "check the network and the CA bundle (SSL_CERT_FILE); the tools come from "
-            + _host_of(tools_index()),
+            + redact(tools_index()),
         )
     errors = [line.strip() for line in log.splitlines() if line.strip().startswith("ERROR:")]
     detail = errors[0] if errors else (log.strip().splitlines() or ["no output"])[-1]

@@ -118,6 +118,7 @@ class LockRun:
     earlier: list[tuple[Step, Lock]] = field(default_factory=list)
     moves: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
     done: list[tuple[LockState, str]] = field(default_factory=list)
+    current: Installed | None = None  # what the layers visited so far leave installed
 
     def visit(self, state: LockState) -> None:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger)."""
@@ -130,13 +131,14 @@ class LockRun:
             lock = self.compile(state.step, before)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
+        self.current = apply_lock(before, lock)
 
     def environment(self) -> Installed:
-        """What is installed before the next layer, as prediction sees it."""
-        env: Installed = {c.name: _as_distribution(c) for c in self.base_pins}
-        for _, lock in self.earlier:
-            env = apply_lock(env, lock)
-        return env
+        """What is installed before the next layer, as prediction sees it: the base, then
+        every visited layer's lock (kept up to date by :meth:`visit`, never recomputed)."""
+        if self.current is None:
+            self.current = {c.name: _as_distribution(c) for c in self.base_pins}
+        return self.current
 
     def compile(self, step: Step, before: Installed) -> Lock:
         earlier = {s.slug: lock.content_digest for s, lock in self.earlier}

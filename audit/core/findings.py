@@ -21,9 +21,7 @@ LOCATION_KEYS = ("image", "stage", "layer")
 class Finding:
     """A change or a rule violation found by comparing environments.
 
-    ``rule`` is one of: added, removed, upgraded, downgraded, variant, rebuilt, shadowed,
-    unparsable-version, lockstep, cuda-suffix, requirement, forbidden, waiver-expired,
-    override, lock-mismatch, stale-lock, missing-lock.
+    ``rule`` is a name of :data:`audit.core.rules.RULES` (the one list of rule names).
     ``where`` locates it for a human: ``"<image> v3 layer 2 (requirements/x.in)"``.
     ``waiver`` says which waiver allowed it and why (then severity is "info"), and
     ``waiver_index`` is that waiver's position in the policy (so a later layer knows it was

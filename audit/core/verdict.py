@@ -21,6 +21,7 @@ from audit.core.errors import BadInput
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import ALLOW, FAIL, WARN, Policy, Waiver
 from audit.core.presets import PRESETS, label
+from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import Distribution, Environment, canonical_name
 
 if TYPE_CHECKING:
@@ -209,12 +210,6 @@ def _version_matches(pattern: str, actual: str | None) -> bool:
         return False
     wanted, found = _diff.parse_version(pattern), _diff.parse_version(actual)
     return wanted == found if wanted is not None and found is not None else pattern == actual
-
-
-CHANGE_RULES = frozenset(
-    ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed",
-     "unparsable-version")
-)  # fmt: skip
 
 
 @dataclass(frozen=True)

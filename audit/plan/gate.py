@@ -28,7 +28,8 @@ from types import MappingProxyType
 from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
-from audit.core.verdict import CHANGE_RULES, Scope, WaiverLedger, evaluate, waiver_matches
+from audit.core.rules import CHANGE_RULES
+from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (

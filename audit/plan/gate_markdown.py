@@ -16,11 +16,13 @@ from collections.abc import Iterable
 
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.redact import redact
+from audit.core.rules import CHANGE_RULES
 from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, ImageMatrices, image_of
 from audit.plan.matrix import matrix_markdown
 from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
 
-CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
+# Changes whose row says it all (an unparsable version's note says why it is one).
+PLAIN_CHANGES = CHANGE_RULES - {"unparsable-version"}
 MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
 
@@ -125,7 +127,7 @@ def _version(finding: Finding) -> str:
 def _note(finding: Finding) -> str:
     if finding.waiver:
         return f"waived: {finding.waiver}"
-    return "" if finding.rule in CHANGE_RULES else finding.message
+    return "" if finding.rule in PLAIN_CHANGES else finding.message
 
 
 def _tally(findings: list[Finding]) -> str:

@@ -23,7 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from audit.core import presets
+from audit.core import presets, rules
 from audit.core.errors import RecipeError, UsageError
 from audit.core.policy import ACTIONS, FAIL, WARN, LockstepGroup, Policy, Waiver
 from audit.core.suggest import did_you_mean, one_of
@@ -66,10 +66,7 @@ POLICY_KEYS = (
     "preset_skip",
 )  # fmt: skip
 WAIVER_KEYS = ("package", "from", "to", "reason", "expires", "rule", "stage", "layer")
-WAIVER_RULES = (
-    "downgraded", "removed", "variant", "rebuilt", "shadowed", "unparsable-version",
-    "lockstep", "cuda-suffix", "requirement", "forbidden",
-)  # fmt: skip
+WAIVER_RULES = rules.WAIVABLE
 
 UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")

@@ -126,7 +126,7 @@ def compare_images(
     before = {found.interpreter: found.environment for found in snapshot_image(against)}
     title = f"{against.ref} -> {target.ref}"
     sections = [
-        _compare_section(title, path, before.get(path), after.get(path), policy=policy, today=today)
+        compare_section(title, path, before.get(path), after.get(path), policy=policy, today=today)
         for path in _union(before, after)
     ]
     return Report(f"audit-deps --image {target.ref} --against {against.ref}", tuple(sections))
@@ -222,7 +222,7 @@ def _state_findings(
     return findings + evaluate_shadowed(None, environment, policy, where=where, today=today)
 
 
-def _compare_section(
+def compare_section(
     title: str,
     path: str,
     before: Environment | None,
@@ -231,13 +231,15 @@ def _compare_section(
     policy: Policy,
     today: date,
 ) -> Section:
-    """One interpreter's changes from the old image to the new one."""
+    """One interpreter's changes from the old image to the new one: the changes of the winning
+    copies, new state violations, and copies the new image shadows that the old did not."""
     where = f"{title} {path}"
     if before is None or after is None:
         missing = "the new image" if after is None else "the old image"
         message = f"{path} is not a Python environment in {missing}"
         return Section(where, (Finding("interpreter", WARNING, path, None, None, message, where),))
     findings = evaluate(before.winners(), after.winners(), policy, where=where, today=today)
+    findings += evaluate_shadowed(before, after, policy, where=where, today=today)
     return Section(where, tuple(findings))
 
 

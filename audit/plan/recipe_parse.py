@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from audit.core import presets, rules
 from audit.core.errors import RecipeError, UsageError
 from audit.core.policy import ACTIONS, FAIL, WARN, LockstepGroup, Policy, Waiver
+from audit.core.redact import redact
 from audit.core.suggest import did_you_mean, one_of
 from audit.plan.recipe import (
     DEFAULT_INDEX_URL,
@@ -217,6 +218,13 @@ class _Node:
             )
         if not value.strip():
             raise self.error(key, "must not be empty")
+        if redact(value) != value:
+            raise self.error(
+                key,
+                f"holds a credential: {redact(value)!r}",
+                "a recipe is committed and its values land in Dockerfiles, labels and reports: "
+                "give credentials to pip as BuildKit secrets and to registries with docker login",
+            )
         return value
 
     def optional_text(self, key: str) -> str | None:

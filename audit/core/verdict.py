@@ -462,13 +462,27 @@ def _override(
 def _kept_override(
     name: str, after: Env, markers: Mapping[str, str] | None, where: str
 ) -> Finding | None:
-    """An override that keeps what was installed, reported when it breaks a requirement."""
-    broken = broken_requirements(after, name, markers or {})
+    """An override the step did not move: it keeps what was installed against a requirement
+    that wants another version, or it changes nothing (a warning that says so)."""
     dist = after.get(name)
-    if not broken or dist is None:
-        return None
-    message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
-    return Finding("override", WARNING, name, dist.version, dist.version, message, where)
+    if dist is None:
+        return _no_op(name, None, "this step leaves it uninstalled", where)
+    broken = broken_requirements(after, name, markers or {})
+    if broken:
+        message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
+        return Finding("override", WARNING, name, dist.version, dist.version, message, where)
+    if all(d.requires_dist is not None for d in after.values()):  # else: cannot be told
+        why = "the step does not move it and no installed package requires another version"
+        return _no_op(name, dist.version, why, where)
+    return None
+
+
+def _no_op(name: str, version: str | None, why: str, where: str) -> Finding:
+    """An ``override`` entry that changes nothing: a warning, with the entry to remove."""
+    shown = f"{name} {version}" if version else name
+    message = f"{shown}: the override changes nothing: {why}"
+    hint = f"remove {name} from the layer's override list (or check its name and version)"
+    return Finding("override", WARNING, name, version, version, message, where, hint)
 
 
 def broken_requirements(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:

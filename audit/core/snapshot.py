@@ -27,7 +27,9 @@ distributions have ``requires_dist`` None ("not recorded").
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -247,15 +249,45 @@ def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:
     )
 
 
+# A real snapshot is about 0.5 KB per distribution (a 200-package vLLM stack: ~0.1 MB per
+# interpreter); 32 MiB is ~60,000 distributions. Over it, a file is refused before it is read;
+# diffing two files at the limit takes ~12 s and ~300 MiB (benchmarks/bench_diff_size.py).
+SNAPSHOT_LIMIT = 32 * 1024 * 1024
+
+
 def read_snapshot(path: Path) -> tuple[Environment, ...]:
-    """Read and verify a snapshot file; a missing or unreadable file is bad input too."""
+    """Read and verify a snapshot file; a missing, unreadable, special or oversized
+    (> :data:`SNAPSHOT_LIMIT`) file is bad input too, refused before it is read."""
     try:
-        data = path.read_bytes()
+        data = _read_regular(path, SNAPSHOT_LIMIT)
     except OSError as exc:
         raise SnapshotError(
             f"{path}: cannot read snapshot ({exc.strerror})", "check the path"
         ) from exc
     return parse_snapshot(data, str(path))
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (never blocks on a FIFO)."""
+    fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SnapshotError(f"{path}: not a regular file", "give the snapshot file's path")
+        if info.st_size > limit:
+            raise SnapshotError(
+                f"{path}: {info.st_size / 2**20:.0f} MiB, over the {limit // 2**20} MiB a "
+                "snapshot file may be",
+                "a snapshot holds ~0.5 KB per distribution: check that this is a snapshot "
+                "file (python -m audit snapshot writes one)",
+            )
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while we read
+        raise SnapshotError(f"{path}: over {limit // 2**20} MiB", "check the file")
+    return data
 
 
 def environments_by_interpreter(envs: Sequence[Environment]) -> dict[str, Environment]:

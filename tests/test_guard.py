@@ -209,6 +209,33 @@ def test_a_lockstep_skew_fails(image: Image, wheelhouse: Wheelhouse) -> None:
     assert run.code == 1
     assert [v["rule"] for v in run.violations] == ["lockstep"]
     assert "cutlass-dsl-libs-base 4.2.1" in str(run.violations[0]["message"])
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("  error   lockstep")]
+    assert line.endswith(
+        "lockstep group cutlass-dsl: members must share one version: "
+        "cutlass-dsl 4.3.0, cutlass-dsl-libs-base 4.2.1"
+    )
+    assert "(none)" not in line
+
+
+def test_a_cpu_torch_names_its_versions_in_every_summary_line(
+    image: Image, wheelhouse: Wheelhouse
+) -> None:
+    """The field's variant: torch 2.9.0+cu130 replaced by 2.9.0+cpu. The cuda-suffix line
+    used to read "torch (none) -> 2.9.0+cpu"."""
+    wheelhouse("torch", "2.9.0+cu130")
+    wheelhouse("torch", "2.9.0+cpu")
+    image.write_context(Policy(cuda="cu130"))
+    image.pip("torch==2.9.0+cu130")
+    assert image.guard("v1-01").code == 0
+    image.pip("torch==2.9.0+cpu")
+    run = image.guard("v2-01")
+    lines = [
+        line.split(maxsplit=2) for line in run.stdout.splitlines() if line.startswith("  error")
+    ]
+    assert [(rule, text) for _, rule, text in lines] == [
+        ("variant", "torch 2.9.0+cu130 -> 2.9.0+cpu"),
+        ("cuda-suffix", "torch 2.9.0+cpu: a CPU build in an image built for cu130"),
+    ]
 
 
 def test_a_base_that_changed_under_its_tag_is_caught_at_the_first_layer(image: Image) -> None:

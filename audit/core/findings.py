@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from audit.core.rules import CHANGE_RULES
+
 # Severities, most serious first. "error" fails the job (exit 1); "warning" and "info" do not.
 ERROR = "error"
 WARNING = "warning"
@@ -64,3 +66,12 @@ class Finding:
     @property
     def fails(self) -> bool:
         return self.severity == ERROR
+
+    def summary(self) -> str:
+        """One line for a terminal, after the rule's name: a change's ``package before ->
+        after``; any other rule's message, which names the members and versions that break it
+        (``lockstep group x: members must share one version: a 1.0, b 2.0``), where the
+        versions alone would read ``(none) -> (none)``."""
+        if self.rule in CHANGE_RULES:
+            return f"{self.package} {self.before or '(none)'} -> {self.after or '(none)'}"
+        return self.message

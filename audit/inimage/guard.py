@@ -328,10 +328,6 @@ def write_trail(
     write_file(os.path.join(trail, step + FINDINGS_SUFFIX), text.encode("utf-8"))
 
 
-def _change(finding: Finding) -> str:
-    return f"{finding.before or '(none)'} -> {finding.after or '(none)'}"
-
-
 def print_verdict(step: str, previous: str, found: Sequence[Finding]) -> None:
     errors = [f for f in found if f.fails]
     warnings = [f for f in found if f.severity == "warning"]
@@ -341,7 +337,7 @@ def print_verdict(step: str, previous: str, found: Sequence[Finding]) -> None:
     )
     for finding in found:
         if finding.severity != "info" or finding.waiver or finding.rule != "added":
-            print(f"  {finding.severity:7} {finding.rule:14} {finding.package} {_change(finding)}")
+            print(f"  {finding.severity:7} {finding.rule:14} {finding.summary()}")
     for finding in errors:
         marker = dict(finding.to_json(), step=step, compared_with=previous)
         print(VIOLATION + " " + json.dumps(marker, sort_keys=True), flush=True)

@@ -341,3 +341,23 @@ def test_plain_pins_and_unmoved_floors_spare_the_pep508_parser(image: Image) -> 
     code, modules = guard_imports(image, "v2-01", image.lock("v2-01", "nccl-like==2.29.7"))
     assert code == 1
     assert "packaging.requirements" in modules
+
+
+def test_the_guard_applies_a_preset_and_names_it(image: Image, wheelhouse: Wheelhouse) -> None:
+    """The preset travels in guard.json and the vendored core: the field's cutlass-dsl skew
+    (4.4.0 beside libs 4.8.1: only upgrades) fails the layer, naming the preset rule."""
+    from audit.core.presets import merge
+
+    for version in ("4.4.0", "4.8.1"):
+        wheelhouse("nvidia-cutlass-dsl-libs-base", version)
+    wheelhouse("nvidia-cutlass-dsl", "4.4.0")
+    preset = merge(Policy(cuda="cu130"), "cuda-ml", frozenset(), frozenset())
+    image.write_context(preset)
+    image.pip("nvidia-cutlass-dsl==4.4.0", "nvidia-cutlass-dsl-libs-base==4.4.0")
+    assert image.guard("v1-01").code == 0
+    image.pip("nvidia-cutlass-dsl-libs-base==4.8.1")
+    run = image.guard("v2-01")
+    assert run.code == 1
+    (violation,) = run.violations
+    assert str(violation["message"]).startswith("preset cuda-ml: lockstep cutlass-dsl: ")
+    assert "nvidia-cutlass-dsl-libs-base 4.8.1" in str(violation["message"])

@@ -136,6 +136,10 @@ def test_the_field_report_repository_is_refused_without_its_password(
         "--mount=type=secret,id=pip-conf,target=/etc/pip.conf",
         "--netrc-file /root/.netrc",
         "oauth: enabled",
+        f"FROM ubuntu:22.04@sha256:{'a' * 64} AS v1",
+        "auth==0.5.3 and token==1.0 are pins, not credentials",
+        f"docker.io/library/python:3.12-slim@sha256:{'b' * 64}",
+        "pip install 'vllm @ https://wheels.example/vllm-0.33.0-cp38-abi3-linux_aarch64.whl'",
     ],
 )
 def test_text_without_a_credential_is_kept(text: str) -> None:

@@ -46,13 +46,14 @@ _QUERY = re.compile(
 )
 _NETRC = re.compile(r"(?P<key>\b(?:login|machine)\s+\S+\s+password\s+)(?P<value>\S+)")
 # user:password@host without a scheme (a scheme URL is handled by _USERINFO first); a masked
-# password (user:***@) is left as it is, so redaction stays idempotent.
+# password (user:***@) is left as it is, so redaction stays idempotent; an image reference
+# pinned by digest (ubuntu:22.04@sha256:…) is a tag, not a password.
 _BARE_USERINFO = re.compile(
-    r"(?<![\w/:.@%+~-])[A-Za-z0-9._~%+-]+:(?!\*\*\*@)[^\s@/:\"'<>]+@(?=[A-Za-z0-9])"
+    r"(?<![\w/:.@%+~-])[A-Za-z0-9._~%+-]+:(?!\*\*\*@)[^\s@/:\"'<>]+@(?=[A-Za-z0-9])(?!sha\d+:)"
 )
 _CREDENTIAL_KEY = re.compile(
     r"(?P<key>(?<![\w.-])[\"']?(?:[A-Za-z0-9]+_)*(?:auth|password|passwd|token|identitytoken|registrytoken|"
-    r"access_token|refresh_token|secret|client_secret|api_key|apikey)[\"']?\s*[:=]\s*[\"']?)"
+    r"access_token|refresh_token|secret|client_secret|api_key|apikey)[\"']?\s*[:=](?!=)\s*[\"']?)"
     r"(?P<value>(?!\*\*\*)[^\s\"',;&}]+)",
     re.IGNORECASE,
 )

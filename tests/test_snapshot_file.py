@@ -22,7 +22,7 @@ from tests.support.cli import edit, fails
 
 PYTHONS = [Path(f"/root/.pyenv/versions/{v}/bin/python3") for v in ("3.11.7", "3.12.1")]
 ID = "sha256:" + "a" * 64
-pytestmark = pytest.mark.skipif(
+TWO_PYTHONS = pytest.mark.skipif(
     not all(p.exists() for p in PYTHONS), reason="needs two Pythons (3.11 and 3.12) here"
 )
 
@@ -42,6 +42,7 @@ def documents(tmp_path: Path) -> tuple[Path, bytes]:
     return link, data
 
 
+@TWO_PYTHONS
 def test_two_documents_of_one_interpreter_are_refused(tmp_path: Path) -> None:
     link, data = documents(tmp_path)
     environments = parse_documents(data, "snap.json")
@@ -54,6 +55,7 @@ def test_two_documents_of_one_interpreter_are_refused(tmp_path: Path) -> None:
     assert "Python 3.11.7" in message and "Python 3.12.1" in message
 
 
+@TWO_PYTHONS
 def test_the_same_document_twice_counts_once(tmp_path: Path) -> None:
     link, data = documents(tmp_path)
     first = data.split(b"\n")[0] + b"\n"
@@ -61,6 +63,7 @@ def test_the_same_document_twice_counts_once(tmp_path: Path) -> None:
     assert environment.interpreter == str(link)
 
 
+@TWO_PYTHONS
 def test_lock_from_snapshot_names_the_conflict_and_writes_nothing(
     demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -72,3 +75,16 @@ def test_lock_from_snapshot_names_the_conflict_and_writes_nothing(
     err = fails(capsys, EXIT_BAD_INPUT, *argv)
     assert "two different snapshots of" in err and "3.12.1" in err
     assert (demo / "locks/demo/base.json").read_bytes() == base
+
+
+def test_lock_from_snapshot_refuses_an_oversized_file_before_reading_it(
+    demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from audit.core.snapshot import SNAPSHOT_LIMIT
+
+    big = demo / "snap.json"
+    with big.open("wb") as handle:
+        handle.truncate(SNAPSHOT_LIMIT + 2**20)  # sparse: nothing is written
+    argv = ["lock", "demo", "--record-base", "--from-snapshot", "snap.json", "--image-id", ID]
+    err = " ".join(fails(capsys, EXIT_BAD_INPUT, *argv).split())
+    assert "snap.json: 33 MiB, over the 32 MiB a snapshot file may be" in err

@@ -259,7 +259,7 @@ def read_snapshot(path: Path) -> tuple[Environment, ...]:
     """Read and verify a snapshot file; a missing, unreadable, special or oversized
     (> :data:`SNAPSHOT_LIMIT`) file is bad input too, refused before it is read."""
     try:
-        data = _read_regular(path, SNAPSHOT_LIMIT)
+        data = read_bounded(path, SNAPSHOT_LIMIT)
     except OSError as exc:
         raise SnapshotError(
             f"{path}: cannot read snapshot ({exc.strerror})", "check the path"
@@ -267,8 +267,9 @@ def read_snapshot(path: Path) -> tuple[Environment, ...]:
     return parse_snapshot(data, str(path))
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes (never blocks on a FIFO)."""
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read without blocking on a
+    FIFO; anything else raises :class:`SnapshotError` (exit 2) before a byte is read."""
     fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)

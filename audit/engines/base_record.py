@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.core.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
+from audit.core.snapshot import SNAPSHOT_LIMIT, read_bounded
 from audit.engines import atomic, console, docker_host
 from audit.plan import paths
 from audit.plan.lock import read_base_digest
@@ -114,7 +115,7 @@ def record_snapshot_file(
         )
     path: Path = args.from_snapshot
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, SNAPSHOT_LIMIT)  # a FIFO or a 200 MB file: exit 2
     except OSError as exc:
         raise UsageError(f"--from-snapshot {path}: cannot read ({exc.strerror})") from exc
     record = record_from_snapshot(recipe, data, str(path), args.image_id, args.repo_digest)

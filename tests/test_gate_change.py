@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION
 from tests import test_gate as shared
 from tests.support.cli import edit

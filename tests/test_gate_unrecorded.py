@@ -136,7 +136,7 @@ def test_a_lost_base_record_next_to_locks_is_not_called_never_recorded(
     assert cli.main(argv) == EXIT_VIOLATION
     report = json.loads(output.read_text())
     assert report["not_audited"] == ["vendor"]
-    assert [f["package"] for f in findings(report, "missing-lock")][0] == "locks/demo/base.json"
+    assert findings(report, "missing-lock")[0]["package"] == "locks/demo/base.json"
 
 
 def workflow_gate_command() -> tuple[str, dict[str, str]]:
@@ -154,7 +154,9 @@ def test_this_repositorys_own_gate_passes_on_its_head(tmp_path: Path) -> None:
     git(tmp_path, "clone", "-q", "--no-local", str(REPO), str(clone))
     git(clone, "update-ref", "refs/remotes/origin/main", "HEAD")
     run, env = workflow_gate_command()
-    script = run.replace("nox -s gate --", f"{shlex.quote(sys.executable)} -P -m audit gate")  # -P: this code, not the clone's
+    script = run.replace(
+        "nox -s gate --", f"{shlex.quote(sys.executable)} -P -m audit gate"
+    )  # -P: this code, not the clone's
     assert "-P -m audit gate" in script
     assert set(env) == {"BASE_REF"}
     environment = {**os.environ, "BASE_REF": "refs/heads/main", "GITHUB_STEP_SUMMARY": ""}

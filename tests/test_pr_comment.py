@@ -116,7 +116,7 @@ def test_first_run_creates_second_run_updates_never_a_second_comment(
     report.write_text("## dependency gate\n\n**✅ PASS**: second push\n")
     assert comment(report, 7, "--head-sha", HEAD) == EXIT_OK
     thread = github.comments[7]
-    assert [c["body"] for c in thread][0] == "LGTM"  # never edited
+    assert thread[0]["body"] == "LGTM"  # never edited
     [ours] = [c for c in thread if MARKER in c["body"]]
     assert "second push" in ours["body"] and "first push" not in ours["body"]
     writes = [(r["method"], r["path"]) for r in github.requests if r["method"] != "GET"]

@@ -3,7 +3,8 @@
 ``gate --base REF [--head REF] [--repo PATH]`` reads both refs straight from git (no checkout),
 compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`).
 An image with no base record is "not audited" (a warning, counted; an error where the pull
-request touches it, and for every such image with ``--strict``). Prints the report (``--format``), writes Markdown to ``--markdown FILE`` and to
+request touches it, and for every such image with ``--strict``).
+Prints the report (``--format``), writes Markdown to ``--markdown FILE`` and to
 ``$GITHUB_STEP_SUMMARY`` when set, JSON to ``--json FILE``. Exit 0 pass, 1 a policy violation,
 2 bad input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
 """

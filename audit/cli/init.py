@@ -9,6 +9,7 @@ and ``lock --check`` hooks) and the ``.gitignore`` entries. The plan is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -66,9 +67,10 @@ def _default_spec() -> str:
     found = self_spec()
     if not found.portable:
         console.stderr.print(
-            f"[yellow]warning:[/] the workflows will install layer-audit from {escape(found.spec)}, "
-            "a path on this machine: a CI runner cannot; run init again with --spec (a git URL "
-            "at a commit, a wheel's URL, or a version your index serves) and --force",
+            "[yellow]warning:[/] the workflows will install layer-audit from "
+            f"{escape(found.spec)}, a path on this machine: a CI runner cannot; run init again "
+            "with --spec (a git URL at a commit, a wheel's URL, or a version your index serves) "
+            "and --force",
             emoji=False,
         )
     return found.spec
@@ -112,10 +114,8 @@ def _new_folders(root: Path, folder: Path) -> list[Path]:
 
 def _remove(created: list[Path]) -> None:
     for path in reversed(created):  # files, then their folders, innermost first
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir() if path.is_dir() else path.unlink()
-        except OSError:
-            pass
 
 
 def read_tree(root: Path) -> Callable[[str], bytes | None]:

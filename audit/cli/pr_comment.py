@@ -1,4 +1,4 @@
-"""``layer-audit pr-comment``: post the gate's Markdown as ONE pull-request comment, updated in place.
+"""``layer-audit pr-comment``: the gate's Markdown as ONE pull-request comment, updated in place.
 
 ``pr-comment --markdown FILE --repo OWNER/NAME --pr N [--head-sha SHA]`` reads the token from
 ``$GITHUB_TOKEN`` (never from the command line, never printed) and the API from
@@ -20,7 +20,7 @@ from audit.core.errors import EXIT_OK, EnvironmentProblem, UsageError
 from audit.engines import console
 from audit.engines.github_comment import DEFAULT_API, Target, post_or_update
 
-TOKEN_ENV = "GITHUB_TOKEN"
+TOKEN_ENV = "GITHUB_TOKEN"  # noqa: S105 - the variable's name, not a token
 API_ENV = "GITHUB_API_URL"
 MARKDOWN_LIMIT = 4 * 1024 * 1024
 

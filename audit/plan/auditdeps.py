@@ -17,6 +17,7 @@ from pathlib import Path
 from audit.core.errors import UsageError
 from audit.core.findings import ERROR, Finding
 from audit.core.verdict import check_state
+from audit.plan import frontdoor
 from audit.plan.lock import Survey, survey_locks
 from audit.plan.lockfile import base_relpath
 from audit.plan.paths import find_root, list_images
@@ -167,14 +168,15 @@ def _base_findings(
 
 
 def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
-    hint = f"record the base and compile the locks: nox -s lock -- {recipe.name}"
+    hint = f"record the base and compile the locks: {frontdoor.command('lock', recipe.name)}"
     findings: list[Finding] = []
     if survey.base is None:
         relpath = base_relpath(recipe)
         reason = f"the base image {recipe.base_ref} was never recorded: nothing can be predicted"
         record = (
             f"on a machine that has {recipe.base_ref} (docker pull or docker load it): "
-            f"nox -s lock -- {recipe.name} --record-base, then commit locks/{recipe.name}/"
+            f"{frontdoor.command('lock', recipe.name + ' --record-base')}, "
+            f"then commit locks/{recipe.name}/"
         )
         missing = _lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record)
         findings.append(missing.located(recipe.name))

@@ -29,6 +29,7 @@ from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
 from audit.core.verdict import CHANGE_RULES, Scope, WaiverLedger, evaluate, waiver_matches
+from audit.plan import frontdoor
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
@@ -277,7 +278,7 @@ def read_side(source: Source, recipe: Recipe) -> Side:
         raise LockError(
             f"{source.describe(relpath)}: missing: {recipe.name} has no base snapshot at this "
             "ref, so its environments cannot be compared",
-            f"record it and commit it: nox -s lock -- {recipe.name} --record-base",
+            f"record it and commit it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
         )
     record = survey.base[0]
     base_env = base_environment(record, recipe, source)
@@ -310,7 +311,7 @@ def lock_findings(new: Side, old: Side) -> list[Finding]:
     judged by what it changes, so a lock that was missing before it only warns.
     """
     assert new.recipe is not None  # the head side of an image the head has
-    hint = f"recompile the locks and commit them: nox -s lock -- {new.recipe.name}"
+    hint = f"recompile the locks and commit them: {frontdoor.command('lock', new.recipe.name)}"
     before = _unfresh(old.lock_states)
     return [
         _lock_finding(new.recipe, state, hint, key in before).located(
@@ -380,7 +381,8 @@ def _stale_base(name: str, side: Side) -> Finding | None:
         f"{recipe.source.as_posix()} names base {recipe.base}, but "
         f"locks/{recipe.name}/base.json records {record.image}: the base snapshot is stale",
         where=f"{name} base image",
-        hint=f"re-record it and recompile the locks: nox -s lock -- {recipe.name} --record-base",
+        hint="re-record it and recompile the locks: "
+        + frontdoor.command("lock", f"{recipe.name} --record-base"),
     )
 
 
@@ -475,7 +477,7 @@ def _run_finding(name: str, step: Step) -> Finding:
         None,
         f"{NOT_PREDICTABLE}: {step.layer.command}",
         where=f"{name} {step.label}",
-        hint="build the image (nox -s build-image) to see what this command changes",
+        hint=f"build the image ({frontdoor.command('build')}) to see what this command changes",
     ).located(name, step.stage.name, step.position)
 
 

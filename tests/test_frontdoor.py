@@ -13,7 +13,7 @@ from audit.plan import frontdoor
 from audit.plan.scaffold import skeleton
 from tests.support.project import ProjectSpec, pip_recipe_toml, system_base, write_project
 
-NOXFILE = '''import nox
+NOXFILE = """import nox
 
 
 @nox.session(venv_backend="none")
@@ -24,7 +24,7 @@ def lock(session: nox.Session) -> None:
 @nox.session(venv_backend="none", name="build-image")
 def build_image(session: nox.Session) -> None:
     session.run("layer-audit", "build", *session.posargs, external=True)
-'''
+"""
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from audit.core.errors import EXIT_OK, EXIT_VIOLATION
 from tests import test_gate as shared
 from tests.test_gate import findings, run_gate
 from tests.test_gitsource import commit_files, git
+from tests.test_schemas import problems
 
 REPO = Path(__file__).resolve().parents[1]
 repo = shared.repo  # main: the recorded demo project; HEAD: branch pr
@@ -74,6 +75,7 @@ def test_an_untouched_unrecorded_image_is_a_counted_warning_in_every_format(
     assert "rendered, not recorded" in str(warning["message"])
     assert "--record-base" in str(warning["hint"])
     assert report["not_audited"] == ["vendor"] and report["verdict"] == "pass"
+    assert problems("report", report) == []  # the packaged report schema knows the key
     assert "**Not audited** (no base record: rendered, not recorded): `vendor`" in markdown
     assert "upgraded | `alpha`" in markdown  # the recorded image is still audited
     terminal = capsys.readouterr().out

@@ -7,8 +7,9 @@ returns it with the secrets it may carry taken out:
   URL becomes ``https://host/x``);
 - known token shapes: GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
   GitLab (``glpat-``), ``Bearer …`` and ``Authorization: …`` values;
-- the values of secret-looking query parameters (``password=``, ``token=``, ``access_token=`` …)
-  and of netrc-style ``login USER password WORD`` lines.
+- the values of secret-looking query parameters (``password=``, ``token=``, ``access_token=`` …),
+  of netrc-style ``login USER password WORD`` lines and of assignments whose name says it holds
+  a secret (``HF_TOKEN=…``, ``--password=…``: a Dockerfile's ``ENV``/``ARG`` or a command line).
 
 Invariants: pure and idempotent (``redact(redact(t)) == redact(t)``); text without a secret
 comes back unchanged; the standard library only, Python 3.9-clean (this module is vendored into
@@ -38,6 +39,14 @@ _QUERY = re.compile(
     re.IGNORECASE,
 )
 _NETRC = re.compile(r"(?P<key>\blogin\s+\S+\s+password\s+)(?P<value>\S+)")
+# NAME=value where a word of the name says it holds a secret: HF_TOKEN=…, --password=…
+# (TOKENIZERS_PARALLELISM is no secret: the words are whole, split at _ and -)
+_ASSIGNMENT = re.compile(
+    r"(?P<key>(?<![\w-])-*(?:[A-Za-z0-9]+[_-])*"
+    r"(?:token|password|passwd|secret|credentials?|api[_-]?key)s?(?:[_-][A-Za-z0-9]+)*=)"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"'&;|]+)",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
@@ -48,7 +57,8 @@ def redact(text: str) -> str:
     text = _TOKENS.sub(MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group("kind") + MASK, text)
     text = _QUERY.sub(lambda m: m.group("key") + MASK, text)
-    return _NETRC.sub(lambda m: m.group("key") + MASK, text)
+    text = _NETRC.sub(lambda m: m.group("key") + MASK, text)
+    return _ASSIGNMENT.sub(lambda m: m.group("key") + MASK, text)
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")

@@ -90,7 +90,10 @@ INTERPRETER = re.compile(r"/[A-Za-z0-9._+/-]+")
 SIMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PACKAGE_GLOB = re.compile(r"[A-Za-z0-9*?][A-Za-z0-9._*?-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY", re.IGNORECASE)
+# a word of the name (split at _) says it holds a secret: HF_TOKEN, DB_PASSWORD, not TOKENIZERS_…
+SECRET_NAME = re.compile(
+    r"(?:^|_)(?:TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIALS?|API_?KEY)S?(?:_|$)", re.IGNORECASE
+)
 PIP_SOURCE_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
 CONTAINER_PATH = re.compile(r"/[\w.+@:/=,-]*")
 HEREDOC = re.compile(r"<<-?\s*['\"]?[A-Za-z_]")

@@ -1,23 +1,31 @@
 """``layer-audit import``: a multi-stage Dockerfile turned into a recipe folder, decided in memory.
 
-The Dockerfile is read with ``dockerfile-parse``; each instruction is mapped on its own:
+The Dockerfile is read with ``dockerfile-parse`` (heredoc bodies found in the text:
+:mod:`audit.plan.dockerfile_heredoc`); each instruction is mapped on its own, so that the
+rendered recipe does what the Dockerfile did:
 
 - the first stage's ``FROM`` is the recipe's base (``@sha256:`` becomes ``base_digest``); every
   stage is a recipe stage ``v1`` … ``vN`` (its Dockerfile name goes into the description);
 - ``RUN pip install …`` / ``python3 -m pip install …`` / ``uv pip install …`` is a pip layer
   whose ``requirements/vK-NN.in`` holds the requirements; ``--index-url`` becomes the image's
   index (or a declared index when layers disagree), ``--extra-index-url`` a declared index named
-  after its host and path, ``--pre`` ``pre = true``; ``--no-deps`` is noted (the recipe locks
-  every pip layer, so the note tells a reviewer which layer forced versions past a resolver);
+  after its host and path, ``--pre`` ``pre = true``, ``--no-deps`` with exact pins
+  ``no_deps = true`` (the field's re-pin, which the lock then applies as an override);
 - a ``RUN`` of several commands joined by ``&&`` is split, so a pip install among them still
-  becomes a pip layer; ``RUN`` otherwise is a run layer, ``COPY src dest`` a copy layer (the
-  file is taken from the build context), ``ENV`` an env layer.
+  becomes a pip layer; ``RUN`` otherwise is a run layer (a heredoc body becomes a file of the
+  recipe fed to the command's standard input), ``COPY``/``ADD`` of context files a copy layer
+  (``--chmod``/``--chown`` kept), ``ENV`` an env layer (``expand = true`` when it names a
+  variable the base image sets), ``WORKDIR`` a workdir layer;
+- ``ARG`` defaults are substituted where Docker would use them (the ``ARG`` itself leaves
+  nothing in an image); ``CMD``, ``ENTRYPOINT``, ``USER``, ``EXPOSE``, ``LABEL``,
+  ``HEALTHCHECK``, ``STOPSIGNAL``, ``SHELL`` become the recipe's ``[config]`` (the final image's
+  configuration: :mod:`audit.plan.dockerfile_config`).
 
-Invariant: no instruction is dropped. What cannot be mapped (``WORKDIR``, ``CMD``, a ``FROM``
-that does not continue the previous stage, ``ENV`` with ``$`` expansion, a pip install inside
-``||`` or a subshell …) is listed in :attr:`ImportPlan.unmapped` with its line number and kept
-in the recipe as a run layer: the original command, or a shell no-op ``: '<instruction>'``
-naming it, so the rendered Dockerfile still shows where it was.
+Invariant: no instruction is dropped. What cannot be mapped (a ``FROM`` that does not continue
+the previous stage, ``COPY --from``, ``ADD`` of a URL, a pip install inside ``||`` or a subshell …)
+is listed in :attr:`ImportPlan.unmapped` with its line number and a true reason and kept in the
+recipe as a run layer: the original command, or a shell no-op ``: '<instruction>'`` naming it.
+No credential is written: every text the plan holds passes :func:`audit.core.redact.redact`.
 """
 
 from __future__ import annotations
@@ -37,7 +45,19 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import InvalidRequirement, Requirement
 
 from audit.core.errors import UsageError
-from audit.plan.recipe_parse import ENV_NAME, PIP_SOURCE_ENV, SECRET_NAME
+from audit.core.redact import redact
+from audit.plan import dockerfile_heredoc
+from audit.plan.dockerfile_config import CONFIG_KINDS, EXPANDED_KINDS, FinalConfig
+from audit.plan.dockerfile_heredoc import Heredoc
+from audit.plan.recipe_parse import (
+    CONTAINER_PATH,
+    ENV_NAME,
+    ENV_REFERENCE,
+    FILE_MODE,
+    OWNER,
+    PIP_SOURCE_ENV,
+    SECRET_NAME,
+)
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_INTERPRETER = "/usr/bin/python3"
@@ -54,7 +74,10 @@ IGNORED_PIP_OPTIONS = {
     "--root-user-action", "--progress-bar", "--trusted-host", "--upgrade-strategy", "--timeout",
     "--retries", "--python", "--cache-dir",
 }  # fmt: skip
-RESERVED_DIRS = ("requirements", "templates", "image.toml", "locks")
+RESERVED_DIRS = ("requirements", "templates", "image.toml", "locks", "heredocs", "context")
+SHELL_WORD = re.compile(r"[A-Za-z0-9_./:,=+@%-]*")  # a value the shell takes as it is
+ARCHIVE = re.compile(r"\.(tar|tgz|tbz2?|txz|tzst|gz|bz2|xz|zst|lz4)$", re.IGNORECASE)
+PRESET_CUDA = "cuda-ml"
 CUDA_TAG = re.compile(r"(?:^|[-_.:])(cu\d{2,4})(?:$|[-_.])")
 PYTHON_WORD = re.compile(r"^(?:\S*/)?python(?:3(?:\.\d+)?)?$")
 PIP_WORD = re.compile(r"^(?:\S*/)?pip(?:3(?:\.\d+)?)?$")
@@ -102,6 +125,8 @@ class ImportPlan:
     copies: dict[str, str]  # recipe-relative path -> build-context-relative source
     unmapped: list[Unmapped]
     notes: list[Unmapped]
+    files: dict[str, bytes] = field(default_factory=dict)  # heredoc bodies, by recipe path
+    config: list[str] = field(default_factory=list)  # the [config] table's TOML lines
 
     def recipe_toml(self) -> str:
         """``image.toml``: deterministic, every layer preceded by its Dockerfile line."""
@@ -126,6 +151,8 @@ class ImportPlan:
         if self.indexes:
             lines += ["", "[indexes]"]
             lines += [f"{name} = {_q(url)}" for name, url in sorted(self.indexes.items())]
+        lines += self.config
+        lines += _policy_lines(self.cuda)
         for stage in self.stages:
             lines += ["", "[[stage]]", f"name = {_q(stage.name)}"]
             lines.append(f"description = {_q(stage.description)}")
@@ -134,7 +161,18 @@ class ImportPlan:
                 if layer.note:
                     lines.append(f"  # {layer.note}")
                 lines += ["  [[stage.layer]]", *(f"  {row}" for row in layer.toml.splitlines())]
-        return "\n".join(lines) + "\n"
+        return redact("\n".join(lines) + "\n")
+
+
+def policy_preset(cuda: str) -> str | None:
+    """The policy preset an imported recipe turns on: none until the preset grammar lands
+    (then ``PRESET_CUDA`` for a CUDA image, ``cuda != "cpu"``)."""
+    return None
+
+
+def _policy_lines(cuda: str) -> list[str]:
+    preset = policy_preset(cuda)
+    return ["", "[policy]", f"preset = {_q(preset)}"] if preset else []
 
 
 def _q(text: str) -> str:
@@ -143,13 +181,16 @@ def _q(text: str) -> str:
 
 
 def parse_dockerfile(data: bytes) -> list[dict[str, Any]]:
-    """The instructions of a Dockerfile, in memory (the parser never touches the disk here)."""
+    """The instructions of a Dockerfile, in memory (the parser never touches the disk here);
+    an instruction with heredocs carries them as ``item["heredocs"]``."""
     parser = DockerfileParser(fileobj=io.BytesIO(data))
-    return [
+    items = [
         item
         for item in parser.structure
         if item["instruction"] not in ("COMMENT",) and item["instruction"].strip()
     ]
+    lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
+    return dockerfile_heredoc.attach(items, lines)
 
 
 @dataclass
@@ -165,9 +206,16 @@ class _State:
     aliases: list[str] = field(default_factory=list)
     requirements: dict[str, bytes] = field(default_factory=dict)
     copies: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
     unmapped: list[Unmapped] = field(default_factory=list)
     notes: list[Unmapped] = field(default_factory=list)
-    args: dict[str, str] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)  # global ARGs (before the first FROM)
+    stage_args: dict[str, str] = field(default_factory=dict)  # this stage's ARGs with a value
+    envs: dict[str, str] = field(default_factory=dict)  # ENV values set so far (literal)
+    workdir: str | None = None  # the working folder, when the Dockerfile set it
+    config: FinalConfig = field(default_factory=FinalConfig)
+    user_line: int = 0  # a USER other than root in force (it moves to [config]) since this line
+    shell_line: int = 0  # a SHELL in force since this line (it moves to [config])
     seen_interpreters: list[str] = field(default_factory=list)
 
 
@@ -202,6 +250,8 @@ def plan_import(
         copies=state.copies,
         unmapped=state.unmapped,
         notes=state.notes,
+        files=state.files,
+        config=state.config.toml(),
     )
 
 
@@ -237,7 +287,7 @@ def _walk(instructions: list[dict[str, Any]], state: _State, where: str) -> tupl
         if not state.stages:
             _before_first_stage(kind, value, line, state)
             continue
-        _instruction(kind, value, line, state)
+        _instruction(kind, value, line, state, item.get("heredocs", []))
     if base is None:
         raise UsageError(
             f"{where}: no FROM instruction",
@@ -255,15 +305,26 @@ def _before_first_stage(kind: str, value: str, line: int, state: _State) -> None
     if kind == "ARG":
         name, equals, default = value.partition("=")
         if equals:
-            state.args[name.strip()] = default.strip().strip("\"'")
+            state.args[name.strip()] = _unquote(_substitute(default.strip(), state.args))
             return
-    state.unmapped.append(Unmapped(line, f"{kind} {value}", "before the first FROM"))
+    state.unmapped.append(Unmapped(line, redact(f"{kind} {value}"), "before the first FROM"))
+
+
+def _unquote(text: str) -> str:
+    """An ARG value as Docker reads it (quotes removed), or as written if it does not parse."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return text
+    return " ".join(words)
 
 
 def _substitute(value: str, args: dict[str, str]) -> str:
-    """``${NAME}`` / ``$NAME`` of global ARGs with defaults replaced by their values."""
+    """``${NAME}`` / ``$NAME`` of known variables replaced by their values."""
     for name, default in args.items():
-        value = value.replace("${" + name + "}", default).replace("$" + name, default)
+        value = value.replace("${" + name + "}", default)
+        pattern = r"\$" + re.escape(name) + r"(?![A-Za-z0-9_])"
+        value = re.sub(pattern, default.replace("\\", "\\\\"), value)
     return value
 
 
@@ -289,24 +350,34 @@ def _from(value: str, line: int, state: _State, where: str) -> tuple[str, str | 
         description += f"; UNMAPPED: the Dockerfile built it FROM {reference}"
     state.stages.append(StagePlan(f"v{number}", description))
     state.aliases.append(alias)
+    state.stage_args = {}  # ARGs are scoped to their stage
     name, _, digest = reference.partition("@")
     return name, digest or None
 
 
-def _instruction(kind: str, value: str, line: int, state: _State) -> None:
-    if kind == "RUN":
-        _run(value, line, state)
-    elif kind == "ENV":
-        _env(value, line, state)
-    elif kind == "COPY":
-        _copy(value, line, state)
+def _instruction(kind: str, value: str, line: int, state: _State, heredocs: list[Heredoc]) -> None:
+    if heredocs and kind != "RUN":
+        _keep(line, f"{kind} {value}", f"{kind} from a heredoc: put the file in the context", state)
+        return
+    handlers: dict[str, Callable[[str, int, _State], None]] = {
+        "RUN": lambda v, n, s: _run(v, n, s, heredocs), "ENV": _env, "COPY": _copy,
+        "ADD": _add, "ARG": _arg, "WORKDIR": _workdir,
+    }  # fmt: skip
+    if kind in handlers:
+        handlers[kind](value, line, state)
+    elif kind in CONFIG_KINDS:
+        _config(kind, value, line, state)
     else:
-        _keep(line, f"{kind} {value}", f"{kind} has no recipe equivalent", state)
+        reason = f"{kind} has no recipe equivalent"
+        if kind in ("VOLUME", "ONBUILD"):
+            reason = f"{kind} has no recipe key (it would change the image for later stages)"
+        _keep(line, f"{kind} {value}", reason, state)
 
 
 def _keep(line: int, instruction: str, reason: str, state: _State, command: str = "") -> None:
     """Record an unmapped instruction and keep it as a run layer (a no-op naming it, or
     ``command`` when it is a shell command that can still run)."""
+    instruction, command = redact(instruction), redact(command)
     state.unmapped.append(Unmapped(line, instruction, reason))
     clean = " ".join(instruction.split())
     if command and _runnable(command):
@@ -315,6 +386,79 @@ def _keep(line: int, instruction: str, reason: str, state: _State, command: str 
         body = ": " + shlex.quote(f"UNMAPPED Dockerfile line {line}: {clean}"[:300])
     note = f"UNMAPPED Dockerfile line {line}: {reason}"
     state.stages[-1].layers.append(Layer(line, f"run = {_q(body)}", note))
+
+
+def _add_layer(state: _State, line: int, toml: str, note: str = "") -> None:
+    state.stages[-1].layers.append(Layer(line, toml, note or f"Dockerfile line {line}"))
+
+
+# --- ARG, WORKDIR, the final image's configuration ------------------------------------------
+
+
+def _arg(value: str, line: int, state: _State) -> None:
+    """``ARG NAME=default`` (or a global ARG redeclared): its value is substituted where the
+    stage uses it, as Docker would; an ARG without any value is a build argument."""
+    name, equals, default = value.strip().partition("=")
+    name = name.strip()
+    if equals:
+        state.stage_args[name] = _unquote(_substitute(default.strip(), _vars(state)))
+    elif name in state.args:
+        state.stage_args[name] = state.args[name]
+    else:
+        reason = f"ARG {name} without a default: a build argument (a recipe takes none)"
+        state.unmapped.append(Unmapped(line, f"ARG {name}", reason + "; its uses stay empty"))
+        return
+    state.notes.append(Unmapped(line, f"ARG {name}", "substituted where it is used"))
+
+
+def _vars(state: _State) -> dict[str, str]:
+    """What ``$NAME`` means in an ENV, COPY, WORKDIR … line here: the stage's ARGs, then ENVs."""
+    return {**state.stage_args, **state.envs}
+
+
+def _workdir(value: str, line: int, state: _State) -> None:
+    path = _substitute(value.strip(), _vars(state))
+    if not path.startswith("/") and state.workdir:
+        path = str(PurePosixPath(state.workdir) / path)
+    if not CONTAINER_PATH.fullmatch(path):
+        _keep(line, f"WORKDIR {value}", "WORKDIR that is not an absolute plain path", state)
+        return
+    state.workdir = path
+    _add_layer(state, line, f"workdir = {_q(path)}")
+
+
+def _config(kind: str, value: str, line: int, state: _State) -> None:
+    """A final-image setting into ``[config]``; a USER or SHELL also changes how later RUNs
+    run in the Dockerfile, which the recipe does not (noted when such a RUN follows)."""
+    if kind in EXPANDED_KINDS:
+        value = _substitute(value, _vars(state))
+    unresolved = kind in EXPANDED_KINDS and "$" in value
+    problem = "a variable the import cannot resolve" if unresolved else ""
+    problem = problem or state.config.apply(kind, value, line, len(state.stages))
+    if problem:
+        _keep(line, f"{kind} {value}", problem, state)
+        return
+    state.notes.append(Unmapped(line, kind, "kept in [config]: set after the last stage"))
+    if kind == "USER":
+        state.user_line = 0 if value.strip().split(":")[0] in ("root", "0") else line
+    if kind == "SHELL":
+        state.shell_line = line
+
+
+def _runs_as_in_dockerfile(line: int, state: _State, first: int) -> None:
+    """A RUN after a USER or SHELL runs as root with /bin/sh in the recipe: listed once, and
+    said beside the first layer it became (``first``: its index in the stage)."""
+    layers = state.stages[-1].layers
+    for attribute, what in (("user_line", "USER"), ("shell_line", "SHELL")):
+        since = getattr(state, attribute)
+        if since and len(layers) > first:
+            reason = (
+                f"a RUN after {what} (line {since}): the recipe runs it as root with /bin/sh "
+                f"(the guard needs both) and applies {what} to the final image"
+            )
+            state.unmapped.append(Unmapped(line, f"RUN after {what}", reason))
+            layers[first].note = f"UNMAPPED Dockerfile line {line}: {reason}; {layers[first].note}"
+            setattr(state, attribute, 0)
 
 
 def _runnable(command: str) -> bool:
@@ -330,8 +474,9 @@ def _runnable(command: str) -> bool:
 # --- RUN ------------------------------------------------------------------------------------
 
 
-def _run(value: str, line: int, state: _State) -> None:
-    """A RUN: flags dropped (noted), exec form joined, ``&&`` chains split into layers."""
+def _run(value: str, line: int, state: _State, heredocs: list[Heredoc]) -> None:
+    """A RUN: flags dropped (noted), exec form joined, ARGs substituted, ``&&`` chains split
+    into layers, a heredoc kept as a file fed to the command."""
     command = value.strip()
     while command.startswith("--"):
         flag, _, command = command.partition(" ")
@@ -341,17 +486,40 @@ def _run(value: str, line: int, state: _State) -> None:
         with contextlib.suppress(ValueError, TypeError):
             command = shlex.join(json.loads(command))
     command = command.replace("\t", " ")
+    first = len(state.stages[-1].layers)
+    problem = _arg_problem(command, state)
+    if heredocs:
+        _heredoc_run(command, line, state, heredocs)
+    elif problem:
+        _keep(line, f"RUN {value}", problem, state, command)
+    else:
+        _run_command(_substitute(command, state.stage_args), value, line, state)
+    _runs_as_in_dockerfile(line, state, first)
+
+
+def _arg_problem(command: str, state: _State) -> str:
+    """Why this stage's ARGs cannot be written into ``command`` as text ('' when they can:
+    each used one is a plain word, named as ``$NAME`` or ``${NAME}``)."""
+    for name, value in state.stage_args.items():
+        if not re.search(r"\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])", command):
+            continue
+        if not SHELL_WORD.fullmatch(value):
+            return f"uses ARG {name}, whose value is not one plain word (a recipe takes no ARG)"
+        if re.search(r"\$\{" + re.escape(name) + r"[^}A-Za-z0-9_]", command):
+            return f"uses ARG {name} with a ${{...}} modifier (a recipe takes no ARG)"
+    return ""
+
+
+def _run_command(command: str, value: str, line: int, state: _State) -> None:
     segments = _segments(command)
     if segments is None:
         reason = "a pip install inside a compound shell command (||, |, ;, a subshell or cd)"
         if _mentions_pip_install(command):
             _keep(line, f"RUN {value}", reason, state, command)
         elif _runnable(command):
-            state.stages[-1].layers.append(
-                Layer(line, f"run = {_q(command)}", f"Dockerfile line {line}")
-            )
+            _add_layer(state, line, f"run = {_q(redact(command))}")
         else:
-            _keep(line, f"RUN {value}", "not a one-line shell command (heredoc?)", state)
+            _keep(line, f"RUN {value}", "not a one-line shell command", state)
         return
     for words, text in segments:
         before = len(state.unmapped)
@@ -362,11 +530,55 @@ def _run(value: str, line: int, state: _State) -> None:
         elif _mentions_pip_install(text):
             _keep(line, f"RUN {text}", "a pip install this import does not recognise", state, text)
         elif _runnable(text):
-            state.stages[-1].layers.append(
-                Layer(line, f"run = {_q(text)}", f"Dockerfile line {line}")
-            )
+            _add_layer(state, line, f"run = {_q(redact(text))}")
         else:
             _keep(line, f"RUN {text}", "not a one-line shell command", state)
+
+
+def _heredoc_run(command: str, line: int, state: _State, heredocs: list[Heredoc]) -> None:
+    """``RUN <<EOF`` (the body run by the shell, or by its ``#!`` program) or ``RUN prog <<EOF``
+    (the body on prog's standard input): a run layer whose ``stdin`` is the body's file."""
+    doc = heredocs[0]
+    program, _, after = command.partition(doc.mark)
+    program = _substitute(program.strip(), state.stage_args)
+    problem = _heredoc_problem(heredocs, program, after)
+    if problem:
+        _keep(line, f"RUN {command}", problem, state)
+        return
+    stage = state.stages[-1]
+    relpath = f"heredocs/{stage.name}-{len(stage.layers) + 1:02d}"
+    state.files[relpath] = redact(doc.body).encode()
+    if not program:  # BuildKit runs such a body as `sh -c BODY`, or as a file when it has #!
+        program = _shebang(doc.body) or 'sh -c "$(cat)"'
+    _add_layer(state, line, f"run = {_q(program)}\nstdin = {_q(relpath)}")
+
+
+def _heredoc_problem(heredocs: list[Heredoc], program: str, after: str) -> str:
+    """Why this RUN's heredoc cannot be a run layer's stdin file ('' when it can)."""
+    doc = heredocs[0]
+    segments = _segments(program) if program else []
+    checks = (
+        (len(heredocs) != 1 or not doc.closed, "several heredocs in one RUN, or one never closed"),
+        (bool(after.strip()), "a heredoc followed by more shell on its line"),
+        (
+            bool(program) and not doc.quoted and bool(re.search(r"[$`\\]", doc.body)),
+            "a heredoc the shell would expand ($, ` or \\ without a quoted delimiter)",
+        ),
+        (
+            bool(program) and (segments is None or len(segments) != 1 or not _runnable(program)),
+            "a heredoc fed to a compound shell command",
+        ),
+        (_mentions_pip_install(program), "a pip install reading a heredoc (list requirements)"),
+    )
+    return next((reason for failed, reason in checks if failed), "")
+
+
+def _shebang(body: str) -> str:
+    """``/usr/bin/env python3 /dev/stdin`` for a body starting ``#!/usr/bin/env python3``."""
+    first = body.split("\n", 1)[0]
+    if not first.startswith("#!") or any(ord(ch) < 32 for ch in first):
+        return ""
+    return f"{first[2:].strip()} /dev/stdin"
 
 
 def _segments(command: str) -> list[tuple[list[str], str]] | None:
@@ -442,7 +654,7 @@ def _pip_layer(words: list[str], line: int, state: _State) -> bool:
         return False
     slug = f"{state.stages[-1].name}-{len(state.stages[-1].layers) + 1:02d}"
     relpath = f"requirements/{slug}.in"
-    header = f"# Dockerfile line {line}: {' '.join(words)}"[:400]
+    header = redact(f"# Dockerfile line {line}: {' '.join(words)}")[:400]
     body = [header, *parsed.comments, *parsed.lines]
     state.requirements[relpath] = ("\n".join(body) + "\n").encode()
     toml = f"pip = {_q(relpath)}"
@@ -450,8 +662,10 @@ def _pip_layer(words: list[str], line: int, state: _State) -> bool:
         toml += f"\nindex = {_q(parsed.index)}"
     if parsed.pre:
         toml += "\npre = true"
+    if parsed.no_deps:
+        toml += "\nno_deps = true"
     note = f"Dockerfile line {line}"
-    note += " (--no-deps in the Dockerfile: an override)" if parsed.no_deps else ""
+    note += " (pip install --no-deps: a re-pin, applied as an override)" if parsed.no_deps else ""
     state.stages[-1].layers.append(Layer(line, toml, note))
     return True
 
@@ -481,10 +695,6 @@ def _pip_arguments(args: list[str], line: int, state: _State) -> _PipArgs | None
             parsed.pre = True
         elif word == "--no-deps":
             parsed.no_deps = True
-            parsed.comments.append(
-                "# --no-deps in the Dockerfile: these pins override what earlier layers need"
-            )
-            state.notes.append(Unmapped(line, "pip install --no-deps", "noted as an override"))
         elif word in IGNORED_PIP_FLAGS or name in IGNORED_PIP_OPTIONS:
             if name in IGNORED_PIP_OPTIONS and not equals:
                 next(words, "")
@@ -501,7 +711,27 @@ def _pip_arguments(args: list[str], line: int, state: _State) -> _PipArgs | None
     if not parsed.lines:
         state.unmapped.append(Unmapped(line, "pip install", "no requirement to install"))
         return None
-    return parsed
+    return parsed if _repin(parsed, line, state) else None
+
+
+def _repin(parsed: _PipArgs, line: int, state: _State) -> bool:
+    """A ``--no-deps`` install of exact pins is a re-pin (``no_deps = true``); of anything
+    else it cannot be one (listed, False)."""
+    if not parsed.no_deps:
+        return True
+    if not all(_exact_pin(word) for word in parsed.lines):
+        reason = "--no-deps with a requirement that is not one exact name==version"
+        state.unmapped.append(Unmapped(line, "pip install --no-deps", reason))
+        return False
+    parsed.comments.append("# --no-deps in the Dockerfile: re-pinned with no_deps = true")
+    state.notes.append(Unmapped(line, "pip install --no-deps", "a re-pin: no_deps = true"))
+    return True
+
+
+def _exact_pin(word: str) -> bool:
+    """Whether a requirement names one version with ``==`` (what a no_deps layer holds)."""
+    specs = list(Requirement(word).specifier)
+    return len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version
 
 
 def _requirement(word: str) -> bool:
@@ -560,23 +790,31 @@ def _declare_index(url: str, state: _State) -> str:
     return candidate
 
 
-# --- ENV, COPY -----------------------------------------------------------------------------
+# --- ENV, COPY, ADD ------------------------------------------------------------------------
 
 
 def _env(value: str, line: int, state: _State) -> None:
-    """``ENV A=1 B="x y"`` (or the legacy ``ENV A value``) as one env layer of literals."""
+    """``ENV A=1 B="x y"`` (or the legacy ``ENV A value``) as one env layer; variables the
+    import knows (ARGs, earlier ENVs) are substituted, others (the base image's ``$PATH``)
+    are left to Docker with ``expand = true``."""
     try:
         words = shlex.split(value)
     except ValueError:
         _keep(line, f"ENV {value}", "ENV that does not parse", state)
         return
-    pairs = _env_pairs(words)
-    problem = _env_problem(value, pairs)
+    known = _vars(state)
+    pairs = [(name, _substitute(text, known)) for name, text in _env_pairs(words)]
+    problem = _env_problem(pairs)
     if problem:
         _keep(line, f"ENV {value}", problem, state)
         return
+    expand = any("$" in text for _, text in pairs)
+    for name, text in pairs:
+        state.envs.pop(name, None)
+        if "$" not in text:
+            state.envs[name] = text
     body = ", ".join(f"{name} = {_q(text)}" for name, text in pairs)
-    state.stages[-1].layers.append(Layer(line, f"env = {{ {body} }}", f"Dockerfile line {line}"))
+    _add_layer(state, line, f"env = {{ {body} }}" + ("\nexpand = true" if expand else ""))
 
 
 def _env_pairs(words: list[str]) -> list[tuple[str, str]]:
@@ -585,13 +823,11 @@ def _env_pairs(words: list[str]) -> list[tuple[str, str]]:
     return [(w.partition("=")[0], w.partition("=")[2]) for w in words]
 
 
-def _env_problem(value: str, pairs: list[tuple[str, str]]) -> str:
+def _env_problem(pairs: list[tuple[str, str]]) -> str:
     """Why these pairs cannot be a recipe env layer ('' when they can)."""
-    if not pairs or "$" in value:
-        return "ENV with $ expansion (recipe env values are literal)"
     names = [name for name, _ in pairs]
-    if len(set(names)) != len(names):
-        return "ENV sets one name twice"
+    if not pairs or len(set(names)) != len(names):
+        return "ENV that sets nothing, or one name twice"
     for name, text in pairs:
         if not ENV_NAME.fullmatch(name):
             return f"{name!r} is not a shell variable name"
@@ -599,38 +835,107 @@ def _env_problem(value: str, pairs: list[tuple[str, str]]) -> str:
             return f"{name} looks like a secret or an index setting (recipes refuse it)"
         if any(ord(ch) < 32 for ch in text):
             return "ENV value with a control character"
+        if "$" in ENV_REFERENCE.sub("", text):
+            return "ENV with a ${...} form other than ${NAME} (a modifier, or a lone $)"
     return ""
 
 
-def _copy(value: str, line: int, state: _State) -> None:
-    """``COPY src /abs/dest`` from the build context as a copy layer; anything else is kept."""
+def _add(value: str, line: int, state: _State) -> None:
+    """``ADD`` of a plain context file is a COPY; of a URL or an archive (which ADD unpacks)
+    it has no recipe equivalent."""
+    words = value.split()
+    sources = [w for w in words[:-1] if not w.startswith("--")]
+    if any(re.match(r"[a-z+]+://|git@", w) for w in sources):
+        reason = "ADD from a URL: download the file into the build context and COPY it"
+        _keep(line, f"ADD {value}", reason, state)
+    elif any(ARCHIVE.search(w) for w in sources):
+        reason = "ADD of an archive, which Docker unpacks (a copy layer would not)"
+        _keep(line, f"ADD {value}", reason, state)
+    else:
+        _copy(value, line, state, "ADD")
+
+
+def _copy(value: str, line: int, state: _State, kind: str = "COPY") -> None:
+    """``COPY [--chmod] [--chown] src… dest`` from the build context: one copy layer per source,
+    a relative destination placed under the WORKDIR the Dockerfile set."""
     try:
-        words = json.loads(value) if value.lstrip().startswith("[") else shlex.split(value)
+        text = _substitute(value, _vars(state))
+        words = json.loads(text) if text.lstrip().startswith("[") else shlex.split(text)
     except ValueError:
         words = []
-    flags = [w for w in words if isinstance(w, str) and w.startswith("--")]
-    paths = [w for w in words if isinstance(w, str) and not w.startswith("--")]
-    source = paths[0] if paths else ""
-    posix = PurePosixPath(source)
-    reason = ""
-    if flags:
-        reason = f"COPY {' '.join(flags)} (another stage, owner or link) has no recipe key"
-    elif len(paths) != 2:
-        reason = "COPY of several sources (or none): one copy layer takes one"
-    elif not paths[1].startswith("/"):
-        reason = "COPY to a relative destination (depends on WORKDIR)"
-    elif posix.is_absolute() or ".." in posix.parts or any(c in source for c in "*?["):
-        reason = "COPY source outside the build context, or a wildcard"
-    elif not state.context_has(posix.as_posix()):
-        reason = f"{source} is not in the build context"
+    words = [w for w in words if isinstance(w, str)]
+    flags = [w for w in words if w.startswith("--")]
+    paths = [w for w in words if not w.startswith("--")]
+    options, reason = _copy_flags(flags, line, state)
+    dest = _copy_dest(paths[-1], state) if len(paths) >= 2 else ""
+    sources = paths[:-1]
+    reason = reason or _copy_problem(sources, dest, text if words else "", state)
     if reason:
-        _keep(line, f"COPY {value}", reason, state)
+        _keep(line, f"{kind} {value}", reason, state)
         return
-    relative = posix.as_posix().strip("/") or "."
-    target = f"context/{relative}" if relative.split("/")[0] in RESERVED_DIRS else relative
-    state.copies[target] = relative
-    toml = f"copy = {{ src = {_q(target)}, dest = {_q(paths[1])} }}"
-    state.stages[-1].layers.append(Layer(line, toml, f"Dockerfile line {line}"))
+    for source in sources:
+        relative = PurePosixPath(source).as_posix().strip("/") or "."
+        top = relative.split("/")[0]
+        target = "context" if relative == "." else relative
+        target = f"context/{relative}" if top in RESERVED_DIRS else target
+        state.copies[target] = relative
+        toml = f"copy = {{ src = {_q(target)}, dest = {_q(dest)}{options} }}"
+        _add_layer(state, line, toml)
+
+
+def _copy_flags(flags: list[str], line: int, state: _State) -> tuple[str, str]:
+    """(the copy table's extra keys, '') or ('', why a flag has no recipe key)."""
+    options = ""
+    for flag in flags:
+        name, _, setting = flag.partition("=")
+        if name == "--chmod" and FILE_MODE.fullmatch(setting):
+            options += f", mode = {_q(setting)}"
+        elif name == "--chown" and OWNER.fullmatch(setting):
+            options += f", owner = {_q(setting)}"
+        elif name == "--link":
+            state.notes.append(Unmapped(line, flag, "dropped: it changes caching, not contents"))
+        elif name == "--from":
+            return (
+                "",
+                f"{flag}: a file of another stage or image (a copy layer takes context files)",
+            )
+        else:
+            return "", f"{flag} has no recipe key (copy layers take --chmod and --chown)"
+    return options, ""
+
+
+def _copy_dest(dest: str, state: _State) -> str:
+    """An absolute destination: relative ones under the WORKDIR the Dockerfile set ('' when
+    it set none: the base image's is not known here)."""
+    if dest.startswith("/"):
+        return dest
+    if not state.workdir:
+        return ""
+    joined = str(PurePosixPath(state.workdir) / dest)
+    return joined + "/" if dest.endswith("/") or dest in (".", "./") else joined
+
+
+def _copy_problem(sources: list[str], dest: str, text: str, state: _State) -> str:
+    """Why these sources and destination are not copy layers ('' when they are)."""
+    checks = (
+        (not text or not sources, "COPY without a source and a destination"),
+        (not dest, "COPY to a relative destination before any WORKDIR (the base's is unknown)"),
+        (
+            not CONTAINER_PATH.fullmatch(dest.rstrip("/") or "/") or "$" in text,
+            "COPY with spaces or variables in a path the import cannot resolve",
+        ),
+        (len(sources) > 1 and not dest.endswith("/"), "several sources need a folder ending in /"),
+    )
+    found = next((reason for failed, reason in checks if failed), "")
+    if found:
+        return found
+    for source in sources:
+        posix = PurePosixPath(source)
+        if posix.is_absolute() or ".." in posix.parts or any(c in source for c in "*?["):
+            return f"COPY source {source} is outside the build context, or a wildcard"
+        if not state.context_has(posix.as_posix()):
+            return f"{source} is not in the build context"
+    return ""
 
 
 def unmapped_lines(plan: ImportPlan) -> Iterator[str]:

@@ -699,7 +699,13 @@ def _healthcheck(node: _Node) -> Healthcheck:
     retries = node.value("retries", int, "an integer") if "retries" in node.data else None
     if retries is not None and (type(retries) is not int or not 0 <= retries <= 1000):
         raise node.error("retries", "must be an integer from 0 to 1000")
-    return Healthcheck(_command(node, "cmd"), retries=retries, **timing)
+    return Healthcheck(
+        _command(node, "cmd"),
+        interval=timing["interval"],
+        timeout=timing["timeout"],
+        start_period=timing["start_period"],
+        retries=retries,
+    )
 
 
 # --- the policy -----------------------------------------------------------------------------

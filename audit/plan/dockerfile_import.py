@@ -487,8 +487,8 @@ def _run(value: str, line: int, state: _State, heredocs: list[Heredoc]) -> None:
             command = shlex.join(json.loads(command))
     command = command.replace("\t", " ")
     first = len(state.stages[-1].layers)
-    problem = _arg_problem(command, state)
-    if heredocs:
+    problem = _arg_problem(command + "".join(doc.body for doc in heredocs), state)
+    if heredocs and not problem:
         _heredoc_run(command, line, state, heredocs)
     elif problem:
         _keep(line, f"RUN {value}", problem, state, command)
@@ -547,7 +547,9 @@ def _heredoc_run(command: str, line: int, state: _State, heredocs: list[Heredoc]
         return
     stage = state.stages[-1]
     relpath = f"heredocs/{stage.name}-{len(stage.layers) + 1:02d}"
-    state.files[relpath] = redact(doc.body).encode()
+    # a shell script body sees the stage's ARGs in its environment: they are written into it
+    body = doc.body if program else _substitute(doc.body, state.stage_args)
+    state.files[relpath] = redact(body).encode()
     if not program:  # BuildKit runs such a body as `sh -c BODY`, or as a file when it has #!
         program = _shebang(doc.body) or 'sh -c "$(cat)"'
     _add_layer(state, line, f"run = {_q(program)}\nstdin = {_q(relpath)}")
@@ -699,6 +701,10 @@ def _pip_arguments(args: list[str], line: int, state: _State) -> _PipArgs | None
             if name in IGNORED_PIP_OPTIONS and not equals:
                 next(words, "")
             state.notes.append(Unmapped(line, f"pip {name}", "pip option dropped"))
+        elif word in ("-e", "--editable"):
+            reason = "an editable install of a path in the image (a lock pins released versions)"
+            state.unmapped.append(Unmapped(line, f"pip {word}", reason))
+            return None
         elif word.startswith("-"):
             state.unmapped.append(Unmapped(line, f"pip {word}", "pip option with no recipe key"))
             return None

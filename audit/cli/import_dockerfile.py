@@ -26,7 +26,14 @@ from typing import Any
 
 from rich.markup import escape
 
-from audit.core.errors import EXIT_OK, AuditError, EnvironmentProblem, RecipeError, UsageError
+from audit.core.errors import (
+    EXIT_OK,
+    AuditError,
+    BadInput,
+    EnvironmentProblem,
+    RecipeError,
+    UsageError,
+)
 from audit.core.redact import redact
 from audit.engines import atomic, console
 from audit.plan import paths
@@ -230,10 +237,12 @@ def _write(folder: Path, plan: ImportPlan, copies: dict[str, list[tuple[str, Pat
 def _validate(scratch: Path, plan: ImportPlan, dockerfile: Path) -> None:
     try:
         load_recipe(DirectorySource(scratch), plan.image)
-    except RecipeError as error:
+    except BadInput as error:  # named after the Dockerfile: the scratch recipe is gone
+        problem = error.problem if isinstance(error, RecipeError) else error.message
+        problem = problem.replace(f"{scratch}/", "")
         raise RecipeError(
             str(dockerfile),
-            f"the recipe imported from it does not validate: {error.problem}",
+            f"the recipe imported from it does not validate: {problem}",
             "report this Dockerfile to layer-audit; meanwhile edit the line the problem names",
         ) from error
 

@@ -54,6 +54,7 @@ from audit.plan.recipe_parse import (
     ENV_NAME,
     ENV_REFERENCE,
     FILE_MODE,
+    HEREDOC,
     OWNER,
     PIP_SOURCE_ENV,
     SECRET_NAME,
@@ -379,7 +380,7 @@ def _keep(line: int, instruction: str, reason: str, state: _State, command: str 
     ``command`` when it is a shell command that can still run)."""
     instruction, command = redact(instruction), redact(command)
     state.unmapped.append(Unmapped(line, instruction, reason))
-    clean = " ".join(instruction.split())
+    clean = re.sub(r"<(?=<)", "< ", " ".join(instruction.split()))  # a no-op, never a heredoc
     if command and _runnable(command):
         body = command
     else:
@@ -466,7 +467,7 @@ def _runnable(command: str) -> bool:
     return (
         bool(command.strip())
         and not any(ord(ch) < 32 for ch in command)
-        and "<<" not in command
+        and not HEREDOC.search(command)
         and not command.rstrip().endswith("\\")
     )
 

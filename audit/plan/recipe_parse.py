@@ -96,7 +96,7 @@ SECRET_NAME = re.compile(
 )
 PIP_SOURCE_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
 CONTAINER_PATH = re.compile(r"/[\w.+@:/=,-]*")
-HEREDOC = re.compile(r"<<-?\s*['\"]?[A-Za-z_]")
+HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*['\"]?[A-Za-z_]")  # not the here-string <<<
 FILE_MODE = re.compile(r"0?[0-7]{3}")
 OWNER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]*)?")
 PORT = re.compile(r"[0-9]{1,5}(?:/(?:tcp|udp|sctp))?")
@@ -602,7 +602,7 @@ def _env_layer(node: _Node, context: _Context) -> EnvLayer:
     for name in table.data:
         _check_env_name(table, name)
     expand = node.boolean("expand", False)
-    values = tuple((name, table.text(name)) for name in table.data)
+    values = tuple((name, _line(table, name)) for name in table.data)
     for name, value in values if expand else ():
         if "$" in ENV_REFERENCE.sub("", value):
             raise table.error(
@@ -611,6 +611,12 @@ def _env_layer(node: _Node, context: _Context) -> EnvLayer:
                 "write $$ nowhere: set expand = false for literal values",
             )
     return EnvLayer(values, expand)
+
+
+def _line(node: _Node, key: str) -> str:
+    """A one-line string that may be empty (``ENV A=`` and ``LABEL a=`` are real)."""
+    value: str = node.value(key, str, "a string")
+    return node.text(key) if value else value
 
 
 def _check_env_name(table: _Node, name: str) -> None:
@@ -681,7 +687,7 @@ def _labels(table: _Node) -> tuple[tuple[str, str], ...]:
     for name in table.data:
         if not LABEL_KEY.fullmatch(name):
             raise table.error(name, "label keys use letters, digits, '.', '_', '/' and '-'")
-    return tuple((name, table.text(name)) for name in table.data)
+    return tuple((name, _line(table, name)) for name in table.data)
 
 
 def _healthcheck(node: _Node) -> Healthcheck:

@@ -51,6 +51,9 @@ RUN <<EOF
 mkdir -p /opt/glm53/bin
 echo "kv cache ${{KV_DTYPE}}" > /opt/glm53/kv.txt
 EOF
+COPY <<EOF /opt/glm53/launch.env
+GLM53_KV_CACHE_DTYPE=${{KV_DTYPE}}
+EOF
 RUN {python} <<'PY'
 import pathlib
 pathlib.Path("/opt/glm53/probe.txt").write_text("ok $HOME\\n")
@@ -151,3 +154,4 @@ def test_the_imported_image_starts_like_the_dockerfiles(
     assert files["glm53/patched.txt:data"] == b"v1\n"  # the patch ran in the WORKDIR
     assert files["glm53/kv.txt:data"] == b"kv cache fp8\n"  # the heredoc saw its ARG
     assert files["glm53/probe.txt:data"] == b"ok $HOME\n"  # a quoted heredoc, unexpanded
+    assert files["glm53/launch.env:data"] == b"GLM53_KV_CACHE_DTYPE=fp8\n"  # COPY <<EOF

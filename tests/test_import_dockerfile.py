@@ -134,7 +134,10 @@ class Original:
         elif kind == "RUN":
             self.run_(value, item.get("heredocs", []))
         else:
-            readers = {"ENV": self.env_, "WORKDIR": self.workdir_, "COPY": self.copy_}
+            if kind == "COPY":
+                self.copy_(value, item.get("heredocs", []))
+                return
+            readers = {"ENV": self.env_, "WORKDIR": self.workdir_}
             readers[kind](value)  # another instruction must be marked # unmapped
 
     def known(self) -> dict[str, str]:
@@ -150,7 +153,14 @@ class Original:
         self.workdir = str(Path(self.workdir or "/") / substitute(value, self.known()))
         self.actions.append(("workdir", self.workdir))
 
-    def copy_(self, value: str) -> None:
+    def copy_(self, value: str, heredocs: list[dockerfile_heredoc.Heredoc]) -> None:
+        if heredocs:  # COPY <<EOF dest: the body, variables expanded (the delimiter unquoted)
+            flags = dict(w[2:].split("=", 1) for w in value.split() if w.startswith("--"))
+            dest = value.rsplit(maxsplit=1)[-1]
+            data = substitute(heredocs[0].body, self.known()).encode()
+            where = hashlib.sha256(data).hexdigest()
+            self.actions.append(("copy", dest, where, flags.get("chmod"), flags.get("chown")))
+            return
         words = shlex.split(substitute(value, self.known()))
         flags = dict(w[2:].split("=", 1) for w in words if w.startswith("--"))
         *sources, dest = [w for w in words if not w.startswith("--")]

@@ -248,9 +248,13 @@ def _validate(scratch: Path, plan: ImportPlan, dockerfile: Path) -> None:
 
 
 def _unwritable(images: Path, exc: OSError) -> EnvironmentProblem:
+    """Exit 3, naming the folder (or a context file that could not be read)."""
+    where = exc.filename if exc.filename and not str(exc.filename).startswith(str(images)) else ""
     return EnvironmentProblem(
-        f"{images}: cannot write the recipe ({exc.strerror or exc})",
-        "import writes images/<name>/ in the project: make it writable, or give --project",
+        f"{images}: cannot write the recipe ({exc.strerror or exc}"
+        + (f": {where})" if where else ")"),
+        "import writes images/<name>/ in the project and reads the build context: "
+        "make both accessible, or give --project",
     )
 
 

@@ -358,7 +358,7 @@ def _from(value: str, line: int, state: _State, where: str) -> tuple[str, str | 
 
 def _instruction(kind: str, value: str, line: int, state: _State, heredocs: list[Heredoc]) -> None:
     if heredocs and kind != "RUN":
-        _keep(line, f"{kind} {value}", f"{kind} from a heredoc: put the file in the context", state)
+        _copy_heredoc(kind, value, line, state, heredocs)
         return
     handlers: dict[str, Callable[[str, int, _State], None]] = {
         "RUN": lambda v, n, s: _run(v, n, s, heredocs), "ENV": _env, "COPY": _copy,
@@ -845,6 +845,26 @@ def _env_problem(pairs: list[tuple[str, str]]) -> str:
         if "$" in ENV_REFERENCE.sub("", text):
             return "ENV with a ${...} form other than ${NAME} (a modifier, or a lone $)"
     return ""
+
+
+def _copy_heredoc(kind: str, value: str, line: int, state: _State, heredocs: list[Heredoc]) -> None:
+    """``COPY <<EOF /dest`` (a file written from the Dockerfile): the body becomes a file of
+    the recipe and a copy layer (variables expanded unless the delimiter is quoted)."""
+    doc = heredocs[0]
+    words = value.replace(doc.mark, "", 1).split()
+    flags = [w for w in words if w.startswith("--")]
+    paths = [w for w in words if not w.startswith("--")]
+    options, reason = _copy_flags(flags, line, state)
+    dest = _copy_dest(paths[0], state) if len(paths) == 1 else ""
+    if len(heredocs) != 1 or not doc.closed or not dest or reason or dest.endswith("/"):
+        reason = reason or f"{kind} of several heredocs, or to a folder or unknown destination"
+        _keep(line, f"{kind} {value}", reason, state)
+        return
+    stage = state.stages[-1]
+    relpath = f"heredocs/{stage.name}-{len(stage.layers) + 1:02d}"
+    body = doc.body if doc.quoted else _substitute(doc.body, _vars(state))
+    state.files[relpath] = redact(body).encode()
+    _add_layer(state, line, f"copy = {{ src = {_q(relpath)}, dest = {_q(dest)}{options} }}")
 
 
 def _add(value: str, line: int, state: _State) -> None:

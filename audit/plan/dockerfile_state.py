@@ -95,6 +95,8 @@ def substitute(value: str, args: dict[str, str]) -> str:
 def keep(line: int, instruction: str, reason: str, state: State, command: str = "") -> None:
     """Record an unmapped instruction and keep it as a run layer (a no-op naming it, or
     ``command`` when it is a shell command that can still run)."""
+    if redact(command) != command:
+        state.notes.append(Unmapped(line, "a credential", "removed: pass it as a BuildKit secret"))
     instruction, command = redact(instruction), redact(command)
     state.unmapped.append(Unmapped(line, instruction, reason))
     clean = re.sub(r"<(?=<)", "< ", " ".join(instruction.split()))  # a no-op, never a heredoc

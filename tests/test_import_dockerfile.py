@@ -305,6 +305,8 @@ def test_the_field_fix_is_kept_as_a_repin_and_the_launch_settings_stay(project: 
     assert (
         recipe.config.entrypoint == ("/opt/glm53/serve.sh",) and recipe.config.user == "1000:1000"
     )
+    assert recipe.policy.preset == "cuda-ml"  # a CUDA image gets the field's rules
+    assert "cutlass-dsl" in [group.name for group in recipe.policy.lockstep]
     [script] = [layer for layer in recipe.stage("v1").layers if getattr(layer, "mode", None)]
     assert (script.dest, script.mode) == ("/opt/glm53/serve.sh", "755")  # type: ignore[union-attr]
 
@@ -312,6 +314,7 @@ def test_the_field_fix_is_kept_as_a_repin_and_the_launch_settings_stay(project: 
 def test_a_plan_reports_true_reasons() -> None:
     data = (HERE / "pytorch-serve" / "Dockerfile").read_bytes()
     plan = plan_import(data, "x", lambda relpath: True)
+    assert plan.cuda == "cpu" and "preset" not in plan.recipe_toml()  # a CPU image: no preset
     reasons = {item.line: item.reason for item in plan.unmapped}
     assert "requirements files of the image are not read" in reasons[7]
     assert "editable install" in reasons[12]

@@ -42,6 +42,7 @@ from typing import Any
 from dockerfile_parse import DockerfileParser
 
 from audit.core.errors import UsageError
+from audit.core.presets import CUDA_ML
 from audit.core.redact import redact
 from audit.plan import dockerfile_heredoc
 from audit.plan.dockerfile_config import CONFIG_KINDS, EXPANDED_KINDS
@@ -64,7 +65,6 @@ from audit.plan.recipe_parse import CONTAINER_PATH
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_INTERPRETER = "/usr/bin/python3"
-PRESET_CUDA = "cuda-ml"
 CUDA_TAG = re.compile(r"(?:^|[-_.:])(cu\d{2,4})(?:$|[-_.])")
 
 
@@ -125,9 +125,9 @@ class ImportPlan:
 
 
 def policy_preset(cuda: str) -> str | None:
-    """The policy preset an imported recipe turns on: none until the preset grammar lands
-    (then ``PRESET_CUDA`` for a CUDA image, ``cuda != "cpu"``)."""
-    return None
+    """The policy preset an imported recipe turns on: the field's CUDA ML rules
+    (:data:`audit.core.presets.CUDA_ML`) for a CUDA image, none for ``cpu``."""
+    return CUDA_ML if cuda != "cpu" else None
 
 
 def _policy_lines(cuda: str) -> list[str]:

@@ -200,6 +200,12 @@ def test_hostile_input_is_handled(
     assert elapsed < 60, f"import took {elapsed:.1f} s"  # bounded, not a benchmark
 
 
+def test_a_secret_env_is_left_out_and_its_neighbours_kept(project: Path) -> None:
+    assert main(["import", str(credentials(project)), "--image", "secrets"]) == 0
+    toml = (project / "images" / "secrets" / "image.toml").read_text()
+    assert 'env = { HF_HOME = "/models" }' in toml and "HF_TOKEN" in toml and TOKEN not in toml
+
+
 def test_copy_dot_at_the_root_leaves_the_projects_own_folders_out(project: Path) -> None:
     assert main(["import", str(copy_the_root(project)), "--image", "rooted"]) == 0
     copied = project / "images" / "rooted" / "context"

@@ -48,7 +48,7 @@ def env(value: str, line: int, state: State) -> None:
         keep(line, f"ENV {value}", "ENV that does not parse", state)
         return
     known = variables(state)
-    pairs = [(name, substitute(text, known)) for name, text in _env_pairs(words)]
+    pairs = _without_secrets([(n, substitute(t, known)) for n, t in _env_pairs(words)], line, state)
     problem = _env_problem(pairs)
     if problem:
         keep(line, f"ENV {value}", problem, state)
@@ -60,6 +60,19 @@ def env(value: str, line: int, state: State) -> None:
             state.envs[name] = text
     body = ", ".join(f"{name} = {q(text)}" for name, text in pairs)
     add_layer(state, line, f"env = {{ {body} }}" + ("\nexpand = true" if expand else ""))
+
+
+def _without_secrets(
+    pairs: list[tuple[str, str]], line: int, state: State
+) -> list[tuple[str, str]]:
+    """The pairs a recipe may hold; secret-looking ones beside them are listed (by name only)
+    and left out, so ``ENV HF_TOKEN=… HF_HOME=/models`` still sets HF_HOME."""
+    secret = [name for name, _ in pairs if SECRET_NAME.search(name) or name in PIP_SOURCE_ENV]
+    if not secret or len(secret) == len(pairs):
+        return pairs
+    reason = f"{', '.join(secret)}: a secret or an index setting (pass it as a BuildKit secret)"
+    keep(line, f"ENV {' '.join(secret)}", reason, state)
+    return [(name, text) for name, text in pairs if name not in secret]
 
 
 def _env_pairs(words: list[str]) -> list[tuple[str, str]]:

@@ -256,9 +256,12 @@ def _from(value: str, line: int, state: State, where: str) -> tuple[str, str | N
     number = len(state.stages) + 1
     description = f"Dockerfile stage {alias or number} (line {line})"
     if state.stages and reference != (state.aliases[-1] or str(number - 2)):
-        reason = f"FROM {reference}, not the previous stage: this stage is built on it instead"
+        reason = (
+            f"FROM {reference}, not the stage before it: the recipe builds every stage on the "
+            f"one before, so v{number} starts from v{number - 1} instead"
+        )
         state.unmapped.append(Unmapped(line, f"FROM {value}", reason))
-        description += f"; UNMAPPED: the Dockerfile built it FROM {reference}"
+        description += f"; UNMAPPED Dockerfile line {line}: built FROM {reference}"
     state.stages.append(StagePlan(f"v{number}", description))
     state.aliases.append(alias)
     state.stage_args = {}  # ARGs are scoped to their stage

@@ -13,7 +13,9 @@ returns it with the secrets it may carry taken out:
   ``user:pw@registry:5000/team/x`` becomes ``registry:5000/team/x``);
 - the values of credential keys in JSON, TOML, YAML or ``KEY=value`` text (a
   ``DOCKER_AUTH_CONFIG``-like ``{"auths": {"r": {"auth": "…"}}}``, ``"password": "…"``,
-  ``identitytoken``, ``registrytoken``, ``token``, ``secret``, ``api_key`` …).
+  ``identitytoken``, ``registrytoken``, ``token``, ``secret``, ``api_key`` …);
+- the values of assignments whose name says it holds a secret (``HF_TOKEN=…``, ``--password=…``:
+  a Dockerfile's ``ENV``/``ARG`` or a command line).
 
 A path to a netrc file or a credential helper's name carries no secret and is kept.
 
@@ -57,6 +59,14 @@ _CREDENTIAL_KEY = re.compile(
     r"(?P<value>(?!\*\*\*)[^\s\"',;&}]+)",
     re.IGNORECASE,
 )
+# NAME=value where a word of the name says it holds a secret: HF_TOKEN=…, --password=…
+# (TOKENIZERS_PARALLELISM is no secret: the words are whole, split at _ and -)
+_ASSIGNMENT = re.compile(
+    r"(?P<key>(?<![\w-])-*(?:[A-Za-z0-9]+[_-])*"
+    r"(?:token|password|passwd|secret|credentials?|api[_-]?key)s?(?:[_-][A-Za-z0-9]+)*=(?!=))"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"'&;|]+)",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
@@ -69,7 +79,8 @@ def redact(text: str) -> str:
     text = _QUERY.sub(lambda m: m.group("key") + MASK, text)
     text = _BARE_USERINFO.sub("", text)
     text = _CREDENTIAL_KEY.sub(lambda m: m.group("key") + MASK, text)
-    return _NETRC.sub(lambda m: m.group("key") + MASK, text)
+    text = _NETRC.sub(lambda m: m.group("key") + MASK, text)
+    return _ASSIGNMENT.sub(lambda m: m.group("key") + MASK, text)
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")

@@ -91,6 +91,8 @@ class Policy:
     ``requirements`` holds PEP 508 strings for floors and pins (``nvidia-nccl-cu13>=2.30``);
     ``forbidden`` holds PEP 508 strings (a bare name forbids every version).
     ``cuda`` is the recipe's CUDA tag (``cu130``) used by the suffix rule; None disables it.
+    ``native_shadowed`` is the action for a native library whose loaded copy is not the one its
+    wheel installed (``shadowed-native``); None means fail in a CUDA image, warn elsewhere.
     """
 
     downgrade: str = FAIL
@@ -104,6 +106,7 @@ class Policy:
     requirements: tuple[str, ...] = ()
     forbidden: tuple[str, ...] = ()
     waivers: tuple[Waiver, ...] = field(default_factory=tuple)
+    native_shadowed: str | None = None  # None: fail in CUDA images (cuNNN), warn elsewhere
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +122,7 @@ class Policy:
             "requirements": list(self.requirements),
             "forbidden": list(self.forbidden),
             "waivers": [w.to_json() for w in self.waivers],
+            **({"native_shadowed": self.native_shadowed} if self.native_shadowed else {}),
         }
 
     @classmethod
@@ -137,4 +141,5 @@ class Policy:
             requirements=tuple(data["requirements"]),
             forbidden=tuple(data["forbidden"]),
             waivers=tuple(Waiver.from_json(w) for w in data["waivers"]),
+            native_shadowed=data.get("native_shadowed"),
         )

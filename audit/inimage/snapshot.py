@@ -248,13 +248,422 @@ def _sort_key(record: dict[str, object]) -> tuple[str, str, str]:
     return str(record["name"]), str(record["raw_name"]), str(record["version"])
 
 
-def distributions(sites: list[str]) -> list[dict[str, object]]:
-    """Every distribution in ``sites``, in path order, then by name within one site."""
+def described(sites: list[str]) -> list[tuple[dict[str, object], str]]:
+    """(record, metadata folder) of every distribution in ``sites``, in path order, then by
+    name within one site."""
     found = []
     for site in sites:
-        records = [describe(site, *entry) for entry in metadata_entries(site)]
-        found.extend(sorted(records, key=_sort_key))
+        pairs = [(describe(site, *entry), entry[0]) for entry in metadata_entries(site)]
+        found.extend(sorted(pairs, key=lambda pair: _sort_key(pair[0])))
     return found
+
+
+def distributions(sites: list[str]) -> list[dict[str, object]]:
+    """Every distribution in ``sites``, in path order, then by name within one site."""
+    return [record for record, _ in described(sites)]
+
+
+# ----------------------------------------------------------------------------- the system
+# OS packages and the CUDA-family native libraries, recorded once per snapshot under "system"
+# (see audit/core/system.py, which reads and judges it). Everything is read from files: no
+# dpkg, apk, rpm or ldconfig runs.
+
+DPKG_STATUS = "var/lib/dpkg/status"
+APK_INSTALLED = "lib/apk/db/installed"
+RPM_DATABASES = ("var/lib/rpm/rpmdb.sqlite", "usr/lib/sysimage/rpm/rpmdb.sqlite",
+                 "var/lib/rpm/Packages", "usr/lib/sysimage/rpm/Packages")  # fmt: skip
+_DPKG_FIELDS = ("Status", "Version", "Architecture", "Source")
+_GONE = ("not-installed", "config-files")
+# Library families whose copies are recorded and whose loading is resolved (file name prefixes).
+NATIVE_FAMILIES = ("libnccl", "libcublas", "libcudnn", "libcudart", "libnvshmem")
+_DEFAULT_LIB_DIRS = ("lib", "usr/lib", "lib64", "usr/lib64")
+LD_CACHE = "etc/ld.so.cache"
+_LD_CACHE_MAGIC = b"glibc-ld.so.cache1.1"
+
+
+def _block_field(block: str, key: str) -> str:
+    """The value of ``key`` in one dpkg/apk paragraph (at its start or after a newline)."""
+    if block.startswith(key):
+        start = len(key)
+    else:
+        start = block.find("\n" + key)
+        if start < 0:
+            return ""
+        start += len(key) + 1
+    end = block.find("\n", start)
+    return block[start : end if end >= 0 else len(block)].strip()
+
+
+def dpkg_packages(text: str) -> list[dict[str, str]]:
+    """Installed packages of a dpkg ``status`` file (name, version, architecture, source)."""
+    found = []
+    for block in text.split("\n\n"):
+        name = _block_field(block, "Package:")
+        status = _block_field(block, "Status:").split()
+        if not name or (status and status[-1] in _GONE):
+            continue
+        source = _block_field(block, "Source:").split(" ")[0]
+        found.append({
+            "name": name,
+            "version": _block_field(block, "Version:"),
+            "architecture": _block_field(block, "Architecture:"),
+            "source": source or name,
+        })  # fmt: skip
+    return found
+
+
+def apk_packages(text: str) -> list[dict[str, str]]:
+    """Installed packages of Alpine's ``installed`` database (P:, V:, A:, o: lines)."""
+    found = []
+    for block in text.split("\n\n"):
+        name = _block_field(block, "P:")
+        if name:
+            found.append({
+                "name": name,
+                "version": _block_field(block, "V:"),
+                "architecture": _block_field(block, "A:"),
+                "source": _block_field(block, "o:") or name,
+            })  # fmt: skip
+    return found
+
+
+def os_packages(root: str) -> dict[str, object]:
+    """``{"manager", "note", "packages"}`` of the first package database found under ``root``."""
+    for relpath, manager, reader in (
+        (DPKG_STATUS, "dpkg", dpkg_packages),
+        (APK_INSTALLED, "apk", apk_packages),
+    ):
+        data = _read(root + relpath)
+        if data is not None:
+            items = sorted(reader(data.decode("utf-8", "replace")), key=_package_key)
+            return {"manager": manager, "note": "", "packages": items}
+    for relpath in RPM_DATABASES:
+        if os.path.exists(root + relpath):
+            note = "/%s: an RPM database; RPM packages are not read (not recorded)" % relpath
+            return {"manager": "rpm", "note": note, "packages": []}
+    return {"manager": "", "note": "no package database found", "packages": []}
+
+
+def _package_key(item: dict[str, str]) -> tuple[str, str, str]:
+    return item["name"], item["architecture"], item["version"]
+
+
+def _unpack(fmt: str, data: bytes, offset: int) -> tuple[int, ...]:
+    import struct
+
+    return struct.unpack_from(fmt, data, offset)
+
+
+def _elf_header(head: bytes) -> tuple[str, bool, int, int, int] | None:
+    """(byte order, 64-bit?, program header offset, entry size, count) of an ELF file."""
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+        return None
+    order = "<" if head[5] == 1 else ">"
+    wide = head[4] == 2
+    if wide:
+        (phoff,) = _unpack(order + "Q", head, 32)
+        size, count = _unpack(order + "HH", head, 54)
+    else:
+        (phoff,) = _unpack(order + "I", head, 28)
+        size, count = _unpack(order + "HH", head, 42)
+    return order, wide, phoff, size, count
+
+
+def _segments(fd: int, header: tuple[str, bool, int, int, int]) -> list[tuple[int, ...]]:
+    """(type, offset, vaddr, filesz) of every program header."""
+    order, wide, phoff, size, count = header
+    table = os.pread(fd, size * count, phoff)
+    found: list[tuple[int, ...]] = []
+    for index in range(count):
+        at = index * size
+        if wide:
+            kind, _, offset, vaddr, _, filesz = _unpack(order + "IIQQQQ", table, at)
+        else:
+            kind, offset, vaddr, _, filesz = _unpack(order + "IIIII", table, at)
+        found.append((kind, offset, vaddr, filesz))
+    return found
+
+
+def _file_offset(segments: list[tuple[int, ...]], vaddr: int) -> int:
+    for kind, offset, start, filesz in segments:
+        if kind == 1 and start <= vaddr < start + filesz:  # PT_LOAD
+            return vaddr - start + offset
+    return -1
+
+
+def _dynamic_entries(
+    fd: int, order: str, wide: bool, segments: list[tuple[int, ...]]
+) -> list[tuple[int, int]]:
+    for kind, offset, _, filesz in segments:
+        if kind == 2:  # PT_DYNAMIC
+            data = os.pread(fd, filesz, offset)
+            step, fmt = (16, order + "qQ") if wide else (8, order + "iI")
+            return [_unpack(fmt, data, at) for at in range(0, len(data) - step + 1, step)]  # type: ignore[misc]
+    return []
+
+
+def elf_dynamic(path: str) -> dict[str, object] | None:
+    """SONAME, NEEDED, RPATH and RUNPATH of an ELF shared object (None: not ELF / unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        header = _elf_header(os.pread(fd, 64, 0))
+        if header is None:
+            return None
+        segments = _segments(fd, header)
+        entries = _dynamic_entries(fd, header[0], header[1], segments)
+        values = {tag: value for tag, value in entries if tag in (5, 10)}
+        strtab = _file_offset(segments, values.get(5, -1))
+        if strtab < 0:
+            return None
+        strings = os.pread(fd, values.get(10, 0), strtab)
+    except Exception:  # a damaged file is "not ELF", never a crash
+        return None
+    finally:
+        os.close(fd)
+    return _dynamic_strings(entries, strings)
+
+
+def _dynamic_strings(entries: list[tuple[int, int]], strings: bytes) -> dict[str, object]:
+    def text(offset: int) -> str:
+        end = strings.find(b"\0", offset)
+        return strings[offset : end if end >= 0 else len(strings)].decode("utf-8", "replace")
+
+    found: dict[str, object] = {"soname": "", "needed": [], "rpath": "", "runpath": ""}
+    for tag, value in entries:
+        if tag == 1:
+            found["needed"].append(text(value))  # type: ignore[attr-defined]
+        elif tag in (14, 15, 29):
+            found[{14: "soname", 15: "rpath", 29: "runpath"}[tag]] = text(value)
+    return found
+
+
+def ld_cache(root: str) -> dict[str, list[str]]:
+    """soname -> paths, in the order of ``/etc/ld.so.cache`` (glibc's new format); {} if absent."""
+    data = _read(root + LD_CACHE)
+    start = data.find(_LD_CACHE_MAGIC) if data else -1
+    if data is None or start < 0:
+        return {}
+    count, _ = _unpack("=II", data, start + 20)
+    found: dict[str, list[str]] = {}
+    for index in range(count):
+        at = start + 48 + 24 * index
+        if at + 24 > len(data):
+            break
+        _, key, value = _unpack("=iII", data, at)
+        found.setdefault(_cstring(data, start + key), []).append(_cstring(data, start + value))
+    return found
+
+
+def _cstring(data: bytes, offset: int) -> str:
+    end = data.find(b"\0", offset)
+    return data[offset : end if end >= 0 else len(data)].decode("utf-8", "replace")
+
+
+def library_version(path: str, soname: str) -> str:
+    """``2.29.7`` of ``libnccl.so.2.29.7``: the digits after ``.so.`` beyond the SONAME's own
+    (a file named only by its SONAME tells no version: "")."""
+    name = os.path.basename(path)
+    if ".so." not in name or name == soname:
+        return ""
+    return name.split(".so.", 1)[1]
+
+
+def _family(name: str, families: tuple[str, ...]) -> bool:
+    return ".so" in name and any(name.startswith(prefix) for prefix in families)
+
+
+def system_library_dirs(environ: dict[str, str]) -> list[tuple[str, str]]:
+    """(directory, origin) of every folder the loader searches, in no particular order:
+    ``LD_LIBRARY_PATH``, the folders the ld.so cache names and the default folders."""
+    dirs = [(d, "LD_LIBRARY_PATH") for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    machine = _uname()[3]
+    triplets = [machine + "-linux-gnu"] if machine else []
+    for base in _DEFAULT_LIB_DIRS:
+        dirs += [("/" + base + "/" + t, "system") for t in triplets] + [("/" + base, "system")]
+    return dirs
+
+
+def _copies_in(
+    folder: str, origin: str, families: tuple[str, ...], seen: set[str]
+) -> list[dict[str, object]]:
+    found = []
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder))
+    except OSError:
+        return []
+    for name in names:
+        if not _family(name, families):
+            continue
+        path = folder + "/" + name
+        real = os.path.realpath(path)
+        if real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        found.append(_copy(real, origin, ""))
+    return found
+
+
+def _copy(real: str, origin: str, owner: str) -> dict[str, object]:
+    dynamic = elf_dynamic(real) or {}
+    soname = str(dynamic.get("soname") or os.path.basename(real))
+    return {"path": real, "origin": origin, "owner": owner, "soname": soname,
+            "version": library_version(real, soname)}  # fmt: skip
+
+
+def wheel_copies(
+    pairs: list[tuple[dict[str, object], str]], families: tuple[str, ...], seen: set[str]
+) -> list[dict[str, object]]:
+    """Library files that ``nvidia-*`` distributions installed (from their RECORD)."""
+    found = []
+    for dist, folder in pairs:
+        if not str(dist["name"]).startswith("nvidia-") or dist["metadata"] != "dist-info":
+            continue
+        owner = "%s %s" % (dist["name"], dist["version"])
+        site = str(dist["location"])
+        for relpath in _record_paths(site, folder):
+            if _family(relpath.rsplit("/", 1)[-1], families):
+                real = os.path.realpath(site + "/" + relpath)
+                if real not in seen and os.path.isfile(real):
+                    seen.add(real)
+                    found.append(_copy(real, "wheel", owner))
+    return found
+
+
+def _record_paths(site: str, folder: str) -> list[str]:
+    data = _read(site + "/" + folder + "/RECORD") if folder else None
+    lines = (data or b"").decode("utf-8", "replace").splitlines()
+    return [line.rsplit(",", 2)[0] for line in lines if ".so" in line]
+
+
+def _expand(entry: str, loader: str) -> list[str]:
+    origin = os.path.dirname(loader)
+    return [
+        d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in entry.split(":") if d
+    ]
+
+
+def resolve(
+    soname: str,
+    loader: dict[str, object] | None,
+    ld_path: list[str],
+    cache: dict[str, list[str]],
+    defaults: list[str],
+) -> str:
+    """The file the dynamic loader maps for ``soname`` needed by ``loader`` (None: a dlopen by
+    name from the interpreter): RPATH (when no RUNPATH), LD_LIBRARY_PATH, RUNPATH, the ld.so
+    cache, the default folders. "" when nothing matches."""
+    path = str(loader["path"]) if loader else ""
+    runpath = str(loader.get("runpath", "")) if loader else ""
+    rpath = "" if runpath or not loader else str(loader.get("rpath", ""))
+    for folder in _expand(rpath, path) + ld_path + _expand(runpath, path):
+        if os.path.isfile(folder + "/" + soname):
+            return os.path.realpath(folder + "/" + soname)
+    for candidate in cache.get(soname, []):
+        if os.path.isfile(candidate):
+            return os.path.realpath(candidate)
+    for folder in defaults:
+        if os.path.isfile(folder + "/" + soname):
+            return os.path.realpath(folder + "/" + soname)
+    return ""
+
+
+def loaders(sites: list[str], sonames: set[str]) -> list[dict[str, object]]:
+    """ELF files of Python packages (``<site>/<package>/lib/*.so*`` and ``<site>/<package>/*.so``)
+    that need one of ``sonames``: the libraries an ``import`` maps, with their search paths."""
+    found = []
+    for site in sites:
+        for folder in _package_lib_dirs(site):
+            for name in folder[1]:
+                dynamic = elf_dynamic(folder[0] + "/" + name)
+                if dynamic and sonames.intersection(dynamic["needed"]):  # type: ignore[arg-type]
+                    dynamic["path"] = folder[0] + "/" + name
+                    found.append(dynamic)
+    return found
+
+
+def _so_names(folder: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(folder) if ".so" in e.name and e.is_file())
+    except OSError:
+        return []
+
+
+def _package_lib_dirs(site: str) -> list[tuple[str, list[str]]]:
+    found = []
+    for entry in metadata_free_dirs(site):
+        for folder in (entry, entry + "/lib"):
+            names = _so_names(folder)
+            if names:
+                found.append((folder, names))
+    return found
+
+
+def metadata_free_dirs(site: str) -> list[str]:
+    """The package folders of ``site`` (not metadata, not ``nvidia``: the wheels themselves)."""
+    try:
+        with os.scandir(site) as entries:
+            return sorted(site + "/" + e.name for e in entries if e.is_dir() and "." not in e.name
+                          and e.name not in ("nvidia", "__pycache__"))  # fmt: skip
+    except OSError:
+        return []
+
+
+class _Loader:
+    """What resolving a SONAME needs: the environment's search path, the cache, the defaults."""
+
+    def __init__(self, root: str, environ: dict[str, str]) -> None:
+        self.ld_path = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+        self.cache = ld_cache(root)
+        self.defaults = [d for d, origin in system_library_dirs({}) if origin == "system"]
+
+    def load(self, soname: str, loader: dict[str, object] | None) -> str:
+        return resolve(soname, loader, self.ld_path, self.cache, self.defaults)
+
+
+def native_libraries(
+    pairs: list[tuple[dict[str, object], str]],
+    root: str,
+    environ: dict[str, str],
+    families: tuple[str, ...],
+) -> list[dict[str, object]]:
+    """Per SONAME of the families: every copy and which one each package library needing it
+    (or, when none does, a dlopen by name from the interpreter) maps."""
+    seen: set[str] = set()
+    copies = wheel_copies(pairs, families, seen)
+    for folder, origin in system_library_dirs(environ):
+        copies += _copies_in(folder, origin, families, seen)
+    by_soname: dict[str, list[dict[str, object]]] = {}
+    for copy in copies:
+        by_soname.setdefault(str(copy["soname"]), []).append(copy)
+    wheel_sonames = {str(c["soname"]) for c in copies if c["origin"] == "wheel"}
+    sites = sorted({str(dist["location"]) for dist, _ in pairs})
+    users = loaders(sites, wheel_sonames) if wheel_sonames else []
+    if not by_soname:
+        return []
+    loader = _Loader(root, environ)
+    return [_library(s, by_soname[s], users, loader) for s in sorted(by_soname)]
+
+
+def _library(
+    soname: str, copies: list[dict[str, object]], users: list[dict[str, object]], loader: _Loader
+) -> dict[str, object]:
+    needing = [u for u in users if soname in u["needed"]]  # type: ignore[operator]
+    contexts: list[tuple[str, dict[str, object] | None]] = [(str(u["path"]), u) for u in needing]
+    contexts = contexts or [("dlopen " + soname, None)]
+    loads = [{"by": by, "path": loader.load(soname, user)} for by, user in contexts]
+    return {"soname": soname, "copies": copies, "loads": loads}
+
+
+def system_facts(pairs: list[tuple[dict[str, object], str]], root: str = "/") -> dict[str, object]:
+    """The ``system`` object of a snapshot: OS packages and native libraries."""
+    environ = dict(os.environ)
+    return {
+        "os": os_packages(root),
+        "native": native_libraries(pairs, root, environ, NATIVE_FAMILIES),
+    }
 
 
 def libc_version() -> str:
@@ -265,18 +674,23 @@ def libc_version() -> str:
         return ""
 
 
-def snapshot(path: list[str], script_dir: str) -> dict[str, object]:
+def snapshot(path: list[str], script_dir: str, system: bool = True) -> dict[str, object]:
+    """The document for this interpreter; ``system`` adds the OS packages and native libraries
+    (the guard leaves them out for its second and later interpreters: they are one image's)."""
     sites = site_directories(path, script_dir)
+    pairs = described(sites)
     environment: dict[str, object] = {
         "interpreter": sys.executable,
         "python": python_version(),
         "markers": environment_markers(),
         "paths": sites,
-        "distributions": distributions(sites),
+        "distributions": [record for record, _ in pairs],
     }
     libc = libc_version()
     if libc:
         environment["libc"] = libc
+    if system:
+        environment["system"] = system_facts(pairs)
     return {"schema": SCHEMA, "environments": [environment]}
 
 

@@ -6,8 +6,10 @@ after every layer, so it avoids ``importlib.metadata`` (slow) and reads only wha
 header block of each METADATA/PKG-INFO (up to the first blank line), INSTALLER, and the bytes of
 RECORD for the digest.
 
-Usage: ``python3 snapshot.py [--output FILE]``, or ``python3 - < snapshot.py`` (one sealed
-document on standard output; how a base image on another machine is snapshotted). The JSON
+Usage: ``python3 snapshot.py [--no-system] [--output FILE]``, or ``python3 - < snapshot.py``
+(one sealed document on standard output; how a base image on another machine is snapshotted).
+It also records what lies below Python (``system``: OS packages from the package database,
+CUDA-family native libraries and the copy the dynamic loader maps), unless ``--no-system``. The JSON
 format is documented in ``audit/snapshot.py``, which reads and verifies it.
 """
 
@@ -741,11 +743,12 @@ def write_atomically(target: str, data: bytes) -> None:
         raise
 
 
-USAGE = "usage: snapshot.py [--output FILE]\n"
+USAGE = "usage: snapshot.py [--no-system] [--output FILE]\n"
 
 
 def parse_output(argv: list[str]) -> str | None:
-    """The ``--output`` file, or None for standard output; exits 2 on anything else."""
+    """The ``--output`` file, or None for standard output; exits 2 on anything else
+    (``--no-system`` is taken out first by :func:`main`)."""
     if not argv:
         return None
     if len(argv) == 2 and argv[0] == "--output":
@@ -772,9 +775,11 @@ def _script_dir() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    output = parse_output(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    system = "--no-system" not in args
+    output = parse_output([arg for arg in args if arg != "--no-system"])
     script_dir = _script_dir()
-    data = seal(snapshot(list(sys.path), script_dir))
+    data = seal(snapshot(list(sys.path), script_dir, system))
     if output:
         write_atomically(output, data)
     else:

@@ -229,3 +229,13 @@ def test_without_a_package_library_a_dlopen_by_name_is_resolved(tmp_path: Path) 
     (site / "faketorch/lib/libfaketorch_cuda.so").unlink()
     (library,) = _native(site, {})
     assert library["loads"] == [{"by": "dlopen libnccl.so.2", "path": ""}]
+
+
+def test_this_machine_matches_the_published_schema() -> None:
+    from importlib.resources import files
+
+    from jsonschema import Draft7Validator
+
+    schema = json.loads((files("audit") / "schemas" / "snapshot.schema.json").read_text())
+    document = script.seal(script.snapshot(list(sys.path), str(SCRIPT_PATH.parent)))
+    Draft7Validator(schema).validate(json.loads(document))

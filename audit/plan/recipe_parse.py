@@ -60,11 +60,13 @@ POLICY_ACTIONS = {
     "rebuilt": WARN,
     "shadowed": WARN,
 }
-POLICY_KEYS = (*POLICY_ACTIONS, "cuda_suffix", "require", "forbid", "lockstep", "waiver")
+POLICY_KEYS = (
+    *POLICY_ACTIONS, "native_shadowed", "cuda_suffix", "require", "forbid", "lockstep", "waiver",
+)  # fmt: skip
 WAIVER_KEYS = ("package", "from", "to", "reason", "expires", "rule", "stage", "layer")
 WAIVER_RULES = (
     "downgraded", "removed", "variant", "rebuilt", "shadowed", "unparsable-version",
-    "lockstep", "cuda-suffix", "requirement", "forbidden",
+    "lockstep", "cuda-suffix", "requirement", "forbidden", "shadowed-native",
 )  # fmt: skip
 
 UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -598,6 +600,9 @@ def _policy(node: _Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
         **actions,
         cuda=recipe_cuda,
         cuda_suffix=node.boolean("cuda_suffix", True),
+        native_shadowed=_action(node, "native_shadowed", "")
+        if "native_shadowed" in node.data
+        else None,
         lockstep=_lockstep(node.table("lockstep")) if "lockstep" in node.data else (),
         requirements=_requirement_list(node, "require"),
         forbidden=_requirement_list(node, "forbid"),

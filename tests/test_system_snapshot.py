@@ -206,7 +206,7 @@ def test_ld_library_path_shadows_the_wheel(tmp_path: Path) -> None:
     assert [c["origin"] for c in library["copies"]] == ["wheel", "LD_LIBRARY_PATH"]  # type: ignore[attr-defined]
     assert library["copies"][1]["version"] == "2.29.7"  # type: ignore[index]
     assert library["loads"][0]["path"] == str(system)  # type: ignore[index]
-    parsed = parse_system({"os": {"manager": "", "note": "", "packages": []},
+    parsed = parse_system({"os": {"manager": "", "distro": "", "note": "", "packages": []},
                            "native": [library]}, "system")  # fmt: skip
     assert parsed.native[0].copy_at(str(system)) is not None
 

@@ -5,7 +5,7 @@ PURE CORE: standard library only, Python 3.9 syntax (vendored into images for th
 The in-image script (``audit/inimage/snapshot.py``) writes one optional ``system`` object per
 environment (the image's, so the guard records it with its first interpreter only)::
 
-    "system": {"os": {"manager": "dpkg"|"apk"|"rpm"|"", "note": str,
+    "system": {"os": {"manager": "dpkg"|"apk"|"rpm"|"", "distro": "debian-12", "note": str,
                       "packages": [{"name", "version", "architecture", "source"}, ...]},
                "native": [{"soname": "libnccl.so.2",
                            "copies": [{"path", "origin": "wheel"|"LD_LIBRARY_PATH"|"system",
@@ -83,6 +83,7 @@ class System:
     note: str
     packages: tuple[OsPackage, ...]
     native: tuple[NativeLibrary, ...] = ()
+    distro: str = ""  # ID-VERSION_ID of os-release: debian-12, ubuntu-24.04, alpine-3.20.3
 
     def keyed(self) -> dict[str, OsPackage]:
         """``deb:<name>`` (``deb:<name>:<arch>`` for a name installed twice) -> package."""
@@ -99,6 +100,7 @@ class System:
         return {
             "os": {
                 "manager": self.manager,
+                "distro": self.distro,
                 "note": self.note,
                 "packages": [_fields(p, _PACKAGE_FIELDS) for p in self.packages],
             },
@@ -157,9 +159,11 @@ def _object_keys(value: Any, fields: tuple[str, ...], key: str) -> dict[str, Any
 def parse_system(value: Any, key: str) -> System:
     """The ``system`` object of a snapshot environment; :class:`SystemFormatError` if malformed."""
     item = _object_keys(value, ("os", "native"), key)
-    os_item = _object_keys(item["os"], ("manager", "note", "packages"), f"{key}.os")
-    if os_item["manager"] not in MANAGERS or not isinstance(os_item["note"], str):
+    os_item = _object_keys(item["os"], ("manager", "distro", "note", "packages"), f"{key}.os")
+    if os_item["manager"] not in MANAGERS:
         raise SystemFormatError(f"{key}.os.manager: expected one of {MANAGERS}")
+    if not isinstance(os_item["note"], str) or not isinstance(os_item["distro"], str):
+        raise SystemFormatError(f"{key}.os: note and distro must be strings")
     packages = tuple(
         OsPackage(**_object(p, _PACKAGE_FIELDS, f"{key}.os.packages[{i}]"))
         for i, p in enumerate(_list(os_item["packages"], f"{key}.os.packages"))
@@ -168,4 +172,4 @@ def parse_system(value: Any, key: str) -> System:
         _parse_library(n, f"{key}.native[{i}]")
         for i, n in enumerate(_list(item["native"], f"{key}.native"))
     )
-    return System(os_item["manager"], os_item["note"], packages, native)
+    return System(os_item["manager"], os_item["note"], packages, native, os_item["distro"])

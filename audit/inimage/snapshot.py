@@ -329,8 +329,21 @@ def apk_packages(text: str) -> list[dict[str, str]]:
     return found
 
 
+def os_release(root: str) -> str:
+    """``debian-12``, ``ubuntu-24.04``, ``alpine-3.20.3``: ID and VERSION_ID of os-release."""
+    data = _read(root + "etc/os-release") or _read(root + "usr/lib/os-release") or b""
+    fields = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition("=")
+        fields[key.strip()] = value.strip().strip("\"'")
+    name, version = fields.get("ID", ""), fields.get("VERSION_ID", "")
+    return name + ("-" + version if name and version else "")
+
+
 def os_packages(root: str) -> dict[str, object]:
-    """``{"manager", "note", "packages"}`` of the first package database found under ``root``."""
+    """``{"manager", "distro", "note", "packages"}`` of the first package database under
+    ``root``."""
+    distro = os_release(root)
     for relpath, manager, reader in (
         (DPKG_STATUS, "dpkg", dpkg_packages),
         (APK_INSTALLED, "apk", apk_packages),
@@ -338,12 +351,13 @@ def os_packages(root: str) -> dict[str, object]:
         data = _read(root + relpath)
         if data is not None:
             items = sorted(reader(data.decode("utf-8", "replace")), key=_package_key)
-            return {"manager": manager, "note": "", "packages": items}
+            return {"manager": manager, "distro": distro, "note": "", "packages": items}
     for relpath in RPM_DATABASES:
         if os.path.exists(root + relpath):
             note = "/%s: an RPM database; RPM packages are not read (not recorded)" % relpath
-            return {"manager": "rpm", "note": note, "packages": []}
-    return {"manager": "", "note": "no package database found", "packages": []}
+            return {"manager": "rpm", "distro": distro, "note": note, "packages": []}
+    note = "no package database found"
+    return {"manager": "", "distro": distro, "note": note, "packages": []}
 
 
 def _package_key(item: dict[str, str]) -> tuple[str, str, str]:

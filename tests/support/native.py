@@ -42,3 +42,34 @@ def shared_object(
     subprocess.run(argv, check=True, capture_output=True)
     source.unlink()
     return path
+
+
+def debian_package(
+    dest: Path,
+    name: str,
+    version: str,
+    files: dict[str, bytes],
+    *,
+    links: dict[str, str] | None = None,
+    arch: str = "amd64",
+) -> Path:
+    """A real ``.deb`` (``dpkg-deb --build``) installing ``files`` (absolute path -> bytes) and
+    symbolic ``links`` (absolute path -> target)."""
+    tree = dest / f".{name}-{version}"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\n"
+        "Maintainer: layer-audit tests <tests@invalid>\n"
+        f"Description: {name} built by the layer-audit test suite\n"
+    )
+    for path, data in files.items():
+        target = tree / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    for path, link in (links or {}).items():
+        (tree / path.lstrip("/")).symlink_to(link)
+    deb = dest / f"{name}_{version.replace(':', '%3a')}_{arch}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)],
+                   check=True, capture_output=True)  # fmt: skip
+    shutil.rmtree(tree)
+    return deb

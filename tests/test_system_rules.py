@@ -5,8 +5,12 @@ test_system_snapshot.py, the build in test_system_docker.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 
+from audit.cli.main import main
 from audit.core.policy import Policy, Waiver
+from audit.core.snapshot import Environment, dump_snapshot
 from audit.core.system import NativeCopy, NativeLibrary, NativeLoad, OsPackage, System
 from audit.core.system_rules import SHADOWED_NATIVE, evaluate_system, native_findings
 from audit.core.verdict import Scope, WaiverLedger
@@ -123,3 +127,31 @@ def test_a_waiver_for_the_shadowed_library() -> None:
                             policy, where="w", today=TODAY, scope=Scope("v3", 1),
                             ledger=WaiverLedger())  # fmt: skip
     assert [f.severity for f in found] == ["info"]
+
+
+# --- the diff command reads what the snapshot files hold below Python ------------------------
+
+
+def _snapshot_file(path: Path, state: System | None) -> Path:
+    env = Environment("/usr/bin/python3", "3.11.2", {}, ("/usr/lib/python3/dist-packages",), (),
+                      "", state)  # fmt: skip
+    path.write_bytes(dump_snapshot([env]))
+    return path
+
+
+def test_diff_of_two_snapshot_files_fails_on_a_debian_downgrade(tmp_path: Path) -> None:
+    before = _snapshot_file(tmp_path / "a.json", system(("libssl3", "3.0.17-1~deb12u2")))
+    after = _snapshot_file(tmp_path / "b.json", system(("libssl3", "3.0.11-1~deb12u2")))
+    report = tmp_path / "report.json"
+    argv = ["diff", str(before), str(after), "--format", "json", "--output", str(report)]
+    assert main(argv) == 1
+    sections = json.loads(report.read_text())["sections"]
+    (finding,) = [f for s in sections for f in s["findings"]]
+    assert (finding["rule"], finding["package"]) == ("downgraded", "deb:libssl3")
+    assert sections[-1]["title"].startswith("below Python")
+
+
+def test_diff_of_files_recorded_before_the_system_existed_is_clean(tmp_path: Path) -> None:
+    before = _snapshot_file(tmp_path / "a.json", None)
+    after = _snapshot_file(tmp_path / "b.json", None)
+    assert main(["diff", str(before), str(after)]) == 0

@@ -25,13 +25,20 @@ try:
     from _json import encode_basestring_ascii as _quote
 except ImportError:  # pragma: no cover - every CPython has _json
     from json.encoder import encode_basestring_ascii as _quote
+# RECORD digests are most of the bytes hashed (4 MB on a 178-distribution environment): OpenSSL's
+# SHA-256 (hardware-accelerated where the CPU has it) is 20x faster there than the builtin one,
+# and its import (the C module alone, not hashlib) costs less than it saves. Same digests either
+# way; the builtin serves Pythons built without OpenSSL. benchmarks/bench_snapshot.py measures it.
 try:
-    from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python <= 3.11
-except ImportError:
+    from _hashlib import openssl_sha256 as sha256  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - depends on how Python was built
     try:
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
-    except ImportError:  # pragma: no cover
-        from hashlib import sha256
+        from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:
+            from hashlib import sha256
 
 SCHEMA = "layer-audit.snapshot/2"
 _METADATA_SUFFIXES = {".dist-info": "dist-info", ".egg-info": "egg-info"}

@@ -239,3 +239,21 @@ def test_this_machine_matches_the_published_schema() -> None:
     schema = json.loads((files("audit") / "schemas" / "snapshot.schema.json").read_text())
     document = script.seal(script.snapshot(list(sys.path), str(SCRIPT_PATH.parent)))
     Draft7Validator(schema).validate(json.loads(document))
+
+
+def test_ld_so_conf_folders_with_its_includes(tmp_path: Path) -> None:
+    (tmp_path / "etc/ld.so.conf.d").mkdir(parents=True)
+    (tmp_path / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n/opt/lib\n")
+    (tmp_path / "etc/ld.so.conf.d/cuda.conf").write_text("# CUDA\n/usr/local/cuda/lib64\n")
+    (tmp_path / "etc/ld.so.conf.d/skip.txt").write_text("/not/read\n")
+    assert script.ld_so_conf_dirs(str(tmp_path) + "/") == ["/opt/lib", "/usr/local/cuda/lib64"]
+
+
+@needs_cc
+def test_a_library_at_the_site_root_is_a_loader(tmp_path: Path) -> None:
+    """Extensions installed straight into site-packages (flash_attn_2_cuda.*.so) count too."""
+    site, wheel_lib = _site(tmp_path)
+    (site / "faketorch/lib/libfaketorch_cuda.so").unlink()
+    shared_object(site / "flash_ext.so", None, needs=[wheel_lib], runpath="$ORIGIN/nvidia/nccl/lib")
+    (library,) = _native(site, {})
+    assert library["loads"] == [{"by": str(site / "flash_ext.so"), "path": str(wheel_lib)}]

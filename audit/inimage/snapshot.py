@@ -426,7 +426,11 @@ def _dynamic_entries(
 
 
 def elf_dynamic(path: str) -> dict[str, object] | None:
-    """SONAME, NEEDED, RPATH and RUNPATH of an ELF shared object (None: not ELF / unreadable)."""
+    """SONAME, NEEDED, RPATH and RUNPATH of an ELF shared object (None: not ELF / unreadable).
+
+    Reads the headers, the dynamic segment and only the strings those entries name: a big
+    library's string table (libtorch_cpu.so's symbol names) is megabytes.
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -441,25 +445,41 @@ def elf_dynamic(path: str) -> dict[str, object] | None:
         strtab = _file_offset(segments, values.get(5, -1))
         if strtab < 0:
             return None
-        strings = os.pread(fd, values.get(10, 0), strtab)
+        return _dynamic_strings(fd, entries, strtab, values.get(10, 0))
     except Exception:  # a damaged file is "not ELF", never a crash
         return None
     finally:
         os.close(fd)
-    return _dynamic_strings(entries, strings)
 
 
-def _dynamic_strings(entries: list[tuple[int, int]], strings: bytes) -> dict[str, object]:
-    def text(offset: int) -> str:
-        end = strings.find(b"\0", offset)
-        return strings[offset : end if end >= 0 else len(strings)].decode("utf-8", "replace")
+_STRING_TAGS = {1: "needed", 14: "soname", 15: "rpath", 29: "runpath"}
 
-    found: dict[str, object] = {"soname": "", "needed": [], "rpath": "", "runpath": ""}
+
+def _string_at(fd: int, start: int, offset: int, size: int) -> str:
+    """The NUL-terminated string at ``offset`` of the string table at file offset ``start``."""
+    data = b""
+    while offset + len(data) < size:
+        chunk = os.pread(fd, min(256, size - offset - len(data)), start + offset + len(data))
+        end = chunk.find(b"\0")
+        if end >= 0 or not chunk:
+            data += chunk[: end if end >= 0 else len(chunk)]
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _dynamic_strings(
+    fd: int, entries: list[tuple[int, int]], strtab: int, size: int
+) -> dict[str, object]:
+    needed: list[str] = []
+    found: dict[str, object] = {"soname": "", "needed": needed, "rpath": "", "runpath": ""}
     for tag, value in entries:
-        if tag == 1:
-            found["needed"].append(text(value))  # type: ignore[attr-defined]
-        elif tag in (14, 15, 29):
-            found[{14: "soname", 15: "rpath", 29: "runpath"}[tag]] = text(value)
+        if tag in _STRING_TAGS:
+            text = _string_at(fd, strtab, value, size)
+            if tag == 1:
+                needed.append(text)
+            else:
+                found[_STRING_TAGS[tag]] = text
     return found
 
 
@@ -498,15 +518,32 @@ def _family(name: str, families: tuple[str, ...]) -> bool:
     return ".so" in name and any(name.startswith(prefix) for prefix in families)
 
 
-def system_library_dirs(environ: dict[str, str]) -> list[tuple[str, str]]:
-    """(directory, origin) of every folder the loader searches, in no particular order:
-    ``LD_LIBRARY_PATH``, the folders the ld.so cache names and the default folders."""
+def system_library_dirs(environ: dict[str, str], root: str = "/") -> list[tuple[str, str]]:
+    """(directory, origin) of every folder the loader searches: ``LD_LIBRARY_PATH``, the default
+    folders (``system``) and those ``/etc/ld.so.conf`` names (``ld.so.conf``)."""
     dirs = [(d, "LD_LIBRARY_PATH") for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     machine = _uname()[3]
     triplets = [machine + "-linux-gnu"] if machine else []
     for base in _DEFAULT_LIB_DIRS:
         dirs += [("/" + base + "/" + t, "system") for t in triplets] + [("/" + base, "system")]
-    return dirs
+    return dirs + [(d, "ld.so.conf") for d in ld_so_conf_dirs(root)]
+
+
+def ld_so_conf_dirs(root: str) -> list[str]:
+    """The folders ``/etc/ld.so.conf`` lists, with its ``include``d ``ld.so.conf.d/*.conf``."""
+    found: list[str] = []
+    files = [root + "etc/ld.so.conf"]
+    try:
+        folder = root + "etc/ld.so.conf.d"
+        files += sorted(folder + "/" + n for n in os.listdir(folder) if n.endswith(".conf"))
+    except OSError:
+        pass
+    for path in files:
+        for line in (_read(path) or b"").decode("utf-8", "replace").splitlines():
+            entry = line.split("#", 1)[0].strip()
+            if entry.startswith("/") and entry not in found:
+                found.append(entry)
+    return found
 
 
 def _copies_in(
@@ -625,13 +662,14 @@ def _package_lib_dirs(site: str) -> list[tuple[str, list[str]]]:
 
 
 def metadata_free_dirs(site: str) -> list[str]:
-    """The package folders of ``site`` (not metadata, not ``nvidia``: the wheels themselves)."""
+    """``site`` itself and its package folders (not metadata, not ``nvidia``: the wheels)."""
     try:
         with os.scandir(site) as entries:
-            return sorted(site + "/" + e.name for e in entries if e.is_dir() and "." not in e.name
-                          and e.name not in ("nvidia", "__pycache__"))  # fmt: skip
+            names = [e.name for e in entries if e.is_dir() and "." not in e.name]
     except OSError:
         return []
+    skip = ("nvidia", "__pycache__")
+    return [site, *sorted(site + "/" + name for name in names if name not in skip)]
 
 
 class _Loader:
@@ -640,7 +678,7 @@ class _Loader:
     def __init__(self, root: str, environ: dict[str, str]) -> None:
         self.ld_path = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
         self.cache = ld_cache(root)
-        self.defaults = [d for d, origin in system_library_dirs({}) if origin == "system"]
+        self.defaults = [d for d, origin in system_library_dirs({}, root) if origin == "system"]
 
     def load(self, soname: str, loader: dict[str, object] | None) -> str:
         return resolve(soname, loader, self.ld_path, self.cache, self.defaults)
@@ -656,7 +694,7 @@ def native_libraries(
     (or, when none does, a dlopen by name from the interpreter) maps."""
     seen: set[str] = set()
     copies = wheel_copies(pairs, families, seen)
-    for folder, origin in system_library_dirs(environ):
+    for folder, origin in system_library_dirs(environ, root):
         copies += _copies_in(folder, origin, families, seen)
     by_soname: dict[str, list[dict[str, object]]] = {}
     for copy in copies:

@@ -155,3 +155,46 @@ def test_diff_of_files_recorded_before_the_system_existed_is_clean(tmp_path: Pat
     before = _snapshot_file(tmp_path / "a.json", None)
     after = _snapshot_file(tmp_path / "b.json", None)
     assert main(["diff", str(before), str(after)]) == 0
+
+
+# --- the recipe's keys --------------------------------------------------------------------
+
+
+def _mini(tmp_path: Path, policy_lines: str) -> Path:
+    import shutil
+
+    source = Path(__file__).resolve().parent / "data" / "recipes" / "mini"
+    shutil.copytree(source, tmp_path / "images" / "mini")
+    recipe = tmp_path / "images" / "mini" / "image.toml"
+    recipe.write_text(recipe.read_text().replace("[policy]\n", "[policy]\n" + policy_lines, 1))
+    return tmp_path
+
+
+def test_recipe_keys_below_python(tmp_path: Path) -> None:
+    from audit.plan.recipe_parse import load_recipe
+    from audit.plan.sources import DirectorySource
+
+    lines = 'native_shadowed = "warn"\nnative_libraries = ["libmooncake", "libnixl"]\n'
+    recipe = load_recipe(DirectorySource(_mini(tmp_path, lines)), "mini")
+    assert recipe.policy.native_shadowed == "warn"
+    assert recipe.policy.native_libraries == ("libmooncake", "libnixl")
+    assert Policy.from_json(recipe.policy.to_json()) == recipe.policy
+
+
+def test_a_library_prefix_that_is_not_one_is_located(tmp_path: Path) -> None:
+    import pytest
+
+    from audit.core.errors import RecipeError
+    from audit.plan.recipe_parse import load_recipe
+    from audit.plan.sources import DirectorySource
+
+    root = _mini(tmp_path, 'native_libraries = ["mooncake/../x"]\n')
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(DirectorySource(root), "mini")
+    assert "policy.native_libraries[1]" in str(caught.value)
+
+
+def test_a_policy_written_before_these_keys_reads_with_the_defaults() -> None:
+    old = Policy(cuda="cu130").to_json()
+    assert "native_shadowed" not in old and "native_libraries" not in old
+    assert Policy.from_json(old).native_shadowed is None

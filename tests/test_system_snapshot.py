@@ -257,3 +257,22 @@ def test_a_library_at_the_site_root_is_a_loader(tmp_path: Path) -> None:
     shared_object(site / "flash_ext.so", None, needs=[wheel_lib], runpath="$ORIGIN/nvidia/nccl/lib")
     (library,) = _native(site, {})
     assert library["loads"] == [{"by": str(site / "flash_ext.so"), "path": str(wheel_lib)}]
+
+
+@needs_cc
+def test_a_recipe_names_more_libraries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--libraries=libmooncake`` records that family too (the guard passes the recipe's)."""
+    library = shared_object(tmp_path / "lib/libmooncake.so.1.2.0", "libmooncake.so.1")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(library.parent))
+    output = tmp_path / "snapshot.json"
+    assert script.main(["--libraries=libmooncake", "--output", str(output)]) == 0
+    (env,) = parse_snapshot(output.read_bytes(), str(output))
+    assert env.system is not None
+    (found,) = [lib for lib in env.system.native if lib.soname == "libmooncake.so.1"]
+    assert [(c.path, c.origin, c.version) for c in found.copies] == [
+        (str(library), "LD_LIBRARY_PATH", "1.2.0")
+    ]
+    assert script.main(["--output", str(output)]) == 0
+    (env,) = parse_snapshot(output.read_bytes(), str(output))
+    assert env.system is not None
+    assert all(lib.soname != "libmooncake.so.1" for lib in env.system.native)

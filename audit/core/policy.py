@@ -93,6 +93,8 @@ class Policy:
     ``cuda`` is the recipe's CUDA tag (``cu130``) used by the suffix rule; None disables it.
     ``native_shadowed`` is the action for a native library whose loaded copy is not the one its
     wheel installed (``shadowed-native``); None means fail in a CUDA image, warn elsewhere.
+    ``native_libraries`` adds file name prefixes (``libmooncake``) to the CUDA-family libraries
+    whose copies the guard records and resolves.
     """
 
     downgrade: str = FAIL
@@ -107,6 +109,7 @@ class Policy:
     forbidden: tuple[str, ...] = ()
     waivers: tuple[Waiver, ...] = field(default_factory=tuple)
     native_shadowed: str | None = None  # None: fail in CUDA images (cuNNN), warn elsewhere
+    native_libraries: tuple[str, ...] = ()  # file name prefixes beyond the CUDA family (libfoo)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +126,7 @@ class Policy:
             "forbidden": list(self.forbidden),
             "waivers": [w.to_json() for w in self.waivers],
             **({"native_shadowed": self.native_shadowed} if self.native_shadowed else {}),
+            **({"native_libraries": list(self.native_libraries)} if self.native_libraries else {}),
         }
 
     @classmethod
@@ -142,4 +146,5 @@ class Policy:
             forbidden=tuple(data["forbidden"]),
             waivers=tuple(Waiver.from_json(w) for w in data["waivers"]),
             native_shadowed=data.get("native_shadowed"),
+            native_libraries=tuple(data.get("native_libraries", ())),
         )

@@ -123,7 +123,7 @@ def previous_environments(
 # ----------------------------------------------------------------------------- snapshots
 
 
-def snapshot_here(system: bool = True) -> Environment:
+def snapshot_here(system: bool = True, libraries: Tuple[str, ...] = ()) -> Environment:
     """Snapshot this interpreter in-process: one Python start-up less per layer."""
     sys.path.insert(0, HERE)
     try:
@@ -131,16 +131,19 @@ def snapshot_here(system: bool = True) -> Environment:
     finally:
         sys.path.remove(HERE)
     path = [p for p in sys.path if os.path.realpath(p or ".") != os.path.realpath(LIB)]
-    data = script.seal(script.snapshot(path, HERE, system))
+    data = script.seal(script.snapshot(path, HERE, system, libraries))
     return load_environments(data, f"snapshot of {sys.executable}")[0]
 
 
-def snapshot_other(interpreter: str, system: bool = True) -> Environment:
+def snapshot_other(
+    interpreter: str, system: bool = True, libraries: Tuple[str, ...] = ()
+) -> Environment:
     """Snapshot another interpreter by running the snapshot script with it."""
     import subprocess
 
     script = os.path.join(HERE, "snapshot.py")
     argv = [interpreter, "-B", script] + ([] if system else ["--no-system"])
+    argv += ["--libraries=" + ",".join(libraries)] if libraries else []
     proc = subprocess.run(argv, capture_output=True, check=False)
     if proc.returncode != 0:
         detail = proc.stderr.decode("utf-8", "replace").strip()[-800:]
@@ -152,11 +155,14 @@ def same_interpreter(interpreter: str) -> bool:
     return os.path.abspath(interpreter) == os.path.abspath(sys.executable)
 
 
-def snapshot_all(interpreters: Sequence[str]) -> List[Environment]:
-    """One snapshot per interpreter; the image's OS packages and native libraries are recorded
-    with the first one only (they are the same for every interpreter)."""
+def snapshot_all(interpreters: Sequence[str], libraries: Tuple[str, ...] = ()) -> List[Environment]:
+    """One snapshot per interpreter; the image's OS packages and native libraries (the CUDA
+    family's and the recipe's ``libraries``) are recorded with the first one only (they are the
+    same for every interpreter)."""
     return [
-        snapshot_here(index == 0) if same_interpreter(i) else snapshot_other(i, index == 0)
+        snapshot_here(index == 0, libraries)
+        if same_interpreter(i)
+        else snapshot_other(i, index == 0, libraries)
         for index, i in enumerate(interpreters)
     ]
 
@@ -428,7 +434,8 @@ def run(args: GuardArgs) -> int:
     slug_key(args.step)
     config = read_json(args.config)
     previous, before = previous_environments(args.trail, args.step, args.base)
-    after = snapshot_all(config["interpreters"])
+    libraries = tuple(config["policy"].get("native_libraries", ()))
+    after = snapshot_all(config["interpreters"], libraries)
     pins = lock_pins(args.lock) if args.lock else []
     today = args.today or datetime.date.today()
     context = step_context(config, args.trail, args.step, pins)

@@ -6,7 +6,8 @@ after every layer, so it avoids ``importlib.metadata`` (slow) and reads only wha
 header block of each METADATA/PKG-INFO (up to the first blank line), INSTALLER, and the bytes of
 RECORD for the digest.
 
-Usage: ``python3 snapshot.py [--no-system] [--output FILE]``, or ``python3 - < snapshot.py``
+Usage: ``python3 snapshot.py [--no-system] [--libraries=libfoo,...] [--output FILE]``, or
+``python3 - < snapshot.py``
 (one sealed document on standard output; how a base image on another machine is snapshotted).
 It also records what lies below Python (``system``: OS packages from the package database,
 CUDA-family native libraries and the copy the dynamic loader maps), unless ``--no-system``. The JSON
@@ -718,12 +719,16 @@ def _library(
     return {"soname": soname, "copies": copies, "loads": loads}
 
 
-def system_facts(pairs: list[tuple[dict[str, object], str]], root: str = "/") -> dict[str, object]:
+def system_facts(
+    pairs: list[tuple[dict[str, object], str]],
+    root: str = "/",
+    families: tuple[str, ...] = NATIVE_FAMILIES,
+) -> dict[str, object]:
     """The ``system`` object of a snapshot: OS packages and native libraries."""
     environ = dict(os.environ)
     return {
         "os": os_packages(root),
-        "native": native_libraries(pairs, root, environ, NATIVE_FAMILIES),
+        "native": native_libraries(pairs, root, environ, families),
     }
 
 
@@ -735,9 +740,12 @@ def libc_version() -> str:
         return ""
 
 
-def snapshot(path: list[str], script_dir: str, system: bool = True) -> dict[str, object]:
+def snapshot(
+    path: list[str], script_dir: str, system: bool = True, libraries: tuple[str, ...] = ()
+) -> dict[str, object]:
     """The document for this interpreter; ``system`` adds the OS packages and native libraries
-    (the guard leaves them out for its second and later interpreters: they are one image's)."""
+    (the guard leaves them out for its second and later interpreters: they are one image's);
+    ``libraries`` adds file name prefixes to the CUDA family's (a recipe's own libraries)."""
     sites = site_directories(path, script_dir)
     pairs = described(sites)
     environment: dict[str, object] = {
@@ -751,7 +759,8 @@ def snapshot(path: list[str], script_dir: str, system: bool = True) -> dict[str,
     if libc:
         environment["libc"] = libc
     if system:
-        environment["system"] = system_facts(pairs)
+        families = NATIVE_FAMILIES + tuple(p for p in libraries if p not in NATIVE_FAMILIES)
+        environment["system"] = system_facts(pairs, "/", families)
     return {"schema": SCHEMA, "environments": [environment]}
 
 
@@ -802,7 +811,7 @@ def write_atomically(target: str, data: bytes) -> None:
         raise
 
 
-USAGE = "usage: snapshot.py [--no-system] [--output FILE]\n"
+USAGE = "usage: snapshot.py [--no-system] [--libraries=PREFIX,...] [--output FILE]\n"
 
 
 def parse_output(argv: list[str]) -> str | None:
@@ -833,12 +842,18 @@ def _script_dir() -> str:
     return sys.path[0] if sys.path else ""
 
 
+_LIBRARIES = "--libraries="
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     system = "--no-system" not in args
-    output = parse_output([arg for arg in args if arg != "--no-system"])
+    named = [arg[len(_LIBRARIES) :] for arg in args if arg.startswith(_LIBRARIES)]
+    libraries = tuple(p for text in named for p in text.split(",") if p)
+    rest = [arg for arg in args if arg != "--no-system" and not arg.startswith(_LIBRARIES)]
+    output = parse_output(rest)
     script_dir = _script_dir()
-    data = seal(snapshot(list(sys.path), script_dir, system))
+    data = seal(snapshot(list(sys.path), script_dir, system, libraries))
     if output:
         write_atomically(output, data)
     else:

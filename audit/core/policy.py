@@ -95,6 +95,9 @@ class Policy:
     wheel installed (``shadowed-native``); None means fail in a CUDA image, warn elsewhere.
     ``native_libraries`` adds file name prefixes (``libmooncake``) to the CUDA-family libraries
     whose copies the guard records and resolves.
+    ``preset`` names the preset merged in (``audit.core.presets``), and ``preset_rules`` the ids
+    of its rules this policy kept (``lockstep cutlass-dsl``, ``forbid nvidia-nccl-cu13``,
+    ``variant``): findings they raise say so.
     """
 
     downgrade: str = FAIL
@@ -110,6 +113,8 @@ class Policy:
     waivers: tuple[Waiver, ...] = field(default_factory=tuple)
     native_shadowed: str | None = None  # None: fail in CUDA images (cuNNN), warn elsewhere
     native_libraries: tuple[str, ...] = ()  # file name prefixes beyond the CUDA family (libfoo)
+    preset: str | None = None
+    preset_rules: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,6 +132,8 @@ class Policy:
             "waivers": [w.to_json() for w in self.waivers],
             **({"native_shadowed": self.native_shadowed} if self.native_shadowed else {}),
             **({"native_libraries": list(self.native_libraries)} if self.native_libraries else {}),
+            "preset": self.preset,
+            "preset_rules": list(self.preset_rules),
         }
 
     @classmethod
@@ -147,4 +154,6 @@ class Policy:
             waivers=tuple(Waiver.from_json(w) for w in data["waivers"]),
             native_shadowed=data.get("native_shadowed"),
             native_libraries=tuple(data.get("native_libraries", ())),
+            preset=data.get("preset"),
+            preset_rules=tuple(data.get("preset_rules", ())),
         )

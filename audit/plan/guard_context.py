@@ -34,7 +34,7 @@ from audit.plan.recipe import PipLayer, Recipe
 GUARD_DIR = "_guard"
 GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
 PURE_CORE = (
-    "errors", "findings", "lockformat", "policy", "snapshot", "diff", "verdict",
+    "errors", "findings", "lockformat", "policy", "presets", "snapshot", "diff", "verdict",
     "debversion", "system", "system_rules",
 )  # fmt: skip
 FILE_MODE = 0o644

@@ -162,11 +162,17 @@ except ImportError:
 from _hashlib import openssl_sha256
 
 def stat_key(folder, metadata_file):
-    st = os.stat(folder + "/RECORD")
+    try:
+        st = os.stat("%s/RECORD" % folder)
+    except OSError:
+        return ""
     return "%d:%d" % (st.st_size, st.st_mtime_ns)
 
 def hashed(function):
-    return lambda folder, metadata_file: function(s._read(folder + "/RECORD")).hexdigest()
+    def digest(folder, metadata_file):
+        data = s._read("%s/RECORD" % folder)
+        return function(data).hexdigest() if data is not None else ""
+    return digest
 
 ways = {
     "sha256 of RECORD, builtin": hashed(builtin),

@@ -516,7 +516,7 @@ def library_version(path: str, soname: str) -> str:
 
 
 def _family(name: str, families: tuple[str, ...]) -> bool:
-    return ".so" in name and any(name.startswith(prefix) for prefix in families)
+    return ".so" in name and name.startswith(families)
 
 
 def system_library_dirs(environ: dict[str, str], root: str = "/") -> list[tuple[str, str]]:
@@ -552,12 +552,13 @@ def _copies_in(
 ) -> list[dict[str, object]]:
     found = []
     try:
-        names = sorted(entry.name for entry in os.scandir(folder))
+        with os.scandir(folder) as entries:  # a system folder holds thousands of files
+            names = sorted(
+                e.name for e in entries if e.name.startswith(families) and ".so" in e.name
+            )
     except OSError:
         return []
     for name in names:
-        if not _family(name, families):
-            continue
         path = folder + "/" + name
         real = os.path.realpath(path)
         if real in seen or not os.path.isfile(real):
@@ -695,8 +696,12 @@ def native_libraries(
     (or, when none does, a dlopen by name from the interpreter) maps."""
     seen: set[str] = set()
     copies = wheel_copies(pairs, families, seen)
+    scanned: set[str] = set()
     for folder, origin in system_library_dirs(environ, root):
-        copies += _copies_in(folder, origin, families, seen)
+        real = os.path.realpath(folder)  # /lib is /usr/lib on a merged-/usr system
+        if real not in scanned:
+            scanned.add(real)
+            copies += _copies_in(folder, origin, families, seen)
     by_soname: dict[str, list[dict[str, object]]] = {}
     for copy in copies:
         by_soname.setdefault(str(copy["soname"]), []).append(copy)

@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from audit.core import diff as _diff
-from audit.core.debversion import DebianVersionError, compare_debian_versions
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import ALLOW, FAIL, WARN, Policy
 from audit.core.system import NativeCopy, NativeLibrary, OsPackage, System
@@ -33,6 +32,9 @@ _ACTION_SEVERITY = {FAIL: ERROR, WARN: WARNING, ALLOW: INFO}
 
 def _direction(old: str, new: str) -> str | None:
     """The change kind from ``old`` to ``new`` under Debian's order (None: same version)."""
+    # Imported here: most guarded layers change no OS package, and the guard pays every import.
+    from audit.core.debversion import DebianVersionError, compare_debian_versions
+
     try:
         order = compare_debian_versions(old, new)
     except DebianVersionError:

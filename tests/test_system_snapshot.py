@@ -276,3 +276,11 @@ def test_a_recipe_names_more_libraries(tmp_path: Path, monkeypatch: pytest.Monke
     (env,) = parse_snapshot(output.read_bytes(), str(output))
     assert env.system is not None
     assert all(lib.soname != "libmooncake.so.1" for lib in env.system.native)
+
+
+def test_record_digests_are_the_sha256_recorded_before() -> None:
+    """The faster hash gives the digests older snapshots hold: no phantom ``rebuilt``."""
+    import hashlib
+
+    data = Path("locks/demo/base.json").read_bytes()
+    assert script.sha256_digest(data) == "sha256:" + hashlib.sha256(data).hexdigest()

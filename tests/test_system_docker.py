@@ -20,7 +20,6 @@ from tests.support.native import debian_package, needs_cc, shared_object
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
 from tests.test_build_docker import (
-    PYTHON,
     Index,
     Project,
     base_record,
@@ -168,7 +167,6 @@ def test_record_of_the_base_lists_its_debian_packages(amd64: tuple[str, str]) ->
     )
     queried = {tuple(line.split("\t")) for line in listed.splitlines() if line}
     assert recorded == queried and len(recorded) > 50
-    assert PYTHON.startswith("/opt/venv")
 
 
 def test_the_sbom_of_an_image_lists_exactly_its_debian_packages(

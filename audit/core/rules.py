@@ -48,6 +48,7 @@ RULES = (
     Rule("cuda-suffix", STATE, waivable=True),
     Rule("requirement", STATE, waivable=True),
     Rule("forbidden", STATE, waivable=True),
+    Rule("shadowed-native", STATE, waivable=True),
     Rule("override", VERDICT),
     Rule("waiver-expired", VERDICT),
     Rule("waiver-spent", VERDICT),

@@ -15,13 +15,17 @@ File format (``SCHEMA``)::
                                            "metadata": "dist-info"|"egg-info",
                                            "requires_dist": [PEP 508 strings],
                                            "requires_python": str}, ...],
-                        "libc": "glibc 2.36" (optional)}],
+                        "libc": "glibc 2.36" (optional),
+                        "system": {...} (optional: OS packages and native libraries,
+                                   see audit/core/system.py)}],
      "digest": "sha256:<hex of the canonical JSON of everything but this key>"}
 
 ``requires_dist``/``requires_python`` are what pip's resolver reads of an installed
 distribution: locks resolve later layers against them, so a package no index carries still
 takes part in resolution. Schema 1 (before they were recorded) is still read; its
-distributions have ``requires_dist`` None ("not recorded").
+distributions have ``requires_dist`` None ("not recorded"). ``system`` is optional in both (a
+snapshot recorded before it existed has none: ``Environment.system`` is None, nothing below
+Python is compared for it).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from audit.core.errors import SnapshotError
+from audit.core.system import System, SystemFormatError, parse_system
 
 # The guard imports this module on every layer: pathlib, hashlib's OpenSSL binding and
 # packaging.utils (which loads packaging.tags, platform, subprocess and logging) cost more than
@@ -89,6 +94,7 @@ class Environment:
     paths: tuple[str, ...]
     distributions: tuple[Distribution, ...]
     libc: str = ""  # "glibc 2.36" (os.confstr), "" when unknown: a lock's target for wheel tags
+    system: System | None = None  # OS packages and native libraries; None: not recorded
 
     def winners(self) -> dict[str, Distribution]:
         """Canonical name -> the copy that wins the import (first on the path)."""
@@ -145,6 +151,7 @@ def _environment_json(env: Environment) -> dict[str, Any]:
         "paths": list(env.paths),
         "distributions": [_distribution_json(dist) for dist in env.distributions],
         **({"libc": env.libc} if env.libc else {}),
+        **({"system": env.system.to_json()} if env.system is not None else {}),
     }
 
 
@@ -210,7 +217,7 @@ def _parse_distribution(item: Any, key: str, where: str, fields: tuple[str, ...]
 
 
 def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...]) -> Environment:
-    if not isinstance(item, dict) or set(item) - {"libc"} != set(_ENV_FIELDS):
+    if not isinstance(item, dict) or set(item) - {"libc", "system"} != set(_ENV_FIELDS):
         raise _fail(where, f"{key}: expected an object with keys {sorted(_ENV_FIELDS)}")
     libc = item.get("libc", "")
     _strings(libc, f"{key}.libc", where)
@@ -227,9 +234,19 @@ def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...])
         _parse_distribution(d, f"{key}.distributions[{i}]", where, fields)
         for i, d in enumerate(dists)
     )
+    system = _parse_system(item.get("system"), key, where)
     return Environment(
-        item["interpreter"], item["python"], dict(markers), tuple(paths), parsed, libc
+        item["interpreter"], item["python"], dict(markers), tuple(paths), parsed, libc, system
     )
+
+
+def _parse_system(value: Any, key: str, where: str) -> System | None:
+    if value is None:
+        return None
+    try:
+        return parse_system(value, f"{key}.system")
+    except SystemFormatError as exc:
+        raise _fail(where, str(exc)) from exc
 
 
 def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:

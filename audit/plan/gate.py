@@ -29,6 +29,8 @@ from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
 from audit.core.rules import CHANGE_RULES
+from audit.core.system import System
+from audit.core.system_rules import evaluate_system
 from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan import frontdoor
 from audit.plan.lock import LockState, survey_locks
@@ -363,9 +365,18 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
         return Section(title, tuple(f.located(name) for f in pair)), set()
     where = f"{name} base image"
     found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
+    found += evaluate_system(
+        _recorded_system(old), _recorded_system(new), new.recipe.policy, where=where, today=today
+    )
     identity = _base_identity(old, new, where)
     located = tuple(f.located(name) for f in (identity, *found))
     return Section(title, located), {finding_key(f) for f in found}
+
+
+def _recorded_system(side: Side) -> System | None:
+    """The OS packages and native libraries the side's base record holds (None: not recorded)."""
+    envs = side.base_record.environments if side.base_record else ()
+    return envs[0].system if envs else None
 
 
 def _stale_base(name: str, side: Side) -> Finding | None:

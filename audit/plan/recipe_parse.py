@@ -72,8 +72,8 @@ POLICY_ACTIONS = {
     "shadowed": WARN,
 }
 POLICY_KEYS = (
-    *POLICY_ACTIONS, "cuda_suffix", "require", "forbid", "lockstep", "waiver", "preset",
-    "preset_skip",
+    *POLICY_ACTIONS, "native_shadowed", "native_libraries", "cuda_suffix", "require", "forbid",
+    "lockstep", "waiver", "preset", "preset_skip",
 )  # fmt: skip
 WAIVER_KEYS = ("package", "from", "to", "reason", "expires", "rule", "stage", "layer")
 WAIVER_RULES = rules.WAIVABLE
@@ -736,6 +736,10 @@ def _policy(node: _Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
         **actions,
         cuda=recipe_cuda,
         cuda_suffix=node.boolean("cuda_suffix", True),
+        native_shadowed=_action(node, "native_shadowed", "")
+        if "native_shadowed" in node.data
+        else None,
+        native_libraries=_library_prefixes(node),
         lockstep=_lockstep(node.table("lockstep")) if "lockstep" in node.data else (),
         requirements=_requirement_list(node, "require"),
         forbidden=_requirement_list(node, "forbid"),
@@ -780,6 +784,23 @@ def _action(node: _Node, key: str, default: str) -> str:
             f"use {one_of(ACTIONS)}",
         )
     return value
+
+
+LIBRARY_PREFIX = re.compile(r"lib[A-Za-z0-9_+-]+")
+
+
+def _library_prefixes(node: _Node) -> tuple[str, ...]:
+    """``native_libraries``: file name prefixes of shared libraries (``libmooncake``)."""
+    found = []
+    for index, text in enumerate(node.texts("native_libraries"), start=1):
+        if not LIBRARY_PREFIX.fullmatch(text):
+            raise node.error(
+                f"native_libraries[{index}]",
+                f"{text!r} is not a library file name prefix",
+                "name it as its files start, e.g. 'libmooncake' for libmooncake.so.1",
+            )
+        found.append(text)
+    return tuple(dict.fromkeys(found))
 
 
 def _requirement_list(node: _Node, key: str) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/bench_snapshot.py [--dists N] [--repeat K]``. Builds (once, cached under
 ``build/bench/``) a virtual environment holding N small generated wheels plus pip, then times both
 commands side by side, K runs each, and prints the medians and their ratio. Exit 1 when the
-snapshot is less than 15 times faster (the target in DESIGN.md).
+snapshot is less than 15 times faster (the target in the README's Performance table).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Bad input gets a clear error, and nothing is lost: DESIGN.md's list against the real CLI.
+"""Bad input gets a clear error, and nothing is lost: the hostile inputs the project promises to
+survive, each against the real CLI.
 
 Every case runs ``audit.cli.main.main`` (or ``python -m audit`` in a subprocess, when the process
 itself must be killed, interrupted or allowed to crash) in a temporary copy of the project:

@@ -8,7 +8,7 @@ RECORD for the digest.
 
 Usage: ``python3 snapshot.py [--output FILE]``, or ``python3 - < snapshot.py`` (one sealed
 document on standard output; how a base image on another machine is snapshotted). The JSON
-format is documented in ``audit/snapshot.py``, which reads and verifies it.
+format is documented in ``audit/core/snapshot.py``, which reads and verifies it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from audit.plan.predict import apply_lock, base_environment, predict, predict_fr
 from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
-from tests.test_audit_deps import BASE, Project, write_project
+from tests.support.vllm_project import BASE, Project, write_project
 
 
 def lock_of(**pins: str) -> Lock:

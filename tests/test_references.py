@@ -38,3 +38,16 @@ def test_no_document_cites_a_brief_the_repository_does_not_carry() -> None:
     this = Path(__file__).relative_to(ROOT).as_posix()
     citing = [where for where, text in project_texts().items() if "DESIGN.md" in text]
     assert [where for where in citing if where != this] == []
+
+
+def test_tests_share_helpers_only_through_tests_support() -> None:
+    """A test module imports nothing from another test module (collection order, fixtures
+    instantiated twice, a helper edited for one test breaking another): shared helpers live in
+    ``tests/support/``."""
+    crossing = [
+        f"{path.name}: {line.strip()}"
+        for path in sorted((ROOT / "tests").glob("*.py"))
+        for line in path.read_text().splitlines()
+        if re.match(r"\s*(from tests\.test_|import tests\.test_|from tests import test_)", line)
+    ]
+    assert crossing == []

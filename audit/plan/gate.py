@@ -48,7 +48,7 @@ from audit.plan.predict import (
     predict_from,
 )
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage, Step
-from audit.plan.recipe_parse import load_all
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
 
@@ -150,19 +150,23 @@ def gate_result(
     and fail the gate with ``strict_waivers``, so that a waiver lands through its own reviewed
     pull request. A recipe whose base snapshot is missing at either side is bad input.
     """
-    old = {recipe.name: recipe for recipe in load_all(base)}
-    new = {recipe.name: recipe for recipe in load_all(head)}
+    old, new = recipe_names(base), recipe_names(head)
     sections: list[Section] = []
     matrices: list[ImageMatrices] = []
-    for name in sorted(set(old) | set(new)):
-        found, matrix = _image(
-            name, old.get(name), new.get(name), base, head, today=today, strict=strict_waivers
-        )
+    for name in sorted(old | new):  # one image at a time: what it read is then let go
+        before = load_recipe(base, name) if name in old else None
+        after = load_recipe(head, name) if name in new else None
+        found, matrix = _image(name, before, after, base, head, today=today, strict=strict_waivers)
         sections += found
         matrices += [matrix] if matrix else []
     waivers = [section for section in sections if is_waiver_section(section)]
     rest = [section for section in sections if not is_waiver_section(section)]
     return GateResult(Report(title, (*waivers, *rest)), tuple(matrices))
+
+
+def recipe_names(source: Source) -> set[str]:
+    """The images ``source`` has a recipe for (``images/<name>/image.toml``)."""
+    return {n for n in source.listdir("images") if source.exists(f"images/{n}/image.toml")}
 
 
 def is_waiver_section(section: Section) -> bool:

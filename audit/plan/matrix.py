@@ -235,12 +235,15 @@ def _marked(kind: str, mark: str | None) -> str:
 
 
 def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Marks) -> Row:
-    cells = []
+    cells: list[Cell] = []
     old: Distribution | None = None
     for index, (column, env) in enumerate(columns.items()):
         now = env.get(name)
         kind = _marked(_change(name, old, now), marks.get((column, name))) if index else ""
-        cells.append(Cell(now.version if now else None, kind))
+        version = now.version if now else None
+        last = cells[-1] if cells else None
+        same = last is not None and not kind and not last.kind and last.version == version
+        cells.append(last if same and last is not None else Cell(version, kind))  # shared
         old = now
     return Row(name, tuple(cells))
 

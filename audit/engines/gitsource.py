@@ -233,13 +233,21 @@ def _prefetchable(entry: TreeEntry) -> bool:
 
 
 def gate_refs(
-    repo: Path, base_ref: str, head_ref: str, *, today: date, strict_waivers: bool = False
+    repo: Path,
+    base_ref: str,
+    head_ref: str,
+    *,
+    today: date,
+    strict_waivers: bool = False,
+    strict: bool = False,
 ) -> GateResult:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
     its report and every image's stage matrices."""
     with GitSource(repo, base_ref) as base, GitSource(repo, head_ref) as head:
         title = f"dependency gate: {_label(base)} → {_label(head)}"
-        return gate_result(base, head, today=today, title=title, strict_waivers=strict_waivers)
+        return gate_result(
+            base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
+        )
 
 
 def _label(source: GitSource) -> str:

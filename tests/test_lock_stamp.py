@@ -17,6 +17,7 @@ from audit.cli import lock as cmd_lock
 from audit.cli import lock_fast as lock_stamp
 from audit.cli import main as cli
 from audit.core.snapshot import Distribution
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
 from tests.support.lock_stamp import HEAVY, STAMP, imported, project, spawn
 from tests.support.project import base_record, write_base
@@ -28,7 +29,7 @@ __all__ = ["project"]  # the fixture, from tests/support/lock_stamp.py
 def full_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each time the lock command took the full path (parsed the recipe)."""
     looks: list[str] = []
-    parse = cmd_lock.load_recipe
+    parse = load_recipe  # what the lock command calls
 
     def spy(source: object, image: str) -> object:
         looks.append(image)

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from packaging.requirements import InvalidRequirement, Requirement
 
 from audit.core.errors import RecipeError
+from audit.core.lockformat import logical_lines
 from audit.plan.requirements_in import (
     _PLAIN_LINE,
     RequirementsFile,
-    logical_lines,
     normalise_index_url,
     parse_requirement,
     parse_requirements,

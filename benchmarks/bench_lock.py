@@ -10,7 +10,7 @@ included; the headline: answered from the verified-fresh stamp), the bare interp
 rewrites it), the work in-process, the re-run on an interpreter that runs no ``.pth`` start-up
 code (both for reference), and K/3 real pip-compile runs of the first pip layer with its real
 constraints. Exit 1 when the whole process is less than 30 times faster
-than one compile (the target in DESIGN.md).
+than one compile (the target in the README's Performance table).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ times, side by side and alternately, K runs each of: the snapshot script with ``
 (Python only), the snapshot script as the guard runs it (with the OS packages and native
 libraries), and ``pip list --format=json``; and in-process, the ways to digest RECORD files.
 Prints the medians and ratios; exit 1 when the Python snapshot is less than 15 times faster than
-pip list, or the one with the system costs more than twice the Python-only one (DESIGN.md), or
-when a timed run fails or lists another number of distributions than pip.
+pip list, or the one with the system costs more than twice the Python-only one (the targets of
+the README's Performance table), or when a timed run fails or lists another number of
+distributions than pip.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Bad input gets a clear error, and nothing is lost: DESIGN.md's list against the real CLI.
+"""Bad input gets a clear error, and nothing is lost: the hostile inputs the project promises to
+survive, each against the real CLI.
 
 Every case runs ``audit.cli.main.main`` (or ``python -m audit`` in a subprocess, when the process
 itself must be killed, interrupted or allowed to crash) in a temporary copy of the project:
@@ -28,7 +29,7 @@ import pytest
 from audit.cli.main import main
 from audit.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EnvironmentProblem
 from audit.core.snapshot import Distribution, Environment, dump_snapshot
-from audit.engines import docker_host
+from audit.engines.container import missing_image
 from audit.engines.process import QUIET_ENV
 from audit.plan.lockfile import parse_lock
 from tests.support.cli import edit, fails, spawn_audit
@@ -503,10 +504,10 @@ def test_missing_daemon_exits_3_naming_the_socket(
 
 
 def test_missing_offline_base_image_says_how_to_make_it() -> None:
-    problem = docker_host._missing_image("layer-audit/base:trixie-arm64")
+    problem = missing_image("layer-audit/base:trixie-arm64")
     assert isinstance(problem, EnvironmentProblem)
     assert "python -m audit base-image --suite trixie --arch arm64" in problem.hint
-    assert "docker pull" in docker_host._missing_image("vllm/vllm-openai:nightly").hint
+    assert "docker pull" in missing_image("vllm/vllm-openai:nightly").hint
 
 
 @pytest.mark.docker

@@ -13,8 +13,8 @@ from audit.cli.main import main
 from audit.core.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
 from audit.engines import baseimage, docker_host
 from audit.engines import process as commands
-from audit.engines.baseimage import BaseImageOptions
 from audit.plan import base_image
+from audit.plan.base_image import BaseImageOptions
 
 DEB822 = """\
 Types: deb
@@ -32,7 +32,7 @@ def test_mirror_from_apt_sources_both_formats(tmp_path: Path) -> None:
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(DEB822)
     assert baseimage.machine_mirror(tmp_path) == "http://mirror.example/debian"
-    assert baseimage.machine_mirror(tmp_path / "none") == baseimage.DEFAULT_MIRROR
+    assert baseimage.machine_mirror(tmp_path / "none") == base_image.DEFAULT_MIRROR
 
 
 def test_debootstrap_and_tar_commands(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from audit.engines.build_run import move_tags
 from audit.engines.process import Completed, shown_command
 from audit.plan.build import BuildOptions
 from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer, Stage
-from tests.test_build_plan import LEGACY, make_recipe, plan
+from tests.support.build_plan import LEGACY, make_recipe, plan
 
 
 def test_steps_are_named_by_the_recipe_layer_they_build() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_docker import (
+from tests.support.docker_build import (
     CLIENT,
     REPO_ROOT,
     Index,
@@ -25,9 +25,9 @@ from tests.test_build_docker import (
     make_project,
     two_stages,
 )
-from tests.test_schemas import problems
+from tests.support.schemas import problems
 
-__all__ = ["amd64", "cleanup", "index"]  # fixtures shared with tests/test_build_docker.py
+__all__ = ["amd64", "cleanup", "index"]  # fixtures, from tests/support/docker_build.py
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 

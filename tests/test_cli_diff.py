@@ -9,18 +9,8 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import main
-from audit.core.snapshot import SCHEMA, Distribution, Environment, dump_snapshot, read_snapshot
-
-SITE = "/usr/local/lib/python3.11/site-packages"
-
-
-def write(path: Path, *dists: tuple[str, str]) -> Path:
-    env = Environment(
-        "/usr/bin/python3", "3.11.2", {}, (SITE,),
-        tuple(Distribution(n, v, SITE, "pip", f"sha256:{v}", n) for n, v in dists),
-    )  # fmt: skip
-    path.write_bytes(dump_snapshot([env]))
-    return path
+from audit.core.snapshot import SCHEMA, read_snapshot
+from tests.support.snapshot_files import write
 
 
 @pytest.fixture

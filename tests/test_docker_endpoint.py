@@ -24,7 +24,7 @@ from audit.engines import docker_endpoint, docker_host, registry
 from audit.engines import process as commands
 from audit.engines.process import Completed
 from audit.plan.build import INLINE_CACHE_ARG, BuildOptions, build_command
-from tests.test_build_plan import BUILDX, LEGACY, plan
+from tests.support.build_plan import BUILDX, LEGACY, plan
 
 DIGEST = "sha256:" + "ab" * 32
 

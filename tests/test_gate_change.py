@@ -6,16 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION
-from tests import test_gate as shared
+from tests.support import gate_project as shared
 from tests.support.cli import edit
-from tests.test_gate import (
-    WAIVER,
-    Project,
-    findings,
-    propose,
-    run_gate,
-)
-from tests.test_gitsource import commit_files, git
+from tests.support.gate_project import WAIVER, Project, findings, propose, run_gate
+from tests.support.gitrepo import commit_files, git
 
 TOML = "images/demo/image.toml"
 repo = shared.repo  # the fixture: main holds the project, HEAD is branch pr

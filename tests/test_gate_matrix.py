@@ -10,7 +10,8 @@ from audit.core.errors import EXIT_OK, EXIT_VIOLATION
 from audit.engines.gitsource import GitSource
 from audit.plan.gate import gate_result
 from audit.plan.matrix import Cell
-from tests.test_gate import (
+from tests.support import gate_project
+from tests.support.gate_project import (
     RECIPE,
     TODAY,
     WAIVER,
@@ -21,7 +22,7 @@ from tests.test_gate import (
     run_gate,
 )
 
-__all__ = ["repo"]  # the fixture, shared with tests/test_gate.py
+__all__ = ["repo"]  # the fixture, from tests/support/gate_project.py
 
 OVERRIDE_RECIPE = RECIPE.replace(
     'pip = "requirements/v1.in"\n', 'pip = "requirements/v1.in"\n  override = ["alpha==1.0"]\n', 1
@@ -31,14 +32,12 @@ DOWNGRADE = {"v1": {"alpha": "1.0", "beta": "1.0"}, "v2": {"gamma": "3.0"}}
 
 def propose_recipe(repo: Path, project: Project, recipe: str) -> None:
     """Commit ``project`` with ``recipe`` as its image.toml on the pull-request branch."""
-    from tests import test_gate
-
-    saved = test_gate.RECIPE
-    test_gate.RECIPE = recipe
+    saved = gate_project.RECIPE
+    gate_project.RECIPE = recipe
     try:
         propose(repo, project)
     finally:
-        test_gate.RECIPE = saved
+        gate_project.RECIPE = saved
 
 
 def test_the_markdown_leads_each_image_with_its_matrices(repo: Path, tmp_path: Path) -> None:
@@ -98,7 +97,7 @@ def test_a_huge_matrix_is_cut_with_its_alarming_rows_kept(repo: Path, tmp_path: 
 
 
 def test_an_unchanged_image_gets_no_matrix_noise(repo: Path, tmp_path: Path) -> None:
-    from tests.test_gitsource import commit_files
+    from tests.support.gitrepo import commit_files
 
     commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "an unrelated change")
     code, markdown, _ = run_gate(repo, tmp_path)

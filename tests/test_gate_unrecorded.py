@@ -21,10 +21,10 @@ import yaml
 
 from audit.cli import main as cli
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION
-from tests import test_gate as shared
-from tests.test_gate import findings, run_gate
-from tests.test_gitsource import commit_files, git
-from tests.test_schemas import problems
+from tests.support import gate_project as shared
+from tests.support.gate_project import findings, run_gate
+from tests.support.gitrepo import commit_files, git
+from tests.support.schemas import problems
 
 REPO = Path(__file__).resolve().parents[1]
 repo = shared.repo  # main: the recorded demo project; HEAD: branch pr

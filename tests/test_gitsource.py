@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT, GitError
+from audit.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, CommandFailed, GitError
+from audit.engines import gitsource
 from audit.engines import process as commands
 from audit.engines.gitsource import GitSource
-
-SHELL_BRANCH = "feat/$(touch${IFS}pwned);rm${IFS}-rf${IFS}x`touch${IFS}pwned2`|&>q\"'"
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
-    done = subprocess.run(
-        ["git", "-C", str(repo), *identity, *args], check=True, capture_output=True, env=env
-    )
-    return done.stdout.decode().strip()
-
-
-def commit_files(repo: Path, files: dict[str, bytes], message: str = "change") -> str:
-    for relpath, data in files.items():
-        path = repo / relpath
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
+from tests.support.gitrepo import SHELL_BRANCH, commit_files, git
 
 
 @pytest.fixture
@@ -82,7 +61,6 @@ def test_missing_is_absence_but_unreadable_is_an_error(repo: Path) -> None:
         source.read_bytes("images/demo/absent.toml")
     problems = {
         "images/demo/blob.bin": "not UTF-8",
-        "images/demo/lone-cr.in": "cannot be read exactly",
         "images/demo/link.toml": "symbolic link",
         "images/demo": "is a folder",
     }
@@ -92,6 +70,7 @@ def test_missing_is_absence_but_unreadable_is_an_error(repo: Path) -> None:
         assert caught.value.exit_code == EXIT_BAD_INPUT
         assert f"HEAD:{relpath}" in caught.value.message
     assert source.read_bytes("images/demo/image.toml") == b"[image]\n"
+    assert source.read_bytes("images/demo/lone-cr.in") == b"a\rb\n"  # bytes, never decoded
 
 
 @pytest.mark.parametrize("ref", ["no-such-branch", "HEAD~9", "--output=written", "", "a\nb"])
@@ -117,14 +96,41 @@ def test_branch_full_of_shell_characters_is_only_a_name(
     assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md", "images"]
 
 
-def test_one_folder_is_read_with_one_batch(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    files = {f"locks/demo/v{n}-01.txt": f"pin{n}==1\n".encode() for n in range(1, 21)}
+def test_one_ref_is_read_by_one_git_process(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {f"locks/demo{n % 3}/v{n}-01.txt": f"pin{n}==1\n".encode() for n in range(1, 21)}
     commit_files(repo, files)
     calls = spy_on_commands(monkeypatch)
+    asked = spy_on_pipes(monkeypatch)
+    with GitSource(repo, "HEAD") as source:
+        for relpath, data in files.items():
+            assert source.read_bytes(relpath) == data
+    assert [call[3] for call in calls] == ["rev-parse", "ls-tree"]
+    assert [call[3] for call in asked["started"]] == ["cat-file"]
+    assert asked["requests"] == 3  # one exchange per folder, each folder's files together
+
+
+def test_reads_past_the_budget_come_back_exactly(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blobs are dropped oldest first over the budget; a later read fetches them again."""
+    monkeypatch.setattr(gitsource, "HOLD_BYTES", 64)
+    files = {f"locks/img{n}/base.json": f"{n}".encode() * 50 for n in range(5)}
+    commit_files(repo, files)
+    with GitSource(repo, "HEAD") as source:
+        for _ in range(2):
+            for relpath, data in files.items():
+                assert source.read_bytes(relpath) == data
+
+
+def test_a_dead_git_is_an_environment_error(repo: Path) -> None:
     source = GitSource(repo, "HEAD")
-    for relpath, data in files.items():
-        assert source.read_bytes(relpath) == data
-    assert [call[3] for call in calls] == ["rev-parse", "ls-tree", "cat-file"]
+    source.read_bytes("README.md")
+    assert source._pipe is not None
+    source._pipe._proc.kill()
+    source._blobs.clear()
+    with pytest.raises(CommandFailed) as caught:
+        source.read_bytes("images/demo/image.toml")
+    assert caught.value.exit_code == EXIT_ENVIRONMENT
 
 
 def test_a_binary_file_beside_them_does_not_spoil_the_folder(repo: Path) -> None:
@@ -146,3 +152,20 @@ def spy_on_commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 
     monkeypatch.setattr(commands, "run", recording)
     return calls
+
+
+def spy_on_pipes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Record every kept-running program and how many requests it was sent."""
+    seen: dict[str, Any] = {"started": [], "requests": 0}
+
+    class Recording(commands.Pipe):
+        def __init__(self, args: Any, **kwargs: Any) -> None:
+            seen["started"].append(tuple(str(a) for a in args))
+            super().__init__(args, **kwargs)
+
+        def ask(self, request: bytes) -> None:
+            seen["requests"] += 1
+            super().ask(request)
+
+    monkeypatch.setattr(commands, "Pipe", Recording)
+    return seen

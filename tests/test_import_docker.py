@@ -26,8 +26,8 @@ import pytest
 
 from audit.cli.main import main
 from audit.engines import docker_host
+from tests.support.docker_build import CLIENT, PYTHON, REPO_ROOT, TEST_REPOSITORY, base_record
 from tests.support.fixtures import BaseImageFactory
-from tests.test_build_docker import CLIENT, PYTHON, REPO_ROOT, TEST_REPOSITORY, base_record
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

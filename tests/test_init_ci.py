@@ -27,8 +27,8 @@ from audit.engines.self_spec import _from_local
 from audit.plan.lock import resolver_label
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
+from tests.support.gitrepo import git
 from tests.support.project import lock_body, write_fresh_locks
-from tests.test_gitsource import git
 
 pytestmark = [pytest.mark.slow]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from audit.engines import docker_host
+from tests.support.docker_build import CLIENT, REPO_ROOT, TEST_REPOSITORY, images_of
 from tests.support.fixtures import BaseImageFactory
+from tests.support.gitrepo import git
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
-from tests.test_build_docker import CLIENT, REPO_ROOT, TEST_REPOSITORY, images_of
-from tests.test_gitsource import git
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ from audit.plan.build import created_time, labels, qualified_image, stage_labels
 from audit.plan.lockfile import BaseRecord
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
+from tests.support.gitrepo import commit_files, git
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
-from tests.test_gitsource import commit_files, git
 
 SECRET = "glpat-S3cr3tT0k3nValue0000"
 TOKEN_REMOTE = f"https://ci-token:{SECRET}@gitlab.example.com/team/images.git"

@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 
 from audit.cli import lock_fast as lock_stamp
-from audit.cli import main as cli
 from audit.core.snapshot import Distribution
 from audit.engines import atomic
 from audit.engines import process as commands
 from audit.plan.lockfile import parse_lock
-from tests.support.cli import REPO, spawn_audit
+from tests.support.cli import REPO, run_lock, spawn_audit
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml
@@ -43,11 +42,6 @@ def write_project(
         base_record(*dists, python=platform.python_version()),
     )
     return write_project_files(root, spec)
-
-
-def run_lock(*argv: str) -> int:
-    """The lock command in-process, through the command line's error boundary."""
-    return cli.main(["lock", *argv])
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from audit.core.errors import LockError
+from audit.core.lockformat import Pin
 from audit.core.policy import Policy, Waiver
 from audit.core.snapshot import Distribution, Environment
 from audit.engines.lock_compile import ambient_ca_bundle
@@ -22,7 +23,7 @@ from audit.plan.lock import (
     via_parents,
     who_asks,
 )
-from audit.plan.lockfile import BaseRecord, Lock, Pin, lock_relpath
+from audit.plan.lockfile import BaseRecord, Lock, lock_relpath
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
 from audit.plan.sources import DirectorySource
 from tests.support.project import write_base, write_fresh_locks, write_text

@@ -7,8 +7,6 @@ test compiles: a run that had to compile would fail for want of an index, and sa
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,39 +17,19 @@ from audit.cli import lock as cmd_lock
 from audit.cli import lock_fast as lock_stamp
 from audit.cli import main as cli
 from audit.core.snapshot import Distribution
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
-from tests.support.project import (
-    ProjectSpec,
-    base_record,
-    pip_recipe_toml,
-    write_base,
-    write_project,
-)
+from tests.support.lock_stamp import HEAVY, STAMP, imported, project, spawn
+from tests.support.project import base_record, write_base
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPE = pip_recipe_toml(["v1", "v2"], index_url="https://pypi.example.org/simple")
-BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"
-STAMP = "build/.layer-audit/lock-state/t.stamp"
-# Modules a stamp hit must not import: the parsers, the plan, argparse and everything heavier.
-HEAVY = {"packaging", "tomllib", "argparse", "rich", "audit.cli.main", "audit.plan.recipe_parse"}
-HEAVY |= {"audit.plan.lock", "audit.plan.lockfile", "audit.plan.requirements_in"}
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    requirements = {"v1.in": "alpha\n-c common.txt\n", "common.txt": "alpha<3\n", "v2.in": "beta\n"}
-    base = base_record(Distribution("pip", "25.2"))
-    locks = dict.fromkeys(["v1", "v2"], BODY)
-    root = write_project(tmp_path / "project", ProjectSpec("t", RECIPE, requirements, base, locks))
-    monkeypatch.chdir(root)
-    return root
+__all__ = ["project"]  # the fixture, from tests/support/lock_stamp.py
 
 
 @pytest.fixture
 def full_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each time the lock command took the full path (parsed the recipe)."""
     looks: list[str] = []
-    parse = cmd_lock.load_recipe
+    parse = load_recipe  # what the lock command calls
 
     def spy(source: object, image: str) -> object:
         looks.append(image)
@@ -63,19 +41,6 @@ def full_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def lock(*argv: str) -> int:
     return cli.main(["lock", *argv])
-
-
-def spawn(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``python -m audit ARGV`` as a user runs it, listing what it imported on stderr."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "audit", *argv],
-        cwd=root, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-
-
-def imported(stderr: str) -> set[str]:
-    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if "|" in line}
 
 
 def test_a_fresh_run_writes_the_stamp_and_the_next_process_imports_no_parser(

@@ -20,7 +20,7 @@ from audit.plan.matrix import Cell, matrix_html, matrix_markdown, stage_matrix
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report
 from audit.plan.sources import DirectorySource
-from tests.test_audit_deps import CUDA_RECIPE, Project, with_pins, write_project
+from tests.support.vllm_project import CUDA_RECIPE, Project, with_pins, write_project
 
 WAIVER = (
     '\n[[policy.waiver]]\npackage = "torch"\nfrom = "2.9.0+cu130"\nto = "2.9.0+cu130.post1"\n'

@@ -22,9 +22,9 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from audit.core.snapshot import parse_snapshot
 from audit.engines import docker_host
-from tests import test_build_docker as shared
-from tests.test_build_docker import CLIENT, REPO_ROOT, Index, Project, make_project, two_stages
-from tests.test_gitsource import commit_files, git
+from tests.support import docker_build as shared
+from tests.support.docker_build import CLIENT, REPO_ROOT, Index, Project, make_project, two_stages
+from tests.support.gitrepo import commit_files, git
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # The end-to-end build fixtures, shared: the wheel index, the amd64 base, tag clean-up.

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_audit_deps import CLEAN_PINS, Project, write_project
-from tests.test_gitsource import git
+from tests.support.gitrepo import git
+from tests.support.vllm_project import CLEAN_PINS, Project, write_project
 
 pytestmark = [pytest.mark.slow]
 

@@ -9,14 +9,15 @@ from types import MappingProxyType
 import pytest
 
 from audit.core.errors import LockError
+from audit.core.lockformat import Pin
 from audit.core.snapshot import Distribution, Environment
 from audit.plan.lock import survey_locks
-from audit.plan.lockfile import BaseRecord, Lock, Pin
+from audit.plan.lockfile import BaseRecord, Lock
 from audit.plan.predict import apply_lock, base_environment, predict, predict_from
 from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
-from tests.test_audit_deps import BASE, Project, write_project
+from tests.support.vllm_project import BASE, Project, write_project
 
 
 def lock_of(**pins: str) -> Lock:

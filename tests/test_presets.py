@@ -80,7 +80,7 @@ def judge(before: Env, after: Env, policy: Policy, declared: tuple[str, ...] = (
 
 
 def test_the_captured_stack_is_the_real_one() -> None:
-    """The data is what DESIGN.md describes: ~200 packages, the cu12 libs beside the cu13 ones."""
+    """The data is the real stack as published: ~200 packages, cu12 libs beside cu13 ones."""
     packages = stack()["packages"]
     assert 150 < len(packages) < 260
     versions = {name: packages[name]["version"] for name in (*CUTLASS, "nvidia-nccl-cu13")}

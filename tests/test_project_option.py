@@ -9,8 +9,8 @@ import pytest
 
 from audit.cli.main import build_parser, main
 from audit.plan import paths
-from tests.test_lock_stamp import HEAVY, STAMP, imported, spawn
-from tests.test_lock_stamp import project as project  # noqa: PLC0414 - the fixture
+from tests.support.lock_stamp import HEAVY, STAMP, imported, spawn
+from tests.support.lock_stamp import project as project  # noqa: PLC0414 - the fixture
 
 
 def test_help_says_layer_audit() -> None:

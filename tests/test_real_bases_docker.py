@@ -26,11 +26,11 @@ from audit.plan.lock import RESOLVER, layer_inputs, pip_steps, read_base_digest
 from audit.plan.lockfile import lock_relpath, parse_lock, render_lock
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
+from tests.support.docker_build import TEST_REPOSITORY, images_of
+from tests.support.field_stack import BASE, NIGHTLY, OVERRIDE, POLICY, REQUIREMENTS, field_index
 from tests.support.fixtures import BaseImageFactory, Wheelhouse
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
-from tests.test_build_docker import TEST_REPOSITORY, images_of
-from tests.test_real_bases import BASE, NIGHTLY, OVERRIDE, POLICY, REQUIREMENTS, field_index
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -33,6 +33,15 @@ from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.engines import docker_host
 from audit.engines.docker_host import BindMount
 from audit.plan.lockfile import BaseRecord, render_base
+from tests.support.docker_build import (
+    CLIENT,
+    PYTHON,
+    REPO_ROOT,
+    TEST_REPOSITORY,
+    Index,
+    Project,
+    images_of,
+)
 from tests.support.fixtures import BaseImageFactory
 from tests.support.pkgindex import serve_index
 from tests.support.registry import (
@@ -44,15 +53,6 @@ from tests.support.registry import (
     serve_registry,
 )
 from tests.support.wheels import make_wheel
-from tests.test_build_docker import (
-    CLIENT,
-    PYTHON,
-    REPO_ROOT,
-    TEST_REPOSITORY,
-    Index,
-    Project,
-    images_of,
-)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

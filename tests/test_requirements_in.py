@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.requirements import InvalidRequirement, Requirement
 
 from audit.core.errors import RecipeError
+from audit.core.lockformat import logical_lines
 from audit.plan.requirements_in import (
+    _PLAIN_LINE,
     RequirementsFile,
-    logical_lines,
     normalise_index_url,
     parse_requirement,
     parse_requirements,
@@ -210,3 +216,45 @@ def test_a_line_is_parsed_once_and_a_bad_line_fails_every_time() -> None:
     assert again is first and again == parse_requirement("alpha>=1 ; python_version >= '3.9'")
     for _ in range(2):
         assert "not a PEP 508 requirement" in failure({"a.in": "alpha >>= 1\n"}).message
+
+
+PLAIN_NAMES = st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,8}[A-Za-z0-9])?", fullmatch=True)
+PLAIN_SPECS = st.lists(
+    st.tuples(
+        st.sampled_from(["==", "!=", "<=", ">=", "<", ">", "~="]),
+        st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    ),
+    max_size=3,
+)
+
+
+@given(PLAIN_NAMES, PLAIN_SPECS)
+def test_a_plain_line_is_one_packaging_accepts(
+    name: str, specs: list[tuple[str, list[int]]]
+) -> None:
+    """Lines the reader checks without packaging are valid PEP 508 with the same name; the
+    rest still go through packaging and fail as before."""
+    line = name + ",".join(op + ".".join(map(str, release)) for op, release in specs)
+    plain = _PLAIN_LINE.fullmatch(line) is not None
+    try:
+        requirement: Requirement | None = Requirement(line)
+    except InvalidRequirement:
+        requirement = None
+    if plain:
+        assert requirement is not None and requirement.name == name
+    parsed = outcome(lambda: parse({"a.in": line + "\n"}))
+    assert isinstance(parsed, RequirementsFile) == (requirement is not None)
+
+
+def outcome(action: Callable[[], RequirementsFile]) -> RequirementsFile | RecipeError:
+    try:
+        return action()
+    except RecipeError as exc:
+        return exc
+
+
+def test_objects_are_made_on_first_use_from_the_validated_lines() -> None:
+    parsed = parse({"a.in": "alpha>=1\nbeta ; python_version >= '3.9'\n"})
+    assert parsed.requirement_lines == ("alpha>=1", "beta ; python_version >= '3.9'")
+    assert [str(r) for r in parsed.requirements] == ["alpha>=1", 'beta; python_version >= "3.9"']
+    assert parsed.requirements[0] is parse_requirement("alpha>=1")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pytest
 
@@ -40,15 +40,19 @@ def literal_rules(tree: ast.AST) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("Finding", "_state"):
             given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "rule")]
-            yield from ((node.lineno, a.value) for a in given if _is_text(a))
+            yield from ((node.lineno, _text(a)) for a in given if _is_text(a))
         if isinstance(node, ast.Assign) and _is_text(node.value):
             names = [t.id for t in node.targets if isinstance(t, ast.Name)]
             if any(RULE_CONSTANT.search(n) for n in names):
-                yield node.lineno, node.value.value  # type: ignore[attr-defined]
+                yield node.lineno, _text(node.value)
 
 
-def _is_text(node: ast.AST) -> bool:
+def _is_text(node: ast.AST) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _text(node: ast.Constant) -> str:
+    return str(node.value)
 
 
 def test_every_literal_rule_is_registered() -> None:

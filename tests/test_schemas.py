@@ -9,44 +9,23 @@ import json
 import subprocess
 import sys
 import tomllib
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft7Validator, FormatChecker
 
 from audit.cli import main as cli
 from audit.core.snapshot import SCRIPT_PATH
 from audit.engines import process as commands
-from tests.test_audit_deps import with_pins
-from tests.test_audit_deps import write_project as write_vllm_project
-from tests.test_cli_diff import write as write_snapshot
-from tests.test_gate import Project, propose, repo, run_gate
+from tests.support.gate_project import Project, propose, repo, run_gate
+from tests.support.schemas import problems, schema_of, validator
+from tests.support.snapshot_files import write as write_snapshot
+from tests.support.vllm_project import with_pins
+from tests.support.vllm_project import write_project as write_vllm_project
 
-__all__ = ["repo"]  # the gate's fixture
+__all__ = ["repo"]  # the gate's fixture, from tests/support/gate_project.py
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ("image", "report", "snapshot")
-
-
-def schema_of(name: str) -> dict[str, Any]:
-    """The packaged schema ``<name>.schema.json``."""
-    data: dict[str, Any] = json.loads(
-        (files("audit") / "schemas" / f"{name}.schema.json").read_text()
-    )
-    return data
-
-
-def validator(name: str) -> Draft7Validator:
-    """A validator of the packaged schema, itself checked against draft-07."""
-    schema = schema_of(name)
-    Draft7Validator.check_schema(schema)
-    return Draft7Validator(schema, format_checker=FormatChecker())
-
-
-def problems(name: str, document: object) -> list[str]:
-    found = validator(name).iter_errors(document)
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in found]
 
 
 def as_json(value: Any) -> Any:

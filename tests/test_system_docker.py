@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from audit.engines import docker_host
-from tests.support.native import debian_package, needs_cc, shared_object
-from tests.support.pkgindex import serve_index
-from tests.support.wheels import make_wheel
-from tests.test_build_docker import (
+from tests.support.docker_build import (
     Index,
     Project,
     base_record,
     images_of,
     make_project,
 )
+from tests.support.native import debian_package, needs_cc, shared_object
+from tests.support.pkgindex import serve_index
+from tests.support.wheels import make_wheel
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_cc]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION
 from audit.core.system import OsPackage, System
+from tests.support.gate_project import RECIPE, Project, repo, run_gate  # noqa: F401  (repo: a fixture)
+from tests.support.gitrepo import commit_files
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files
-from tests.test_gate import RECIPE, Project, repo, run_gate  # noqa: F401  (repo: a fixture)
-from tests.test_gitsource import commit_files
 
 
 def _propose(root: Path, project: Project, packages: dict[str, str]) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_lock
 from tests.support.fixtures import BaseImageFactory
 from tests.support.project import ProjectSpec, pip_recipe_toml, write_project
-from tests.test_lock_compile import run_lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 

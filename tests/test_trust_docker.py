@@ -23,10 +23,7 @@ from audit.core.snapshot import SCRIPT_PATH
 from audit.engines import docker_host
 from audit.plan.lockfile import parse_base
 from tests.support.cli import edit
-from tests.support.fixtures import BaseImageFactory
-from tests.support.pkgindex import serve_index
-from tests.support.wheels import make_wheel
-from tests.test_build_docker import (
+from tests.support.docker_build import (
     CLIENT,
     TEST_REPOSITORY,
     Index,
@@ -35,6 +32,9 @@ from tests.test_build_docker import (
     images_of,
     make_project,
 )
+from tests.support.fixtures import BaseImageFactory
+from tests.support.pkgindex import serve_index
+from tests.support.wheels import make_wheel
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

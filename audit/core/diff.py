@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from audit.core.snapshot import Distribution, Environment
@@ -41,8 +42,13 @@ class Change:
         return _MESSAGES[self.kind](self)
 
 
+@lru_cache(maxsize=4096)
 def parse_version(text: str) -> Version | None:
-    """The PEP 440 version, or None when ``text`` is not one (reported, never crashed on)."""
+    """The PEP 440 version, or None when ``text`` is not one (reported, never crashed on).
+
+    Remembered: a recipe's environments repeat the same few hundred versions, and a Version
+    is never changed by its readers.
+    """
     # Imported on first use: a guarded layer that changed nothing never needs it.
     from packaging.version import InvalidVersion, Version
 
@@ -65,7 +71,7 @@ def _compare(old: Distribution, new: Distribution) -> str | None:
     old_version, new_version = parse_version(old.version), parse_version(new.version)
     if old_version is None or new_version is None:
         return UNPARSABLE
-    if old_version.public == new_version.public and old_version.local != new_version.local:
+    if old_version.local != new_version.local and old_version.public == new_version.public:
         return VARIANT
     if new_version > old_version:
         return UPGRADED
@@ -86,12 +92,21 @@ def _kind(old: Distribution | None, new: Distribution | None) -> str | None:
 def diff(before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> list[Change]:
     """Every change from ``before`` to ``after``, sorted by canonical name."""
     changes = []
-    for name in sorted(set(before) | set(after)):
+    touched = [name for name, dist in after.items() if _touched(before.get(name), dist)]
+    for name in sorted([*touched, *(name for name in before if name not in after)]):
         old, new = before.get(name), after.get(name)
         kind = _kind(old, new)
         if kind is not None:
             changes.append(Change(kind, name, old, new))
     return changes
+
+
+def _touched(old: Distribution | None, new: Distribution) -> bool:
+    """Whether :func:`_kind` can find a change: the same object (predicted environments share
+    most of theirs) or the same version and digest cannot."""
+    if old is new:
+        return False
+    return old is None or old.version != new.version or old.digest != new.digest
 
 
 def shadowed(env: Environment) -> list[Change]:

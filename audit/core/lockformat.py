@@ -26,6 +26,17 @@ _SIMPLE_PIN = re.compile(
 )
 
 
+_RELEASE_ONLY = re.compile(r"[0-9]+(?:\.[0-9]+)*$")
+_NOT_A_BREAK = r"[^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"  # what splitlines keeps in a line
+# One pin block of pip-compile's layout, or a run of whole-line comments and blank lines.
+_LAYOUT = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==(?P<version>[0-9]+(?:\.[0-9]+)*)"
+    r"(?P<hashes>(?: \\\n[ \t]+--hash=sha256:[0-9a-f]+)+)\n"
+    rf"|(?:[ \t]*(?:#{_NOT_A_BREAK}*)?\n)+"
+)
+_LAYOUT_HASH = re.compile(r"--hash=(sha256:[0-9a-f]+)")
+
+
 class LockFormatError(ValueError):
     """A line that is not a hash-pinned requirement; the message names the line."""
 
@@ -54,30 +65,41 @@ def logical_lines(text: str) -> Iterator[tuple[int, str]]:
     pieces: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         start = start or number
-        if raw.endswith("\\") and not COMMENT.match(raw):
+        comment = raw.lstrip().startswith("#")  # what COMMENT.match(raw) finds, cheaper
+        if comment and not pieces:  # a whole-line comment ends nothing and holds nothing
+            start = 0
+            continue
+        if raw.endswith("\\") and not comment:
             pieces.append(raw[:-1])
             continue
-        pieces.append(" " + raw if COMMENT.match(raw) else raw)
-        line = COMMENT.sub("", "".join(pieces)).strip()
+        pieces.append(" " + raw if comment else raw)
+        line = _uncommented("".join(pieces))
         if line:
             yield start, line
         start, pieces = 0, []
-    line = COMMENT.sub("", "".join(pieces)).strip()
+    line = _uncommented("".join(pieces))
     if line:
         yield start, line
+
+
+def _uncommented(line: str) -> str:
+    """``line`` without its comment, stripped (no ``#``, no comment: the regex is skipped)."""
+    return (COMMENT.sub("", line) if "#" in line else line).strip()
 
 
 def _simple(requirement: str) -> tuple[str, str] | None:
     match = _SIMPLE_PIN.match(requirement)
     if match is None:
         return None
-    from packaging.version import InvalidVersion, Version
+    version = match["version"]
+    if not _RELEASE_ONLY.match(version):  # 1.26.4 is valid PEP 440: only others are parsed
+        from packaging.version import InvalidVersion, Version
 
-    try:
-        Version(match["version"])
-    except InvalidVersion:
-        return None  # the full parser says precisely what is wrong
-    return canonical_name(match["name"]), match["version"]
+        try:
+            Version(version)
+        except InvalidVersion:
+            return None  # the full parser says precisely what is wrong
+    return canonical_name(match["name"]), version
 
 
 def _full(requirement: str) -> tuple[str, str, str | None]:
@@ -114,6 +136,36 @@ def parse_pin(line: str) -> Pin:
 def parse_pins(text: str) -> dict[str, Pin]:
     """Canonical name -> pin for every line; a bad or repeated line is :class:`LockFormatError`
     whose message starts with ``line N:``."""
+    fast = _layout_pins(text)
+    return fast if fast is not None else _line_pins(text)
+
+
+def _layout_pins(text: str) -> dict[str, Pin] | None:
+    """The pins of a body in exactly the layout pip-compile and uv write (``name==1.2 \\`` then
+    ``    --hash=sha256:...`` lines; whole-line comments; blank lines), read block by block; None
+    as soon as anything else shows up, and :func:`_line_pins` reads it (and names the line).
+
+    Same result as :func:`_line_pins` on every text it accepts: a release-only version needs no
+    parsing, and no other line break than LF is accepted (``splitlines`` splits on more).
+    """
+    pins: dict[str, Pin] = {}
+    position, end = 0, len(text)
+    while position < end:
+        match = _LAYOUT.match(text, position)
+        if match is None:
+            return None
+        position = match.end()
+        if match["name"] is None:
+            continue
+        name = canonical_name(match["name"])
+        if name in pins:
+            return None
+        pins[name] = Pin(name, match["version"], tuple(_LAYOUT_HASH.findall(match["hashes"])))
+    return pins
+
+
+def _line_pins(text: str) -> dict[str, Pin]:
+    """:func:`parse_pins` for any text, one logical line at a time."""
     pins: dict[str, Pin] = {}
     for number, line in logical_lines(text):
         try:

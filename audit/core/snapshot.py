@@ -113,7 +113,10 @@ def canonical_name(name: str) -> str:
     Here rather than from ``packaging.utils``, whose import costs the guard more than a layer's
     whole verdict (tests/test_guard.py checks both agree).
     """
-    return _PEP503_SEPARATORS.sub("-", name).lower()
+    lowered = name.lower()
+    if "_" in lowered or "." in lowered or "--" in lowered:  # else no separator run to fold
+        return _PEP503_SEPARATORS.sub("-", lowered)
+    return lowered
 
 
 if not TYPE_CHECKING:  # mypy sees the declaration above, and no catch-all attribute
@@ -255,7 +258,14 @@ def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:
     Raises :class:`SnapshotError` (exit 2) when the bytes are truncated or not JSON, of another
     schema, tampered with (digest mismatch), or hold malformed fields.
     """
-    document = _load_document(data, where)
+    return snapshot_from_document(_load_document(data, where), where)
+
+
+def snapshot_from_document(document: Any, where: str) -> tuple[Environment, ...]:
+    """:func:`parse_snapshot` for a snapshot already loaded from JSON (a base record holds one
+    inside its own document): the same checks, seal included, without serialising it again."""
+    if not isinstance(document, dict):
+        raise _fail(where, "not a snapshot: the top level is not a JSON object")
     _check_seal(document, where)
     envs = document["environments"]
     if not isinstance(envs, list) or not envs:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from audit.core import diff as _diff
 from audit.core.errors import BadInput
 from audit.core.findings import ERROR, INFO, WARNING, Finding
-from audit.core.policy import ALLOW, FAIL, WARN, Policy, Waiver
+from audit.core.policy import ALLOW, FAIL, WARN, LockstepGroup, Policy, Waiver
 from audit.core.presets import PRESETS, label
 from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import Distribution, Environment, canonical_name
@@ -34,6 +34,7 @@ _RULE_OF_KIND = {_diff.UNPARSABLE: "unparsable-version"}
 _PACKAGE_CUDA = re.compile(r"-cu(\d+)$")
 _LOCAL_CUDA = re.compile(r"^cu(\d+)$")
 _CUDA_TAG = re.compile(r"^cu(\d{2,3})$")
+_WILDCARD = re.compile(r"[*?[]")  # what makes fnmatch treat a member as a pattern
 
 Env = Mapping[str, Distribution]
 
@@ -90,10 +91,20 @@ def _state(rule: str, package: str, after: str | None, message: str, where: str)
     return Finding(rule, ERROR, package, None, after, message, where)
 
 
+def _group_members(names: Collection[str], group: LockstepGroup) -> list[str]:
+    """The ``names`` that ``group`` covers, sorted: a member without ``*?[`` is looked up, only
+    patterns are matched against every name."""
+    patterns = [canonical_name(member) for member in group.members]
+    found = {p for p in patterns if not _WILDCARD.search(p) and p in names}
+    wild = [p for p in patterns if _WILDCARD.search(p)]
+    if wild:
+        found.update(n for n in names if any(fnmatchcase(n, p) for p in wild))
+    return sorted(found)
+
+
 def _lockstep(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for group in policy.lockstep:
-        patterns = [canonical_name(member) for member in group.members]
-        members = sorted(n for n in env if any(fnmatchcase(n, p) for p in patterns))
+        members = _group_members(env, group)
         versions = {n: _diff.parse_version(env[n].version) for n in members}
         public = {v.public for v in versions.values() if v is not None}
         if len(public) > 1:
@@ -396,18 +407,39 @@ def _names_any_of(text: str, names: Sequence[str]) -> bool:
     return any(text.startswith(name) for name in names)
 
 
-def _floors_for_moved(policy: Policy, before: Env, after: Env) -> Policy:
-    """``policy`` without the floors and bans about packages whose version did not move.
+def _moved(before: Env, after: Env) -> list[str]:
+    """Names in ``after`` that are new or at another version than in ``before``."""
+    return [n for n, d in after.items() if n not in before or before[n].version != d.version]
+
+
+def _rules_for_moved(policy: Policy, before: Env, after: Env, moved: list[str]) -> Policy:
+    """``policy`` without the floors, bans and lockstep groups about packages that did not move.
 
     Their verdict is the same before and after, so :func:`evaluate` would drop it anyway; this
-    spares the guard importing the PEP 508 parser on layers that leave those packages alone.
+    spares the guard importing the PEP 508 parser on layers that leave those packages alone,
+    and a recipe's audit a scan of every name for every group on every layer. A group counts
+    as touched when a member moved or went away.
     """
-    moved = [n for n, d in after.items() if n not in before or before[n].version != d.version]
+    touched = {*moved, *(n for n in before if n not in after)}
     return replace(
         policy,
         requirements=tuple(t for t in policy.requirements if _names_any_of(t, moved)),
         forbidden=tuple(t for t in policy.forbidden if _names_any_of(t, moved)),
+        lockstep=tuple(g for g in policy.lockstep if _group_members(touched, g)),
     )
+
+
+def _moved_state(env: Env, policy: Policy, moved: list[str], where: str) -> list[Finding]:
+    """:func:`check_state` with the per-package CUDA rule applied to ``moved`` names only (the
+    verdict on a package that did not move is the same on both sides of a step)."""
+    only = {name: env[name] for name in moved if name in env}
+    rules = (
+        _lockstep(env, policy, where),
+        _cuda_suffix(only, policy, where),
+        _requirements(env, policy, where),
+        _forbidden(env, policy, where),
+    )
+    return [finding for rule in rules for finding in rule]
 
 
 def evaluate(
@@ -437,9 +469,10 @@ def evaluate(
         else change_finding(c, policy, where)
         for c in changes
     ]
-    relevant = _floors_for_moved(policy, before, after)
-    known = _state_keys(check_state(before, relevant, where=where))
-    state = check_state(after, relevant, where=where)
+    names = _moved(before, after)
+    relevant = _rules_for_moved(policy, before, after, names)
+    known = _state_keys(_moved_state(before, relevant, names, where))
+    state = _moved_state(after, relevant, names, where)
     findings.extend(f for f in state if (f.rule, f.package) not in known)
     return apply_waivers(findings, policy, today, scope, ledger)
 

@@ -5,11 +5,11 @@ each through this :class:`audit.plan.sources.Source`. A ref is resolved once, up
 (``git rev-parse --verify --end-of-options REF^{commit}``), so a branch name full of shell
 characters is only ever an argument, never code, and later reads all see one commit.
 
-Reads are batched: one ``git ls-tree`` lists the whole commit, and the first read under a
-top-level folder (``images/``, ``locks/``) fetches every blob below it with one
-``git cat-file --batch``. Programs run through :func:`audit.engines.process.run`, which decodes
-output as text; every blob is checked against its object id after decoding, so bytes come back
-exactly as committed or the read fails with an error naming the file, never silently altered.
+Reads are batched and streamed: one ``git ls-tree`` lists the whole commit, and one
+``git cat-file --batch`` per ref (:class:`audit.engines.process.Pipe`, bytes exactly as
+committed) answers every read; the first read in a folder fetches all of that folder's small
+files in one exchange. What was fetched is kept within a byte budget, oldest folder first out,
+so a gate over hundreds of images holds a few images' files at a time, not two whole commits.
 
 :func:`gate_refs` is the gate command's one call: both refs read this way, compared by
 :func:`audit.plan.gate.gate`.
@@ -18,10 +18,7 @@ exactly as committed or the read fails with an error naming the file, never sile
 from __future__ import annotations
 
 import errno
-import hashlib
-import locale
-import secrets
-import sys
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
@@ -34,6 +31,9 @@ from audit.plan.gate import GateResult, gate_result
 
 # Blobs larger than this are left out of folder prefetches and read only when asked for.
 PREFETCH_LIMIT = 8 * 1024 * 1024
+HOLD_BYTES = 32 * 1024 * 1024  # fetched blobs kept for re-reads, oldest folder dropped first
+BATCH_CHUNK = 256  # object ids per write: the requests always fit in the pipe to git
+GIT_HINT = "check that git works in this repository (git status)"
 SYMLINK_MODE = "120000"
 FETCH_HINT = (
     "fetch it first (e.g. git fetch origin main) or check the name; "
@@ -53,7 +53,12 @@ class TreeEntry:
 
 
 class GitSource:
-    """Read-only project files at ``ref`` in the git repository at ``repo``."""
+    """Read-only project files at ``ref`` in the git repository at ``repo``.
+
+    Invariant: every blob returned is the committed bytes (git's own object, no decoding); a
+    file that is not UTF-8 text, a link, a folder or a submodule is :class:`GitError` naming
+    ``REF:path``. :meth:`close` (or ``with``) ends the ``cat-file`` process; collection does too.
+    """
 
     def __init__(self, repo: Path, ref: str) -> None:
         self.repo = repo
@@ -61,8 +66,21 @@ class GitSource:
         self.commit = resolve_commit(repo, ref)
         self._entries = _list_tree(repo, self.commit)
         self._children = _children(self._entries)
-        self._blobs: dict[str, bytes] = {}
-        self._prefetched: set[str] = set()
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()  # oid -> bytes, oldest first
+        self._held = 0  # bytes in _blobs
+        self._pipe: commands.Pipe | None = None
+
+    def __enter__(self) -> GitSource:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the ``git cat-file`` process (reads after this start a new one)."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
 
     def read_bytes(self, relpath: str) -> bytes:
         path = _normal(relpath)
@@ -70,11 +88,15 @@ class GitSource:
         if entry is None:
             raise FileNotFoundError(errno.ENOENT, "no such file at this ref", self.describe(path))
         self._check_readable(path, entry)
-        if entry.oid not in self._blobs:
-            self._prefetch_folder(path)
-        if entry.oid not in self._blobs:
-            self._blobs[entry.oid] = self._read_one(path, entry)
-        return self._blobs[entry.oid]
+        data = self._blobs.get(entry.oid)
+        if data is None:
+            self._fetch(self._folder_mates(path, entry))
+            data = self._blobs[entry.oid]
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GitError(f"{self.describe(path)}: is not UTF-8 text", UTF8_HINT) from exc
+        return data
 
     def exists(self, relpath: str) -> bool:
         path = _normal(relpath)
@@ -100,31 +122,43 @@ class GitSource:
                 "commit the file itself: the gate does not follow links inside a commit",
             )
 
-    def _prefetch_folder(self, path: str) -> None:
-        """Fetch every small blob under ``path``'s top-level folder in one process."""
-        top = path.partition("/")[0] if "/" in path else ""
-        if not top or top in self._prefetched:
-            return
-        self._prefetched.add(top)
-        wanted = [
-            entry
-            for name, entry in self._entries.items()
-            if name.startswith(top + "/") and _prefetchable(entry) and entry.oid not in self._blobs
-        ]
-        self._blobs.update(_read_batch(self.repo, wanted))
+    def _folder_mates(self, path: str, entry: TreeEntry) -> list[str]:
+        """``entry``'s object id and those of the other small files directly beside it."""
+        parent = path.rpartition("/")[0]
+        beside = (self._entries[f"{parent}/{name}" if parent else name]
+                  for name in self._children.get(parent, ()))  # fmt: skip
+        mates = {e.oid for e in beside if _prefetchable(e) and e.oid not in self._blobs}
+        return [entry.oid, *sorted(mates - {entry.oid})]
 
-    def _read_one(self, path: str, entry: TreeEntry) -> bytes:
-        try:
-            text = _git(self.repo, "cat-file", "blob", entry.oid).stdout
-        except UnicodeDecodeError as exc:
-            raise GitError(f"{self.describe(path)}: is not UTF-8 text", UTF8_HINT) from exc
-        data = _restore(text, entry.oid)
-        if data is None:
-            raise GitError(
-                f"{self.describe(path)}: cannot be read exactly (stray carriage returns?)",
-                "save the file with LF (or only CRLF) line ends and commit it again",
+    def _fetch(self, oids: list[str]) -> None:
+        """Read ``oids`` through the one ``cat-file --batch`` (requests written, then answers
+        read, in chunks that fit a pipe), then trim what is held to the budget."""
+        if self._pipe is None:
+            self._pipe = commands.Pipe(
+                ["git", "-C", str(self.repo), "cat-file", "--batch"], hint=GIT_HINT
             )
-        return data
+        for start in range(0, len(oids), BATCH_CHUNK):
+            chunk = oids[start : start + BATCH_CHUNK]
+            self._pipe.ask("".join(f"{oid}\n" for oid in chunk).encode())
+            for oid in chunk:
+                self._keep(oid, _answer(self._pipe, oid))
+        while self._held > HOLD_BYTES and len(self._blobs) > len(oids):
+            _, dropped = self._blobs.popitem(last=False)
+            self._held -= len(dropped)
+
+    def _keep(self, oid: str, data: bytes) -> None:
+        self._blobs[oid] = data
+        self._held += len(data)
+
+
+def _answer(pipe: commands.Pipe, oid: str) -> bytes:
+    """One ``OID TYPE SIZE\\n`` header and its content; anything else is :class:`GitError`."""
+    header = pipe.read_line().decode("utf-8", "replace").split()
+    if len(header) != 3 or header[0] != oid or header[1] != "blob" or not header[2].isdigit():
+        raise GitError(f"git cat-file --batch: unexpected answer {' '.join(header)!r} for {oid}")
+    data = pipe.read_exactly(int(header[2]))
+    pipe.read_exactly(1)  # the newline after the content
+    return data
 
 
 def resolve_commit(repo: Path, ref: str) -> str:
@@ -151,7 +185,7 @@ def _git(
         ["git", "-C", str(repo), *args],
         check=check,
         input_text=stdin,
-        hint="check that git works in this repository (git status)",
+        hint=GIT_HINT,
     )
 
 
@@ -180,69 +214,22 @@ def _children(entries: Iterable[str]) -> dict[str, tuple[str, ...]]:
 
 
 def _normal(relpath: str) -> str:
+    """``relpath`` as the listing names it: no ``.`` parts, doubled or outer slashes."""
+    if _is_plain(relpath):  # already so: the usual case, without a PurePosixPath
+        return relpath
     path = PurePosixPath(relpath).as_posix()
     return "" if path == "." else path.strip("/")
 
 
+def _is_plain(relpath: str) -> bool:
+    """No empty part (doubled or outer slash) and no ``.`` part."""
+    if not relpath or relpath == "." or "//" in relpath or "/./" in relpath:
+        return False
+    return not relpath.startswith(("/", "./")) and not relpath.endswith(("/", "/."))
+
+
 def _prefetchable(entry: TreeEntry) -> bool:
     return entry.kind == "blob" and entry.mode != SYMLINK_MODE and entry.size <= PREFETCH_LIMIT
-
-
-def _read_batch(repo: Path, entries: list[TreeEntry]) -> dict[str, bytes]:
-    """Object id -> bytes for every blob that decodes exactly; the rest are read one by one.
-
-    A random token starts every header so object boundaries are found in decoded text, where
-    byte sizes no longer apply; a binary file anywhere in the batch leaves the whole batch to
-    the one-by-one path, which names the file if it is ever asked for.
-    """
-    oids = sorted({entry.oid for entry in entries})
-    if not oids:
-        return {}
-    token = secrets.token_hex(16)
-    batch_format = f"--batch={token} %(objectname) %(objecttype)"
-    try:
-        output = _git(repo, "cat-file", batch_format, stdin="\n".join(oids) + "\n").stdout
-    except UnicodeDecodeError:
-        return {}
-    restored = {oid: _restore(text, oid) for oid, text in _split_batch(output, token).items()}
-    return {oid: data for oid, data in restored.items() if data is not None}
-
-
-def _split_batch(output: str, token: str) -> dict[str, str]:
-    """Parse ``TOKEN OID TYPE\\nCONTENT\\n`` records into object id -> decoded content."""
-    marker = f"{token} "
-    if not output.startswith(marker) or not output.endswith("\n"):
-        raise GitError(f"git cat-file --batch: unexpected output {output[:80]!r}")
-    contents: dict[str, str] = {}
-    for record in output[len(marker) : -1].split(f"\n{marker}"):
-        header, _, content = record.partition("\n")
-        oid, _, kind = header.partition(" ")
-        if kind != "blob":
-            raise GitError(f"git cat-file --batch: {header!r} is not a blob")
-        contents[oid] = content
-    return contents
-
-
-def _restore(text: str, oid: str) -> bytes | None:
-    """The committed bytes behind ``text`` (decoded, newline-translated), if recoverable.
-
-    Text decoding turns CRLF into LF; an all-CRLF file is recovered by putting them back. The
-    object id proves the result: anything else (a lone CR, mixed ends) returns None.
-    """
-    encoding = "utf-8" if sys.flags.utf8_mode else locale.getencoding()
-    for candidate in (text, text.replace("\n", "\r\n")):
-        data = candidate.encode(encoding)
-        if _blob_id(data, len(oid)) == oid:
-            return data
-    return None
-
-
-def _blob_id(data: bytes, hex_length: int) -> str:
-    """The git object id of a blob holding ``data`` (SHA-1, or SHA-256 repositories)."""
-    digest = hashlib.sha256() if hex_length == 64 else hashlib.sha1()  # noqa: S324 - git's id
-    digest.update(b"blob %d\0" % len(data))
-    digest.update(data)
-    return digest.hexdigest()
 
 
 def gate_refs(
@@ -256,12 +243,11 @@ def gate_refs(
 ) -> GateResult:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
     its report and every image's stage matrices."""
-    base = GitSource(repo, base_ref)
-    head = GitSource(repo, head_ref)
-    title = f"dependency gate: {_label(base)} → {_label(head)}"
-    return gate_result(
-        base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
-    )
+    with GitSource(repo, base_ref) as base, GitSource(repo, head_ref) as head:
+        title = f"dependency gate: {_label(base)} → {_label(head)}"
+        return gate_result(
+            base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
+        )
 
 
 def _label(source: GitSource) -> str:

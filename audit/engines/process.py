@@ -1,7 +1,8 @@
 """The one layer around every external program (docker, pip-compile, git, debootstrap).
 
 Two ways to run a program, sharing everything but how the output is read: :func:`run`
-captures it, :func:`stream` hands each line to a callback as it comes (a build's log). Both
+captures it, :func:`stream` hands each line to a callback as it comes (a build's log); and
+:class:`Pipe` keeps one running to answer many requests (``git cat-file --batch``). All
 find the program (:func:`find_program`), print the command (:func:`shown_command`: secrets
 redacted, ``--label`` pairs counted) unless ``$AUDIT_QUIET_COMMANDS`` is set, return one
 :class:`Completed`, and raise one typed failure, :class:`audit.core.errors.CommandFailed`, when
@@ -15,9 +16,12 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from audit.core.errors import CommandFailed
 from audit.engines import console
@@ -170,3 +174,99 @@ def stream(
     output = "".join(f"{line}\n" for line in lines)
     done = Completed(tuple(argv), proc.returncode, output, "")
     return _finish(done, check=check, redact=redact, hint=hint)
+
+
+class Pipe:
+    """A program kept running to answer requests on its stdin, bytes in and bytes out
+    (``git cat-file --batch``): one start for many answers.
+
+    Started like :func:`run` (the program found, the command printed unless quiet); a program
+    that cannot start is :class:`CommandFailed`. :meth:`ask` writes a request, :meth:`read_line`
+    and :meth:`read_exactly` read the answer; one that ends early (the program died) raises
+    :class:`CommandFailed` with its stderr. :meth:`close` ends stdin, waits, and raises like
+    ``run(check=True)`` on a non-zero exit; it is also called when the object is collected.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str | Path],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        hint: str = "",
+    ) -> None:
+        self.argv = _prepare(args, (), hint)
+        self.hint = hint
+        # stderr goes to a file, so it never fills a pipe nobody reads; closed by _end
+        errors = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+            )
+        except OSError as exc:
+            errors.close()
+            raise _cannot_start(self.argv, exc, hint) from exc
+        self._proc = proc
+        self._errors = errors
+        self._finalizer = weakref.finalize(self, _end, proc, errors)
+
+    def ask(self, request: bytes) -> None:
+        """Write ``request`` and flush it to the program."""
+        assert self._proc.stdin is not None  # stdin=PIPE
+        try:
+            self._proc.stdin.write(request)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise self._ended("stopped reading") from exc
+
+    def read_line(self) -> bytes:
+        """The next line of output, with its line end; the program ending first is a failure."""
+        assert self._proc.stdout is not None  # stdout=PIPE
+        line = self._proc.stdout.readline()
+        if not line.endswith(b"\n"):
+            raise self._ended("ended in the middle of an answer")
+        return line
+
+    def read_exactly(self, size: int) -> bytes:
+        """The next ``size`` bytes of output; fewer (the program ended) is a failure."""
+        assert self._proc.stdout is not None  # stdout=PIPE
+        data = self._proc.stdout.read(size)
+        if len(data) != size:
+            raise self._ended("ended in the middle of an answer")
+        return data
+
+    def close(self) -> Completed:
+        """End the conversation; :class:`CommandFailed` when the program exits non-zero."""
+        code, errors = _end(self._proc, self._errors)
+        self._finalizer.detach()
+        done = Completed(tuple(self.argv), code, "", errors)
+        return _finish(done, check=True, redact=(), hint=self.hint)
+
+    def _ended(self, problem: str) -> CommandFailed:
+        code, errors = _end(self._proc, self._errors)
+        self._finalizer.detach()
+        return CommandFailed(
+            f"{problem} (exit code {code}): {shown_command(self.argv)}",
+            self.hint,
+            returncode=code,
+            output=errors[-OUTPUT_TAIL:],
+        )
+
+
+def _end(proc: subprocess.Popen[bytes], errors: IO[bytes]) -> tuple[int, str]:
+    """Close ``proc``'s stdin, wait for it, and return its exit code and stderr (idempotent)."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None and not stream.closed:
+            stream.close()
+    code = proc.wait()
+    if errors.closed:
+        return code, ""
+    errors.seek(0)
+    text = errors.read().decode("utf-8", "replace")
+    errors.close()
+    return code, text

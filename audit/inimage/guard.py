@@ -1,7 +1,7 @@
 """The build guard: runs INSIDE the image, in the same RUN as each pip or run layer.
 
 Python 3.9+, standard library plus what the build context brings through a BuildKit bind mount
-(``_guard/``, see ``audit/guard_context.py``): the snapshot script, the pure core modules of
+(``_guard/``, see ``audit/plan/guard_context.py``): the snapshot script, the pure core modules of
 ``audit`` and a copy of ``packaging`` under ``lib/``. Nothing of it stays in the image except
 the trail: ``<slug>.snapshot.json`` and ``<slug>.findings.json`` under ``--trail``.
 

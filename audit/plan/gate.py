@@ -52,7 +52,7 @@ from audit.plan.predict import (
     predict_from,
 )
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage, Step
-from audit.plan.recipe_parse import load_all
+from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
 from audit.plan.unrecorded import not_audited, touched
@@ -161,22 +161,26 @@ def gate_result(
     the pull request does not touch it, an error when it does or with ``strict``. An image
     whose record the pull request adds is compared as if it were new.
     """
-    old = {recipe.name: recipe for recipe in load_all(base)}
-    new = {recipe.name: recipe for recipe in load_all(head)}
+    old, new = recipe_names(base), recipe_names(head)
     sections: list[Section] = []
     matrices: list[ImageMatrices] = []
-    for name in sorted(set(old) | set(new)):
-        if name in new and not head.exists(base_relpath(new[name])):
-            sections.append(_not_audited(new[name], base, head, strict=strict))
+    for name in sorted(old | new):  # one image at a time: what it read is then let go
+        before = load_recipe(base, name) if name in old else None
+        after = load_recipe(head, name) if name in new else None
+        if after is not None and not head.exists(base_relpath(after)):
+            sections.append(_not_audited(after, base, head, strict=strict))
             continue
-        found, matrix = _image(
-            name, old.get(name), new.get(name), base, head, today=today, strict=strict_waivers
-        )
+        found, matrix = _image(name, before, after, base, head, today=today, strict=strict_waivers)
         sections += found
         matrices += [matrix] if matrix else []
     waivers = [section for section in sections if is_waiver_section(section)]
     rest = [section for section in sections if not is_waiver_section(section)]
     return GateResult(Report(title, (*waivers, *rest)), tuple(matrices))
+
+
+def recipe_names(source: Source) -> set[str]:
+    """The images ``source`` has a recipe for (``images/<name>/image.toml``)."""
+    return {n for n in source.listdir("images") if source.exists(f"images/{n}/image.toml")}
 
 
 def is_waiver_section(section: Section) -> bool:

@@ -32,15 +32,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from audit.core.errors import LockError, SnapshotError
 from audit.core.lockformat import LockFormatError, Pin
 from audit.core.lockformat import parse_pins as parse_body
-from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
+from audit.core.snapshot import Environment, dump_snapshot, snapshot_from_document
 from audit.plan import frontdoor
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
@@ -52,11 +53,14 @@ TITLE = "# layer-audit lock: do not edit; re-create with: nox -s lock -- {image}
 END_MARKER = "# end of layer-audit lock"
 _REQUIRES_LINE = re.compile(r"^# requires (?P<name>[a-z0-9][a-z0-9.-]*): (?P<json>\{.*\})$", re.M)
 _HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
-# Verified locks by the sha256 of their bytes: the gate reads each lock twice (freshness, then
-# prediction) and ``lock`` looks again under its file lock, and a Lock is immutable, so a second
-# parse of the same bytes is free.
-_PARSED: dict[bytes, Lock] = {}
-_PARSED_BASES: dict[bytes, BaseRecord] = {}
+# Verified locks and base records by the sha256 of their bytes, the most recent few: ``lock``
+# looks again under its file lock, the gate meets a file unchanged at both refs, images share a
+# base, and a Lock is immutable, so a second parse of the same bytes is free. Bounded, so that
+# a run over hundreds of images holds what one image needs, not everything it ever read.
+_PARSED: OrderedDict[bytes, Lock] = OrderedDict()
+_PARSED_BASES: OrderedDict[bytes, BaseRecord] = OrderedDict()
+PARSED_LIMIT = 64
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -192,11 +196,20 @@ def parse_lock(data: bytes, where: str) -> Lock:
 
     Bytes verified once are not verified again in this process (see ``_PARSED``).
     """
+    return _remembered(_PARSED, data, lambda: _verify_lock(data, where))
+
+
+def _remembered(cache: OrderedDict[bytes, T], data: bytes, verify: Callable[[], T]) -> T:
+    """``cache``'s entry for ``data`` (now the most recent), or ``verify()`` remembered."""
     key = hashlib.sha256(data).digest()
-    lock = _PARSED.get(key)
-    if lock is None:
-        lock = _PARSED[key] = _verify_lock(data, where)
-    return lock
+    found = cache.get(key)
+    if found is not None:
+        cache.move_to_end(key)
+        return found
+    made = cache[key] = verify()
+    if len(cache) > PARSED_LIMIT:
+        cache.popitem(last=False)
+    return made
 
 
 def forget_parsed() -> None:
@@ -267,11 +280,7 @@ def parse_base(data: bytes, where: str) -> BaseRecord:
 
     Like :func:`parse_lock`, bytes verified once are not verified again in this process.
     """
-    key = hashlib.sha256(data).digest()
-    record = _PARSED_BASES.get(key)
-    if record is None:
-        record = _PARSED_BASES[key] = _verify_base(data, where)
-    return record
+    return _remembered(_PARSED_BASES, data, lambda: _verify_base(data, where))
 
 
 def _verify_base(data: bytes, where: str) -> BaseRecord:
@@ -283,8 +292,7 @@ def _verify_base(data: bytes, where: str) -> BaseRecord:
     if not isinstance(document, dict) or document.get("schema") != BASE_SCHEMA:
         raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", hint)
     try:
-        snapshot = json.dumps(document["snapshot"]).encode()
-        environments = parse_snapshot(snapshot, f"{where}: snapshot")
+        environments = snapshot_from_document(document["snapshot"], f"{where}: snapshot")
         return BaseRecord(
             str(document["image"]),
             str(document["image_id"]),

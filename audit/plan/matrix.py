@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 
 from rich.markup import escape
 from rich.table import Table
@@ -114,9 +115,30 @@ def columns_matrix(
     all_rows: bool = False,
 ) -> StageMatrix:
     """Packages x ``columns`` (in order: each cell compared with the column before it)."""
-    names = sorted({name for env in columns.values() for name in env})
-    rows = [_row(name, columns, marks) for name in names]
+    names = {name for env in columns.values() for name in env}
+    if not all_rows:  # only a name that moves between two columns, or is marked, can change
+        envs = list(columns.values())
+        moving = {n for old, new in pairwise(envs) for n in _differing(old, new)}
+        names &= moving | {name for _, name in marks}
+    rows = [_row(name, columns, marks) for name in sorted(names)]
     return _matrix(image, tuple(columns), rows, all_rows)
+
+
+def _differing(old: Mapping[str, Distribution], new: Mapping[str, Distribution]) -> list[str]:
+    """Every name whose distribution may have changed kind from ``old`` to ``new``: absent on
+    one side, or at another version or digest (what :func:`_kind` looks at)."""
+    changed = [name for name, dist in new.items() if _moved(old.get(name), dist)]
+    return changed + [name for name in old if name not in new]
+
+
+def _moved(old: Distribution | None, new: Distribution) -> bool:
+    if old is new:
+        return False
+    return old is None or old.version != new.version or old.digest != new.digest
+
+
+def _same(old: Distribution | None, new: Distribution | None) -> bool:
+    return old is new or old == new
 
 
 def change_matrix(
@@ -132,8 +154,10 @@ def change_matrix(
     base ref's last column (a new stage extends the last one)."""
     last: Mapping[str, Distribution] = list(old.values())[-1] if old else {}
     pairs = {column: (old.get(column, last), env) for column, env in new.items()}
-    names = sorted({name for pair in pairs.values() for env in pair for name in env})
-    rows = [_compared_row(name, pairs, marks) for name in names]
+    names = {name for pair in pairs.values() for env in pair for name in env}
+    if not all_rows:  # a cell changes only where the two refs differ in its column
+        names &= {name for was, now in pairs.values() for name in _differing(was, now)}
+    rows = [_compared_row(name, pairs, marks) for name in sorted(names)]
     return _matrix(image, tuple(new), rows, all_rows)
 
 
@@ -190,8 +214,12 @@ def _stage_of(image: str, finding: Finding) -> str | None:
 
 def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> str:
     """The change kind of ``name`` from ``before`` to ``after`` ("" when none)."""
-    old, now = before.get(name), after.get(name)
-    if old is now or old == now:  # the common cases, without parsing a version
+    return _change(name, before.get(name), after.get(name))
+
+
+def _change(name: str, old: Distribution | None, now: Distribution | None) -> str:
+    """:func:`_kind` of two distributions of ``name`` (None: not installed)."""
+    if _same(old, now):  # the common cases, without parsing a version
         return ""
     if old is None or now is None:
         return ADDED if old is None else REMOVED
@@ -207,13 +235,16 @@ def _marked(kind: str, mark: str | None) -> str:
 
 
 def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Marks) -> Row:
-    cells = []
-    previous: Mapping[str, Distribution] = {}
+    cells: list[Cell] = []
+    old: Distribution | None = None
     for index, (column, env) in enumerate(columns.items()):
         now = env.get(name)
-        kind = _marked(_kind(name, previous, env), marks.get((column, name))) if index else ""
-        cells.append(Cell(now.version if now else None, kind))
-        previous = env
+        kind = _marked(_change(name, old, now), marks.get((column, name))) if index else ""
+        version = now.version if now else None
+        last = cells[-1] if cells else None
+        same = last is not None and not kind and not last.kind and last.version == version
+        cells.append(last if same and last is not None else Cell(version, kind))  # shared
+        old = now
     return Row(name, tuple(cells))
 
 

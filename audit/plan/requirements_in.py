@@ -12,6 +12,7 @@ import functools
 import posixpath
 import re
 import shlex
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -46,16 +47,25 @@ class RequirementsFile:
 
     ``files`` lists every file read (the layer's file first, then ``-r``/``-c`` includes), so a
     lock can digest exactly its inputs. ``index_urls``/``find_links``/``trusted_hosts`` are the
-    (declared) index options the files name.
+    (declared) index options the files name. Every line is validated when the file is read; the
+    :class:`Requirement` objects are made on first use (most readers want only ``files``).
     """
 
     relpath: str
-    requirements: tuple[Requirement, ...]
-    constraints: tuple[Requirement, ...] = ()
+    requirement_lines: tuple[str, ...]
+    constraint_lines: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     trusted_hosts: tuple[str, ...] = ()
+
+    @property
+    def requirements(self) -> tuple[Requirement, ...]:
+        return tuple(parse_requirement(line) for line in self.requirement_lines)
+
+    @property
+    def constraints(self) -> tuple[Requirement, ...]:
+        return tuple(parse_requirement(line) for line in self.constraint_lines)
 
 
 def normalise_index_url(url: str) -> str:
@@ -93,17 +103,41 @@ def parse_requirement(line: str) -> Requirement:
     return Requirement(line)
 
 
+# The plainest requirement line: a name, then release-only versions behind comparison operators
+# (``torch>=2.9,<2.10``). Every such line is valid PEP 508, so it is checked without parsing.
+_PLAIN_SPEC = r"(?:(?:==|!=|<=|>=|<|>)[0-9]+(?:\.[0-9]+)*|~=[0-9]+(?:\.[0-9]+)+)"
+_PLAIN_LINE = re.compile(
+    rf"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_PLAIN_SPEC}(?:,{_PLAIN_SPEC})*)?"
+)
+# Files without includes, by everything their result depends on: a run reads each layer's file
+# several times (recipe validation, every lock look, the gate's two refs). Bounded, small.
+_READ: OrderedDict[tuple[str, str, tuple[str, ...]], RequirementsFile] = OrderedDict()
+_READ_LIMIT = 512
+
+
 def parse_requirements(
     source: Source, relpath: str, *, allowed_index_urls: Collection[str], origin: str = ""
 ) -> RequirementsFile:
     """Read and validate ``relpath`` and its includes; raise RecipeError on the first bad line.
 
     ``origin`` (``images/x/image.toml: stage[2].layer[1].pip``) is added to every error's hint,
-    so the user sees which layer asked for the file.
+    so the user sees which layer asked for the file. A file that includes nothing is validated
+    once per process for its bytes (errors are never remembered: a bad file fails every time).
     """
     reader = _Reader(source, _containment(relpath), allowed_index_urls, origin)
-    reader.read(relpath, constraint=False, stack=())
-    return reader.result(relpath)
+    text = reader.text(relpath)
+    key = (relpath, text, tuple(allowed_index_urls))
+    known = _READ.get(key)
+    if known is not None:
+        _READ.move_to_end(key)
+        return known
+    reader.read(relpath, constraint=False, stack=(), text=text)
+    parsed = reader.result(relpath)
+    if parsed.files == (relpath,):
+        _READ[key] = parsed
+        if len(_READ) > _READ_LIMIT:
+            _READ.popitem(last=False)
+    return parsed
 
 
 def _containment(relpath: str) -> str:
@@ -122,8 +156,8 @@ class _Reader:
     folder: str
     allowed_index_urls: Collection[str]
     origin: str
-    requirements: dict[str, tuple[Requirement, str]] = field(default_factory=dict)
-    constraints: dict[str, tuple[Requirement, str]] = field(default_factory=dict)
+    requirements: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> line, where
+    constraints: dict[str, tuple[str, str]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     index_urls: list[str] = field(default_factory=list)
     find_links: list[str] = field(default_factory=list)
@@ -132,24 +166,28 @@ class _Reader:
     def result(self, relpath: str) -> RequirementsFile:
         return RequirementsFile(
             relpath=relpath,
-            requirements=tuple(req for req, _ in self.requirements.values()),
-            constraints=tuple(req for req, _ in self.constraints.values()),
+            requirement_lines=tuple(line for line, _ in self.requirements.values()),
+            constraint_lines=tuple(line for line, _ in self.constraints.values()),
             files=tuple(self.files),
             index_urls=tuple(dict.fromkeys(self.index_urls)),
             find_links=tuple(dict.fromkeys(self.find_links)),
             trusted_hosts=tuple(dict.fromkeys(self.trusted_hosts)),
         )
 
-    def read(self, relpath: str, *, constraint: bool, stack: tuple[str, ...]) -> None:
+    def read(
+        self, relpath: str, *, constraint: bool, stack: tuple[str, ...], text: str | None = None
+    ) -> None:
         if relpath in self.files:
             return  # included twice (a diamond, not a cycle): its lines count once
         self.files.append(relpath)
-        for number, line in logical_lines(self._text(relpath)):
+        described = self.source.describe(relpath)
+        for number, line in logical_lines(self.text(relpath) if text is None else text):
             if line:
-                where = _Where(self.source.describe(relpath), number, self.origin)
+                where = _Where(described, number, self.origin)
                 self._line(where, line, constraint, (*stack, relpath))
 
-    def _text(self, relpath: str) -> str:
+    def text(self, relpath: str) -> str:
+        """The file's text; a missing, unreadable or non-UTF-8 file is RecipeError."""
         start = _Where(self.source.describe(relpath), 0, self.origin)
         try:
             text = self.source.read_bytes(relpath).decode("utf-8")
@@ -180,6 +218,20 @@ class _Reader:
             self._requirement(where, line, constraint)
 
     def _requirement(self, where: _Where, line: str, constraint: bool) -> None:
+        plain = _PLAIN_LINE.fullmatch(line)
+        written = plain["name"] if plain else self._parsed(where, line).name
+        seen = self.constraints if constraint else self.requirements
+        name = canonicalize_name(written)
+        if name in seen:
+            raise where.error(
+                f"{written!r} is already listed at {seen[name][1]} "
+                "(names that differ only in case, '-', '_' or '.' are one package)",
+                "merge the two lines into one requirement",
+            )
+        seen[name] = (line, str(where))
+
+    def _parsed(self, where: _Where, line: str) -> Requirement:
+        """A line that is not plain, through packaging: valid PEP 508, no credentials."""
         try:
             requirement = parse_requirement(line)
         except InvalidRequirement as exc:
@@ -189,15 +241,7 @@ class _Reader:
             ) from exc
         if requirement.url and "@" in urlsplit(requirement.url).netloc:
             raise where.error("requirement URL carries credentials", "use a BuildKit secret")
-        seen = self.constraints if constraint else self.requirements
-        name = canonicalize_name(requirement.name)
-        if name in seen:
-            raise where.error(
-                f"{requirement.name!r} is already listed at {seen[name][1]} "
-                "(names that differ only in case, '-', '_' or '.' are one package)",
-                "merge the two lines into one requirement",
-            )
-        seen[name] = (requirement, str(where))
+        return requirement
 
     def _option(self, where: _Where, line: str, constraint: bool, stack: tuple[str, ...]) -> None:
         name, value = _split_option(where, line)

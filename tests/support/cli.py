@@ -2,6 +2,7 @@
 
 - :func:`edit`: replace the first ``old`` in a project file (failing when the fixture lacks it).
 - :func:`fails`: ``audit.cli.main.main(argv)`` must return ``code``; its stderr, never a traceback.
+- :func:`run_lock`: the lock command in-process, its exit code.
 - :func:`spawn_audit`: ``python -m audit ARGV`` as a process of its own group, for tests that
   kill it, interrupt it (Ctrl-C raises KeyboardInterrupt there, as at a terminal) or run two.
 """
@@ -58,3 +59,8 @@ def spawn_audit(cwd: Path, *argv: str, **env: str) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,
     )
+
+
+def run_lock(*argv: str) -> int:
+    """The lock command in-process, through the command line's error boundary."""
+    return main(["lock", *argv])

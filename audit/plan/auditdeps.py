@@ -9,7 +9,7 @@ fixes are reported once, against the base. Pure given a :class:`Source`: no Dock
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -63,7 +63,9 @@ def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     judge = StepJudge(recipe, today, base_markers(survey.base[0], recipe))
     sections = (
         locks,
-        Section(f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps))),
+        Section(
+            f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps, judge.markers))
+        ),
         *_stage_sections(recipe, steps, judge),
     )
     sections = tuple(s for s in sections[:2] if s.findings) + sections[2:]
@@ -128,17 +130,18 @@ def _layer_section(
 
 
 def _base_findings(
-    recipe: Recipe, base: Installed, steps: tuple[PredictedStep, ...]
+    recipe: Recipe, base: Installed, steps: tuple[PredictedStep, ...], markers: Mapping[str, str]
 ) -> list[Finding]:
     """Rules the base already breaks and the last layer still breaks: no layer caused them."""
     if not base:
         return []
     final = steps[-1].after if steps else base
     where = f"{recipe.name} base ({recipe.base_ref})"
-    still = {(f.rule, f.package) for f in check_state(final, recipe.policy, where=where)}
+    policy = recipe.policy
+    still = {(f.rule, f.package) for f in check_state(final, policy, where=where, markers=markers)}
     return [
         f.located(recipe.name)
-        for f in check_state(base, recipe.policy, where=where)
+        for f in check_state(base, policy, where=where, markers=markers)
         if (f.rule, f.package) in still
     ]
 

@@ -119,10 +119,8 @@ def test_an_extra_counts_only_when_an_installed_requirement_asks_for_it() -> Non
 
 
 def test_a_failing_package_vouches_for_nothing() -> None:
-    env = {
-        "nvidia-cudnn-cu12": Distribution("nvidia-cudnn-cu12", "9.1", requires_dist=("nvidia-cublas-cu12",)),
-        "nvidia-cublas-cu12": Distribution("nvidia-cublas-cu12", "12.9"),
-    }  # fmt: skip
+    cudnn = Distribution("nvidia-cudnn-cu12", "9.1", requires_dist=("nvidia-cublas-cu12",))
+    env = {cudnn.name: cudnn, "nvidia-cublas-cu12": Distribution("nvidia-cublas-cu12", "12.9")}
     assert sorted(f.package for f in _cuda(env)) == ["nvidia-cublas-cu12", "nvidia-cudnn-cu12"]
     user = Distribution("user", "1", requires_dist=("nvidia-cudnn-cu12",))
     assert _cuda({**env, "user": user}) == []

@@ -89,6 +89,11 @@ def _handler(
 ) -> type:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        head_only = False
+
+        def do_HEAD(self) -> None:  # uv asks for a file's headers before it reads it
+            self.head_only = True
+            self.do_GET()
 
         def do_GET(self) -> None:
             parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
@@ -161,7 +166,8 @@ def _handler(
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(body)
+            if not self.head_only:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass

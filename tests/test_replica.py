@@ -124,3 +124,18 @@ def test_a_replica_image_records_its_source_and_reports_name_it() -> None:
     assert base_source({"io.layer-audit.base.arch": "arm64"}) is None
     assert "replica" in source_name(REPLICA_SOURCE) and "dry" in source_name(REPLICA_SOURCE)
     assert source_name(None) == "snapshot of the image"
+
+
+def test_a_dry_build_tags_only_dry_references_and_never_latest() -> None:
+    from pathlib import Path
+
+    from audit.plan.build import stage_tags
+    from audit.plan.recipe_parse import load_recipe
+    from audit.plan.sources import DirectorySource
+
+    recipe = load_recipe(DirectorySource(Path(__file__).resolve().parents[1]), "demo")
+    last = recipe.stages[-1].name
+    assert stage_tags(recipe, last, "amd64", dry=True) == (
+        f"layer-audit/demo:{last}-amd64-cpu-dry",
+    )
+    assert "layer-audit/demo:latest-amd64-cpu" in stage_tags(recipe, last, "amd64")

@@ -139,3 +139,13 @@ def test_a_dry_build_tags_only_dry_references_and_never_latest() -> None:
         f"layer-audit/demo:{last}-amd64-cpu-dry",
     )
     assert "layer-audit/demo:latest-amd64-cpu" in stage_tags(recipe, last, "amd64")
+
+
+def test_the_base_venvs_own_metadata_of_pinned_names_is_replaced_not_doubled() -> None:
+    pins = replica.parse_pins("setuptools==84.2.1\ntorch==2.14.0\n", "x", ARM64).pins
+    present = ("pip-23.0.1.dist-info", "setuptools-66.1.1.dist-info")
+    gone = replica.replaced(present, pins)
+    assert gone == ("setuptools-66.1.1.dist-info",)
+    text = replica.dockerfile("b", "/opt/venv/lib/python3.11/site-packages", {}, gone)
+    assert "RUN rm -rf /opt/venv/lib/python3.11/site-packages/setuptools-66.1.1.dist-info\n" in text
+    assert text.index("RUN rm") < text.index("COPY site-packages/")

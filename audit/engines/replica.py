@@ -43,10 +43,13 @@ from audit.plan.snapshot_file import parse_documents
 from audit.plan.trust import REPLICA_LABEL
 
 DEFAULT_INDEX = "https://pypi.org/simple"
+# Prints the interpreter's version, purelib folder, glibc version, then the dist-info folders
+# already there (pip, setuptools of the base's venv), one per line.
 PROBE = (
-    "import os, platform, sysconfig; "
-    "print(platform.python_version(), sysconfig.get_paths()['purelib'], "
-    "' '.join(os.confstr('CS_GNU_LIBC_VERSION').split()[-1:]) or '0.0')"
+    "import os, platform, sysconfig; site = sysconfig.get_paths()['purelib']; "
+    "print(platform.python_version(), site, "
+    "' '.join(os.confstr('CS_GNU_LIBC_VERSION').split()[-1:]) or '0.0'); "
+    "print('\\n'.join(sorted(n for n in os.listdir(site) if n.endswith('.dist-info'))))"
 )
 
 
@@ -92,12 +95,14 @@ class _Interpreter:
     python: str
     site_packages: str
     glibc: str
+    present: tuple[str, ...] = ()  # dist-info folders the base's venv already holds
 
 
 def _probe(base: str, platform: str) -> _Interpreter:
     out = docker_host.run_in_image(base, [f"{VENV}/bin/python", "-c", PROBE], platform=platform)
-    python, site, glibc = out.split()
-    return _Interpreter(python, site, glibc)
+    first, *present = out.splitlines()
+    python, site, glibc = first.split()
+    return _Interpreter(python, site, glibc, tuple(present))
 
 
 def _observed(path: Path | None) -> dict[str, Constraint]:
@@ -220,7 +225,8 @@ def build_replica(options: ReplicaOptions) -> Replica:
              "index": redact(options.index_url), "base": base, "python": interpreter.python,
              "platform": platform}  # fmt: skip
     manifest = plan.manifest(pins.pins, reads, extra)
-    dockerfile = plan.dockerfile(base, interpreter.site_packages, labels)
+    replaced = plan.replaced(interpreter.present, pins.pins)
+    dockerfile = plan.dockerfile(base, interpreter.site_packages, labels, replaced)
     with _context_dir() as context:
         _write_context(context, files, dockerfile, manifest)
         _build(options, context, platform)

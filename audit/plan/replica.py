@@ -173,15 +173,27 @@ def dist_info_files(pin: Pin, metadata: bytes) -> dict[str, bytes]:
     return files
 
 
-def dockerfile(base: str, site_packages: str, labels: Mapping[str, str]) -> str:
+def replaced(present: Sequence[str], pins: Sequence[Pin]) -> tuple[str, ...]:
+    """The base venv's own dist-info folders (``setuptools-66.1.1.dist-info``) of pinned names:
+    the list's version replaces them, or the name would be installed twice."""
+    pinned = {pin.name for pin in pins}
+    return tuple(folder for folder in present if canonicalize_name(folder.split("-")[0]) in pinned)
+
+
+def dockerfile(
+    base: str, site_packages: str, labels: Mapping[str, str], replaced: Sequence[str] = ()
+) -> str:
     """FROM the offline base, the dist-info folders into its venv, the manifest, labels.
 
-    Only COPY: nothing runs in the (possibly emulated) image while it is made.
+    Only COPY, except one ``rm`` of the base venv's own metadata of pinned names (``replaced``):
+    the only thing that runs in the (possibly emulated) image while it is made.
     """
     label_line = " ".join(f"{key}={json.dumps(value)}" for key, value in sorted(labels.items()))
+    remove = " ".join(f"{site_packages}/{folder}" for folder in replaced)
     return (
         f"FROM {base}\n"
-        f"COPY site-packages/ {site_packages}/\n"
+        + (f"RUN rm -rf {remove}\n" if replaced else "")
+        + f"COPY site-packages/ {site_packages}/\n"
         f"COPY replica.json {MANIFEST}\n"
         f"LABEL {label_line}\n"
     )

@@ -496,7 +496,7 @@ def evaluate(
     findings = [f for f in kept if f is not None] + [
         _override(c, after, markers, where)
         if c.name in declared
-        else change_finding(c, policy, where)
+        else _with_askers(change_finding(c, policy, where), after, markers)
         for c in changes
     ]
     relevant = _floors_for_moved(policy, before, after)
@@ -507,6 +507,41 @@ def evaluate(
 
 
 # --- overrides ----------------------------------------------------------------------------
+
+
+ASKED_BY = " (asked for by: "
+
+
+def _with_askers(finding: Finding, after: Env, markers: Mapping[str, str] | None) -> Finding:
+    """A failing downgrade or variant names who asks for the new version, as ``lock`` does:
+    ``torch 2.13.0 requires nvidia-nccl-cu13==2.29.7`` (installed requirements that now pin
+    the package, for these markers)."""
+    if not finding.fails or finding.rule not in ("downgraded", "variant"):
+        return finding
+    askers = asking_for(after, finding.package, markers or {})
+    if not askers:
+        return finding
+    return replace(finding, message=f"{finding.message}{ASKED_BY}{'; '.join(askers)})")
+
+
+def asking_for(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:
+    """``other version requires <requirement>`` for each installed distribution whose recorded
+    requirement on ``name`` (for these markers, no extras) has a version specifier that the
+    installed version satisfies."""
+    dist = env.get(name)
+    if dist is None:
+        return []
+    found = []
+    for other in sorted(env.values(), key=lambda d: d.name):
+        for text in other.requires_dist or ():
+            requirement = _requirement_on(text, name, markers)
+            if (
+                requirement is not None
+                and str(requirement.specifier)
+                and (requirement.specifier.contains(dist.version, prereleases=True))
+            ):
+                found.append(f"{other.raw_name or other.name} {other.version} requires {text}")
+    return found
 
 
 def _override(

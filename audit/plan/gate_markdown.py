@@ -18,7 +18,7 @@ from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.redact import redact
 from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, ImageMatrices, image_of
 from audit.plan.matrix import matrix_markdown
-from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
+from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, asked_for, ordered
 
 CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
 MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
@@ -125,7 +125,7 @@ def _version(finding: Finding) -> str:
 def _note(finding: Finding) -> str:
     if finding.waiver:
         return f"waived: {finding.waiver}"
-    return "" if finding.rule in CHANGE_RULES else finding.message
+    return asked_for(finding) if finding.rule in CHANGE_RULES else finding.message
 
 
 def _tally(findings: list[Finding]) -> str:

@@ -15,10 +15,10 @@ from datetime import date
 from pathlib import Path
 
 from audit.core.errors import UsageError
-from audit.core.findings import ERROR, Finding
+from audit.core.findings import ERROR, INFO, Finding
 from audit.core.verdict import check_state
 from audit.plan.lock import Survey, survey_locks
-from audit.plan.lockfile import base_relpath
+from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.paths import find_root, list_images
 from audit.plan.predict import (
     Installed,
@@ -32,6 +32,7 @@ from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import DirectorySource, Source
+from audit.plan.trust import source_name
 
 MISSING_LOCK = "missing-lock"
 STALE_LOCK = "stale-lock"
@@ -64,7 +65,11 @@ def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     sections = (
         locks,
         Section(
-            f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps, judge.markers))
+            f"{recipe.name} base image",
+            (
+                *_source_findings(recipe, survey.base[0]),
+                *_base_findings(recipe, base, steps, judge.markers),
+            ),
         ),
         *_stage_sections(recipe, steps, judge),
     )
@@ -127,6 +132,19 @@ def _layer_section(
     findings = [f.located(recipe.name, step.stage.name, step.position) for f in found]
     label = step.label.removeprefix(f"{step.stage.name} ")
     return Section(f"{title}: {label}", tuple(findings))
+
+
+BASE_SOURCE_RULE = "base-source"
+
+
+def _source_findings(recipe: Recipe, record: BaseRecord) -> list[Finding]:
+    """An info naming where the base record came from, when not from the image itself (a
+    snapshot file taken elsewhere, a replica): every report that shows the base says so."""
+    if record.source is None:
+        return []
+    message = f"the base {recipe.base_ref} is recorded from a {source_name(record.source)}"
+    where = f"{recipe.name} base ({recipe.base_ref})"
+    return [Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(recipe.name)]
 
 
 def _base_findings(

@@ -51,6 +51,7 @@ from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage, Step
 from audit.plan.recipe_parse import load_all
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
+from audit.plan.trust import source_name
 
 TITLE_SEPARATOR = ": "
 ADDED_BY_PR = "added by this pull request"
@@ -370,6 +371,8 @@ def _base_identity(old: Side, new: Side, where: str) -> Finding:
             return "(no image)"
         record = side.base_record
         recorded = f"image id {record.image_id}" if record else "no base snapshot"
+        if record and record.source:
+            recorded += f", {source_name(record.source)}"
         return f"{side.recipe.base_ref} ({recorded})"
 
     message = f"base image changed: {describe(old)} -> {describe(new)}"

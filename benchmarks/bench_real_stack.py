@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "vllm-arm64-cu13"
 LIST = ROOT / "images" / IMAGE / "replica" / "vllm-0.33.0.txt"
-TAG = "layer-audit/replica:vllm-0.33.0-arm64"
+TAG = "layer-audit-bench/replica:vllm-0.33.0-arm64"  # not the recipe's: its record stays valid
 EDIT = "nvtx==0.2.15  # one edit\n"
 TARGET = ["--python-version", "3.11", "--python-platform", "aarch64-manylinux_2_36"]
 WORK = ROOT / "build" / "bench" / "real-stack"
@@ -64,18 +64,21 @@ def replica(rounds: int) -> list[str]:
         if cold:
             shutil.rmtree(cache, ignore_errors=True)
             subprocess.run(["docker", "rmi", "-f", TAG], capture_output=True, check=False)
-        seconds, out = audit(ROOT, cache, "base-image", "--replica", str(LIST), "--arch", "arm64")
+        argv = ("base-image", "--replica", str(LIST), "--arch", "arm64", "--tag", TAG)
+        seconds, out = audit(ROOT, cache, *argv)
         build.said = out  # type: ignore[attr-defined]
         return seconds
 
     cold = median(rounds, lambda: build(True))
     said = build.said  # type: ignore[attr-defined]
     cached = median(rounds, lambda: build(False))
+    gigabytes = wheels_gb()
+    subprocess.run(["docker", "rmi", "-f", TAG], capture_output=True, check=False)
     found = re.search(r"(\d+) requests, ([\d.]+) MB downloaded", said)
     mb = f"{found.group(2)} MB in {found.group(1)} requests" if found else "?"
     return [
         f"replica build, cold: {cold:.1f} s, {mb} (metadata of 198 wheels; their payloads: "
-        f"{wheels_gb():.1f} GB, never downloaded)",
+        f"{gigabytes:.1f} GB, never downloaded)",
         f"replica build, metadata cached: {cached:.1f} s",
     ]
 

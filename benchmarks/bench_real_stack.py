@@ -6,8 +6,9 @@ the arm64 offline base and the network to PyPI). In one run, median of ``--round
 - **replica build**: ``base-image --replica`` of the committed 198-pin list, cold (empty
   metadata cache, image removed) and cached (metadata cache warm); bytes downloaded and the
   wheels' total size from the index, side by side;
-- **uv lock, cold**: a scratch copy of the recipe (its ``base.json``, no locks, empty uv cache)
-  vs bare ``uv pip compile`` of the same ``.in`` files for the same target, cold;
+- **uv lock, cold**: a scratch copy of the recipe (its ``base.json``, no locks, empty uv cache;
+  uv itself installed, for both) vs bare ``uv pip compile`` of the same ``.in`` files for the
+  same target, cold;
 - **uv lock, one edit**: one line added to the last ``.in`` vs bare ``uv pip compile`` again;
 - **``lock --check``** on fresh locks and **``audit-deps``** of the recipe.
 
@@ -128,8 +129,10 @@ def bare_uv(project: Path, cache: Path) -> float:
 
 def locks(rounds: int) -> list[str]:
     def cold_project() -> float:
+        # cold package caches; uv itself stays installed (installing it is timed by neither)
         project, cache = scratch(), WORK / "lock-cache"
-        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(cache / "host" / "uv-cache", ignore_errors=True)
+        shutil.rmtree(cache / "metadata", ignore_errors=True)
         return audit(project, cache, "lock", IMAGE)[0]
 
     def cold_bare() -> float:

@@ -31,11 +31,13 @@ FIXTURE = ROOT / "tests" / "data" / "real_stack" / "torch-2.13.0"
 NCCL = ("nvidia-nccl-cu13", "2.30.7", "2.29.7")
 
 
-def add_torch_stage(root: Path) -> None:
-    """Stage v3 (``torch==2.13.0``) and its lock, fresh for this project's inputs."""
+def add_torch_stage(root: Path, variant: str = "") -> None:
+    """Stage v3 (``torch==2.13.0``) and its lock, fresh for this project's inputs; ``variant``
+    ``"override"`` is the fix (its moves declared, NCCL kept)."""
     folder = root / "images" / IMAGE
+    suffix = f"-{variant}" if variant else ""
     with (folder / "image.toml").open("a") as toml:
-        toml.write((FIXTURE / "v3-stage.toml").read_text())
+        toml.write((FIXTURE / f"v3-stage{suffix}.toml").read_text())
     shutil.copy(FIXTURE / "v3-torch.in", folder / "requirements" / "v3-torch.in")
     source = DirectorySource(root)
     recipe = load_recipe(source, IMAGE)
@@ -48,7 +50,7 @@ def add_torch_stage(root: Path) -> None:
     }
     resolver = resolver_label(recipe)  # what the recipe says compiles it (uv)
     inputs = layer_inputs(source, recipe, steps[-1], found[1], earlier)
-    body = (FIXTURE / "v3-01.body.txt").read_text()
+    body = (FIXTURE / f"v3-01{'.' + variant if variant else ''}.body.txt").read_text()
     text = render_lock(IMAGE, steps[-1], resolver, inputs.digests, body)
     (root / lock_relpath(recipe, steps[-1])).write_text(text)
 
@@ -102,3 +104,32 @@ def test_the_gate_fails_and_its_markdown_names_the_downgrade(repo: Path, tmp_pat
     found = json.loads(report.read_text())
     moved = {(f["rule"], f["package"], f["before"], f["after"]) for f in _errors(found)}
     assert ("downgraded", *NCCL) in moved
+
+
+def test_the_override_fix_locks_audits_and_gates_with_zero_waivers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    root = tmp_path / "repo"
+    for part in (f"images/{IMAGE}", f"locks/{IMAGE}", "templates"):
+        shutil.copytree(ROOT / part, root / part)
+    git(root, "init", "-q", "-b", "main")
+    commit_files(root, {}, "main: the real stack")
+    git(root, "checkout", "-q", "-b", "pr")
+    add_torch_stage(root, "override")
+    commit_files(root, {}, "pr: torch 2.13.0, NCCL kept")
+    monkeypatch.chdir(root)
+    assert main(["lock", IMAGE, "--check"]) == 0
+    capsys.readouterr()
+    assert main(["audit-deps", IMAGE, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    found = [f for s in report["sections"] for f in s["findings"]]
+    assert not [f for f in found if f["severity"] == "error" or f.get("waiver")]
+    notes = " ".join(str(f["message"]) for f in found if f["rule"] == "override")
+    assert "torch 2.13.0 has requirement nvidia-nccl-cu13==2.29.7" in notes
+    assert "vllm 0.33.0 has requirement torch==2.14.0" in notes
+    markdown = tmp_path / "gate.md"
+    argv = ["gate", "--base", "main", "--repo", str(root), "--markdown", str(markdown)]
+    assert main(argv) == 0
+    assert "nvidia-nccl-cu13" in markdown.read_text()

@@ -88,12 +88,9 @@ def test_the_captured_stack_is_the_real_one() -> None:
     assert "nvidia-cutlass-dsl-libs-base==4.8.0" in packages["nvidia-cutlass-dsl"]["requires_dist"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nvidia-cutlass-dsl 4.8.0 requires nvidia-cutlass-dsl-libs-cu12: the cuda-suffix "
-    "rule must pass a -cu12 package the installed metadata requires (h-replica's change)",
-)
 def test_vendor_set_passes_the_preset() -> None:
+    """nvidia-cutlass-dsl 4.8.0 requires nvidia-cutlass-dsl-libs-cu12: the cuda-suffix rule
+    passes a -cu12 package the installed metadata requires."""
     assert judge({}, vendor_env(), cuda_ml()) == []
 
 

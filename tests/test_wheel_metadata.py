@@ -65,6 +65,14 @@ def test_range_requests_read_metadata_and_download_a_small_fraction(
     assert served.ranges[0] == f"bytes=-{64 * 1024}"
 
 
+def test_gzip_pages_are_inflated_and_counted_as_sent(wheels: Path) -> None:
+    stats = wm.FetchStats()
+    with serve_metadata_index(wheels, gzip_pages=True) as (index, served):
+        files = wm.project_files(index, "torchish", context=None, stats=stats)
+    assert [f.filename for f in files] == ["torchish-2.14.0-py3-none-any.whl"]
+    assert stats.bytes_downloaded == served.bytes_sent
+
+
 def test_pep658_metadata_file_is_preferred_and_hash_checked(wheels: Path) -> None:
     stats = wm.FetchStats()
     with serve_metadata_index(wheels, metadata=True) as (index, served):

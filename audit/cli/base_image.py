@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
-from audit.core.errors import EXIT_OK
-from audit.engines import baseimage, console, docker_host
+from audit.core.errors import EXIT_OK, UsageError
+from audit.engines import baseimage, console, docker_host, replica
 from audit.plan import base_image
 
 
@@ -42,6 +43,26 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--mirror", default="", help="Debian mirror URL (default: the one this machine's apt uses)"
     )
+    parser.add_argument(
+        "--replica",
+        type=Path,
+        metavar="FILE",
+        help="make a replica of a base you cannot pull: FILE is a pip freeze of the real image "
+        "(or a requirements file resolved for its platform); each pinned distribution gets its "
+        "real published METADATA from the index, no payload (then: lock IMAGE --record-base)",
+    )
+    parser.add_argument(
+        "--index-url",
+        default=replica.DEFAULT_INDEX,
+        help=f"with --replica: the index to read metadata from (default: {replica.DEFAULT_INDEX})",
+    )
+    parser.add_argument(
+        "--metadata-from",
+        type=Path,
+        metavar="SNAPSHOT",
+        help="with --replica: a snapshot file of the real image; its requirements stand in for "
+        "distributions the index does not carry (vendor builds, +cu130 local versions)",
+    )
     docker_host.add_client_option(parser)
     parser.set_defaults(handler=handle)
 
@@ -67,9 +88,36 @@ class BaseImageCommandOptions:
 
 def handle(args: argparse.Namespace) -> int:
     options = BaseImageCommandOptions.from_args(args)
+    if args.replica is not None:
+        return _replica(args, options.make)
+    if args.metadata_from is not None:
+        raise UsageError("--metadata-from goes with --replica FILE")
     made = baseimage.build_base_image(options.make)
     console.stdout.print(
         f"{escape(made.tag)}  {made.image_id[:19]}  python {made.python} ({made.machine})"
         f"  {made.seconds:.1f}s"
+    )
+    return EXIT_OK
+
+
+def _replica(args: argparse.Namespace, make: base_image.BaseImageOptions) -> int:
+    """``--replica FILE``: the offline base for the suite and arch, plus metadata-only
+    stand-ins of FILE's pins (see :mod:`audit.engines.replica`)."""
+    options = replica.ReplicaOptions(
+        pins_file=args.replica,
+        suite=make.suite,
+        arch=make.arch,
+        tag=make.tag,
+        index_url=args.index_url,
+        metadata_from=args.metadata_from,
+        docker=make.docker,
+        cache=replica.metadata_cache(),
+    )
+    made = replica.build_replica(options)
+    replica.report(made)
+    console.stderr.print(
+        f'next: a recipe with base = "{escape(made.tag)}" and platform = '
+        f'"linux/{make.arch}", then nox -s lock -- IMAGE --record-base (records '
+        '"source": "replica"); builds on it are dry builds'
     )
     return EXIT_OK

@@ -257,13 +257,14 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
 
     from audit.engines import atomic, docker_host
     from audit.engines.registry import ensure_image, repository_digest
+    from audit.plan.trust import base_source
 
     ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
     console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
     info = docker_host.image_info(recipe.base_ref)
     environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
-    record = BaseRecord(recipe.base, info.id, digest, environments)
+    record = BaseRecord(recipe.base, info.id, digest, environments, base_source(info.labels))
     old = read_base_digest(source, recipe)
     atomic.write_text(root / base_relpath(recipe), render_base(record))
     for line in base_changes(old[0] if old else None, record) or ["no change"]:

@@ -62,6 +62,7 @@ RULES = (
     Rule("image-removed", GATE),
     Rule("stage-removed", GATE),
     Rule("interpreter", AUDIT),
+    Rule("base-source", AUDIT),
 )
 
 BY_NAME = {rule.name: rule for rule in RULES}

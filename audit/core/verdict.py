@@ -143,24 +143,108 @@ def _cuda_ok(kind: str, digits: str, tag: str) -> bool:
     return digits == tag[2:]
 
 
-def _cuda_suffix(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
+def _cuda_suffix(
+    env: Env, policy: Policy, where: str, markers: Mapping[str, str] | None = None
+) -> Iterator[Finding]:
+    """A ``-cuNN`` package or ``+cuNNN``/``+cpu`` build of another CUDA than the image's.
+
+    Exception, decided from the vendor's own metadata: a ``-cuNN`` *package* that an installed
+    distribution's ``Requires-Dist`` asks for (unconditionally, by markers true in this image,
+    or under an extra another installed requirement requests) passes: ``nvidia-cutlass-dsl
+    4.8.0`` requires ``nvidia-cutlass-dsl-libs-cu12`` in a cu130 image. A requirer that itself
+    fails the rule vouches for nothing. Builds (``+cu12x``, ``+cpu``) have no exception.
+    """
     if not policy.cuda_suffix:
         return
     tag = policy.cuda or "cpu"
     major = cuda_major(tag)
-    for name in sorted(env):
+    suspects = dict(_suspects(env, tag, major))
+    packages = [name for name, (kind, _) in suspects.items() if kind == "package"]
+    needed = required_by_metadata(env, packages, markers) if packages and major else set()
+    for name in sorted(suspects):
+        kind, digits = suspects[name]
+        if kind == "package" and name in needed:
+            continue
         dist = env[name]
-        for kind, digits in _cuda_marks(dist):
+        what = "a CPU build" if digits == "cpu" else f"{kind} for cu{digits}"
+        unasked = "; no installed package requires it" if kind == "package" and major else ""
+        origin = _origin(policy, "cuda_suffix")
+        message = f"{origin}{name} {dist.version}: {what} in an image built for {tag}{unasked}"
+        finding = _state("cuda-suffix", name, dist.version, message, where)
+        yield finding if major else replace(finding, severity=WARNING)
+
+
+def _suspects(env: Env, tag: str, major: str | None) -> Iterator[tuple[str, tuple[str, str]]]:
+    """(name, (kind, digits)) of the first CUDA mark of each distribution that does not fit."""
+    for name in sorted(env):
+        for kind, digits in _cuda_marks(env[name]):
             if major is None and digits == "cpu":
                 continue  # a CPU build in a CPU image
             if major is not None and _cuda_ok(kind, digits, tag):
                 continue
-            what = "a CPU build" if digits == "cpu" else f"{kind} for cu{digits}"
-            origin = _origin(policy, "cuda_suffix")
-            message = f"{origin}{name} {dist.version}: {what} in an image built for {tag}"
-            finding = _state("cuda-suffix", name, dist.version, message, where)
-            yield finding if major else replace(finding, severity=WARNING)
+            yield name, (kind, digits)
             break
+
+
+def required_by_metadata(
+    env: Env, suspects: Sequence[str], markers: Mapping[str, str] | None
+) -> set[str]:
+    """Which of ``suspects`` some installed distribution requires, as pip would install them.
+
+    A requirement counts when its marker is true for ``markers`` (the image's; this machine's
+    when None) with no extra or with an extra that a counted requirement requests of its
+    owner (``x[cu13]`` makes ``x``'s ``extra == "cu13"`` requirements count). Distributions
+    in ``suspects`` count as requirers only once they are required themselves. Only texts that
+    name a suspect or request extras are parsed (the guard runs this on every layer).
+    """
+    wanted = [canonical_name(name) for name in suspects]
+    requirements = {name: _relevant(dist, wanted) for name, dist in env.items()}
+    extras: dict[str, set[str]] = {}
+    needed: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, parsed in requirements.items():
+            if name in wanted and name not in needed:
+                continue
+            for requirement in parsed:
+                if not _applies(requirement, markers, extras.get(name, set())):
+                    continue
+                target = canonical_name(requirement.name)
+                known = extras.setdefault(target, set())
+                if target not in needed or not set(requirement.extras) <= known:
+                    needed.add(target)
+                    known.update(requirement.extras)
+                    changed = True
+    return needed & set(wanted)
+
+
+def _relevant(dist: Distribution, wanted: Sequence[str]) -> list[Requirement]:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found = []
+    for text in dist.requires_dist or ():
+        if "[" in text or _names_any_of(text, wanted):
+            try:
+                found.append(Requirement(text))
+            except InvalidRequirement:
+                continue
+    return found
+
+
+def _applies(
+    requirement: Requirement, markers: Mapping[str, str] | None, extras: Collection[str]
+) -> bool:
+    if requirement.marker is None:
+        return True
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName, default_environment
+
+    base = {key: str(value) for key, value in default_environment().items()}
+    base.update(markers or {})
+    try:
+        return any(requirement.marker.evaluate(dict(base, extra=e)) for e in ("", *extras))
+    except (UndefinedComparison, UndefinedEnvironmentName):
+        return True  # cannot tell: never a false positive from an odd marker
 
 
 def parse_requirement(text: str, key: str) -> Requirement:
@@ -205,10 +289,17 @@ def _forbidden(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
             yield _state("forbidden", dist.name, dist.version, message, where)
 
 
-def check_state(env: Env, policy: Policy, *, where: str) -> list[Finding]:
-    """Violations of the state rules in one environment (no waivers applied)."""
-    rules = (_lockstep, _cuda_suffix, _requirements, _forbidden)
-    return [finding for rule in rules for finding in rule(env, policy, where)]
+def check_state(
+    env: Env, policy: Policy, *, where: str, markers: Mapping[str, str] | None = None
+) -> list[Finding]:
+    """Violations of the state rules in one environment (no waivers applied); ``markers``
+    are the image's PEP 508 markers (the CUDA rule evaluates requirements with them)."""
+    return [
+        *_lockstep(env, policy, where),
+        *_cuda_suffix(env, policy, where, markers),
+        *_requirements(env, policy, where),
+        *_forbidden(env, policy, where),
+    ]
 
 
 # --- waivers and hints -------------------------------------------------------------------
@@ -429,19 +520,6 @@ def _rules_for_moved(policy: Policy, before: Env, after: Env, moved: list[str]) 
     )
 
 
-def _moved_state(env: Env, policy: Policy, moved: list[str], where: str) -> list[Finding]:
-    """:func:`check_state` with the per-package CUDA rule applied to ``moved`` names only (the
-    verdict on a package that did not move is the same on both sides of a step)."""
-    only = {name: env[name] for name in moved if name in env}
-    rules = (
-        _lockstep(env, policy, where),
-        _cuda_suffix(only, policy, where),
-        _requirements(env, policy, where),
-        _forbidden(env, policy, where),
-    )
-    return [finding for rule in rules for finding in rule]
-
-
 def evaluate(
     before: Env,
     after: Env,
@@ -466,18 +544,53 @@ def evaluate(
     findings = [f for f in kept if f is not None] + [
         _override(c, after, markers, where)
         if c.name in declared
-        else change_finding(c, policy, where)
+        else _with_askers(change_finding(c, policy, where), after, markers)
         for c in changes
     ]
     names = _moved(before, after)
     relevant = _rules_for_moved(policy, before, after, names)
-    known = _state_keys(_moved_state(before, relevant, names, where))
-    state = _moved_state(after, relevant, names, where)
+    known = _state_keys(check_state(before, relevant, where=where, markers=markers))
+    state = check_state(after, relevant, where=where, markers=markers)
     findings.extend(f for f in state if (f.rule, f.package) not in known)
     return apply_waivers(findings, policy, today, scope, ledger)
 
 
 # --- overrides ----------------------------------------------------------------------------
+
+
+ASKED_BY = " (asked for by: "
+
+
+def _with_askers(finding: Finding, after: Env, markers: Mapping[str, str] | None) -> Finding:
+    """A failing downgrade or variant names who asks for the new version, as ``lock`` does:
+    ``torch 2.13.0 requires nvidia-nccl-cu13==2.29.7`` (installed requirements that now pin
+    the package, for these markers)."""
+    if not finding.fails or finding.rule not in ("downgraded", "variant"):
+        return finding
+    askers = asking_for(after, finding.package, markers or {})
+    if not askers:
+        return finding
+    return replace(finding, message=f"{finding.message}{ASKED_BY}{'; '.join(askers)})")
+
+
+def asking_for(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:
+    """``other version requires <requirement>`` for each installed distribution whose recorded
+    requirement on ``name`` (for these markers, no extras) has a version specifier that the
+    installed version satisfies."""
+    dist = env.get(name)
+    if dist is None:
+        return []
+    found = []
+    for other in sorted(env.values(), key=lambda d: d.name):
+        for text in other.requires_dist or ():
+            requirement = _requirement_on(text, name, markers)
+            if (
+                requirement is not None
+                and str(requirement.specifier)
+                and (requirement.specifier.contains(dist.version, prereleases=True))
+            ):
+                found.append(f"{other.raw_name or other.name} {other.version} requires {text}")
+    return found
 
 
 def _override(

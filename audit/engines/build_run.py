@@ -20,6 +20,7 @@ the guarded build passed: no local image, so no smoke test and no trail extracti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import tempfile
@@ -36,6 +37,7 @@ from audit.core.errors import (
     BuildFailed,
     CommandFailed,
     EnvironmentProblem,
+    UsageError,
 )
 from audit.core.redact import redact_all
 from audit.engines import atomic, console, docker_host, process, registry
@@ -47,6 +49,7 @@ from audit.engines.provenance import gather as gather_provenance
 from audit.engines.sbom import write_sbom
 from audit.plan.build import (
     CREATED_LABEL,
+    DRY_SUFFIX,
     SECRET_CA,
     SECRET_NETRC,
     BuildOptions,
@@ -59,14 +62,19 @@ from audit.plan.build import (
     secret_sources,
     target_stages,
 )
-from audit.plan.lock import survey_locks
+from audit.plan.lock import read_base_digest, survey_locks
 from audit.plan.lockfile import base_relpath, read_base
 from audit.plan.paths import build_dir
 from audit.plan.recipe import PipLayer, Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import summary_line
 from audit.plan.sources import DirectorySource, Source
-from audit.plan.trust import EXTERNALLY_MANAGED, externally_managed_failure, stale_locks_failure
+from audit.plan.trust import (
+    EXTERNALLY_MANAGED,
+    REPLICA_SOURCE,
+    externally_managed_failure,
+    stale_locks_failure,
+)
 
 LOG_TAIL_LINES = 25
 DISK_FULL = "no space left on device"
@@ -308,8 +316,27 @@ def build_image(root: Path, options: BuildOptions) -> int:
     source = DirectorySource(root)
     recipe = load_recipe(source, options.image)
     check_locks(source, recipe, options)
+    options = dry_if_replica(source, recipe, options)
     render(root, recipe, stage=options.stage)
     return run_build(root, recipe, options, build_dir(root, recipe.name))
+
+
+def dry_if_replica(source: DirectorySource, recipe: Recipe, options: BuildOptions) -> BuildOptions:
+    """A base recorded as a replica makes the build dry (tags ``…-dry`` only; never pushed)."""
+    found = read_base_digest(source, recipe)
+    if found is None or found[0].source != REPLICA_SOURCE:
+        return options
+    if options.push:
+        raise UsageError(
+            f"{recipe.name}: its base is a replica (locks/{recipe.name}/base.json): a dry build "
+            "is never pushed",
+            "build without --push, or record the real image (lock --record-base) to push",
+        )
+    console.stderr.print(
+        f"dry build: the base of {recipe.name} is a replica (metadata-only stand-ins): every "
+        f"layer installs and the guard judges it; tags end in {DRY_SUFFIX}, latest is not moved"
+    )
+    return dataclasses.replace(options, dry=True)
 
 
 def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> int:

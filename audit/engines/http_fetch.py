@@ -4,16 +4,20 @@ Every request goes through :func:`get`: it uses the TLS context it is given (the
 :func:`audit.engines.lock_compile.tls_context`, by default), counts itself and the bytes of its
 body in a :class:`FetchStats`, and turns a network failure (no answer, a reset, a body cut short)
 into :class:`EnvironmentProblem` (exit 3) naming the redacted URL and the reason. HTTP status
-codes are answers, not failures: the caller decides what a 404 or a 416 means.
+codes are answers, not failures: the caller decides what a 404 or a 416 means. A caller may
+ask for ``Accept-Encoding: gzip`` (project pages: PyPI's JSON for a big project is megabytes);
+the body comes back inflated and ``bytes_downloaded`` counts what crossed the network.
 """
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import ssl
 import threading
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -79,6 +83,8 @@ def get(
         with urllib.request.urlopen(request, timeout=timeout, context=context) as reply:  # noqa: S310
             body = reply.read()
             answer = Answer(reply.status, _lower(reply.headers), body, reply.geturl())
+        stats.count("bytes_downloaded", len(answer.body))
+        return _decoded(answer, url)
     except urllib.error.HTTPError as exc:
         body = _error_body(exc)
         answer = Answer(exc.code, _lower(exc.headers), body, url)
@@ -86,6 +92,17 @@ def get(
         raise unreachable(url, str(getattr(exc, "reason", exc)) or type(exc).__name__) from exc
     stats.count("bytes_downloaded", len(answer.body))
     return answer
+
+
+def _decoded(answer: Answer, url: str) -> Answer:
+    """The answer with a gzip body (asked for with ``Accept-Encoding: gzip``) inflated."""
+    if answer.headers.get("content-encoding", "").lower() != "gzip":
+        return answer
+    try:
+        body = gzip.decompress(answer.body)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise unreachable(url, f"a broken gzip body ({exc})") from exc
+    return Answer(answer.status, answer.headers, body, answer.url)
 
 
 def _lower(headers: object) -> dict[str, str]:

@@ -240,7 +240,7 @@ def _state_findings(
 ) -> list[Finding]:
     where = f"{target.ref} {found.interpreter}"
     environment = found.environment
-    findings = check_state(environment.winners(), policy, where=where)
+    findings = check_state(environment.winners(), policy, where=where, markers=environment.markers)
     return findings + evaluate_shadowed(None, environment, policy, where=where, today=today)
 
 

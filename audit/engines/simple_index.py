@@ -54,7 +54,7 @@ def project_files(
 ) -> list[IndexFile]:
     """Every file ``index_url`` lists for ``name``, in the index's order; [] on 404."""
     url = project_url(index_url, name)
-    answer = get(url, {"Accept": ACCEPT}, context=context, stats=stats)
+    answer = get(url, {"Accept": ACCEPT, "Accept-Encoding": "gzip"}, context=context, stats=stats)
     if answer.status in (404, 410):
         return []
     if answer.status != 200:

@@ -9,17 +9,17 @@ fixes are reported once, against the base. Pure given a :class:`Source`: no Dock
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 from audit.core.errors import UsageError
-from audit.core.findings import ERROR, Finding
+from audit.core.findings import ERROR, INFO, Finding
 from audit.core.verdict import check_state
 from audit.plan import frontdoor
 from audit.plan.lock import Survey, survey_locks
-from audit.plan.lockfile import base_relpath
+from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.paths import find_root, list_images
 from audit.plan.predict import (
     Installed,
@@ -33,6 +33,7 @@ from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import DirectorySource, Source
+from audit.plan.trust import source_name
 from audit.plan.unrecorded import never_recorded, not_audited
 
 MISSING_LOCK = "missing-lock"
@@ -66,7 +67,13 @@ def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     judge = StepJudge(recipe, today, base_markers(survey.base[0], recipe))
     sections = (
         locks,
-        Section(f"{recipe.name} base image", tuple(_base_findings(recipe, base, steps))),
+        Section(
+            f"{recipe.name} base image",
+            (
+                *_source_findings(recipe, survey.base[0]),
+                *_base_findings(recipe, base, steps, judge.markers),
+            ),
+        ),
         *_stage_sections(recipe, steps, judge),
     )
     sections = tuple(s for s in sections[:2] if s.findings) + sections[2:]
@@ -151,18 +158,32 @@ def _layer_section(
     return Section(f"{title}: {label}", tuple(findings))
 
 
+BASE_SOURCE_RULE = "base-source"
+
+
+def _source_findings(recipe: Recipe, record: BaseRecord) -> list[Finding]:
+    """An info naming where the base record came from, when not from the image itself (a
+    snapshot file taken elsewhere, a replica): every report that shows the base says so."""
+    if record.source is None:
+        return []
+    message = f"the base {recipe.base_ref} is recorded from a {source_name(record.source)}"
+    where = f"{recipe.name} base ({recipe.base_ref})"
+    return [Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(recipe.name)]
+
+
 def _base_findings(
-    recipe: Recipe, base: Installed, steps: tuple[PredictedStep, ...]
+    recipe: Recipe, base: Installed, steps: tuple[PredictedStep, ...], markers: Mapping[str, str]
 ) -> list[Finding]:
     """Rules the base already breaks and the last layer still breaks: no layer caused them."""
     if not base:
         return []
     final = steps[-1].after if steps else base
     where = f"{recipe.name} base ({recipe.base_ref})"
-    still = {(f.rule, f.package) for f in check_state(final, recipe.policy, where=where)}
+    policy = recipe.policy
+    still = {(f.rule, f.package) for f in check_state(final, policy, where=where, markers=markers)}
     return [
         f.located(recipe.name)
-        for f in check_state(base, recipe.policy, where=where)
+        for f in check_state(base, policy, where=where, markers=markers)
         if (f.rule, f.package) in still
     ]
 

@@ -77,6 +77,7 @@ class BuildOptions:
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()  # image references whose inline cache the build may use
     cache_to: str | None = None  # push the target's image here, with its inline cache
+    dry: bool = False  # the base is a replica: real layers, real guard, no runnable tag
 
 
 @dataclass(frozen=True)
@@ -198,10 +199,19 @@ def check_multi_platform(client: DockerClient, options: BuildOptions, platform: 
     return True
 
 
-def stage_tags(recipe: Recipe, stage: str, arch: str) -> tuple[str, ...]:
-    """Final references for ``stage``: its own tag, plus the moving latest for the last stage."""
+DRY_SUFFIX = "-dry"
+
+
+def stage_tags(recipe: Recipe, stage: str, arch: str, *, dry: bool = False) -> tuple[str, ...]:
+    """Final references for ``stage``: its own tag, plus the moving latest for the last stage.
+
+    A dry build (on a replica base) gets only ``<tag>-dry`` (``v2-arm64-cu130-dry``): it can be
+    inspected and audited, but no runnable tag and no latest tag ever points at it.
+    """
     values = {"stage": stage, "arch": arch, "cuda": recipe.cuda}
     tags = [f"{recipe.repository}:{recipe.tag_pattern.format(**values)}"]
+    if dry:
+        return (tags[0] + DRY_SUFFIX,)
     if stage == recipe.stages[-1].name:
         latest = recipe.latest_tag_pattern.format(**dict(values, stage="latest"))
         tags.append(f"{recipe.repository}:{latest}")
@@ -419,7 +429,7 @@ def plan_build(
     builds = tuple(
         _stage_build(
             recipe, common, stage, arch=arch, token=token, no_cache=options.no_cache and i == 0,
-            multi=multi, cache_to=options.cache_to if multi and i == 0 else None,
+            multi=multi, cache_to=options.cache_to if multi and i == 0 else None, dry=options.dry,
         )
         for i, stage in enumerate(stages)
     )  # fmt: skip
@@ -449,13 +459,14 @@ def _stage_build(
     no_cache: bool,
     multi: bool = False,
     cache_to: str | None = None,
+    dry: bool = False,
 ) -> StageBuild:
     """One stage's build: under a temporary tag, or (``multi``) pushed by buildx straight to
     its final tags, which it moves only when the whole multi-platform build passed (and to
     ``cache_to``, the target's inline cache, when given)."""
     temp_ref = f"{recipe.repository}:layer-audit-build-{token}-{stage}"
     # An unguarded build is for measuring only: it never earns the tags guarded images carry.
-    tags = stage_tags(recipe, stage, arch) if common.guard else ()
+    tags = stage_tags(recipe, stage, arch, dry=dry) if common.guard else ()
     refs = (*tags, *([cache_to] if cache_to else [])) if multi else (temp_ref,)
     return StageBuild(
         stage=stage,

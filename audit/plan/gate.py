@@ -55,6 +55,7 @@ from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage, Step
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
+from audit.plan.trust import source_name
 from audit.plan.unrecorded import not_audited, touched
 
 TITLE_SEPARATOR = ": "
@@ -408,6 +409,8 @@ def _base_identity(old: Side, new: Side, where: str) -> Finding:
             return "(no image)"
         record = side.base_record
         recorded = f"image id {record.image_id}" if record else "no base snapshot"
+        if record and record.source:
+            recorded += f", {source_name(record.source)}"
         return f"{side.recipe.base_ref} ({recorded})"
 
     message = f"base image changed: {describe(old)} -> {describe(new)}"

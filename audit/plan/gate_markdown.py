@@ -23,6 +23,7 @@ from audit.plan.report import (
     DETAILS_AFTER,
     SEVERITY_ICON,
     Report,
+    asked_for,
     not_audited_images,
     ordered,
 )
@@ -142,7 +143,7 @@ def _version(finding: Finding) -> str:
 def _note(finding: Finding) -> str:
     if finding.waiver:
         return f"waived: {finding.waiver}"
-    return "" if finding.rule in PLAIN_CHANGES else finding.message
+    return asked_for(finding) if finding.rule in PLAIN_CHANGES else finding.message
 
 
 def _tally(findings: list[Finding]) -> str:

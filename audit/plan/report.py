@@ -26,6 +26,7 @@ from rich.table import Table
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.core.redact import redact, redact_json
+from audit.core.verdict import ASKED_BY
 
 REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("table", "json", "markdown")
@@ -109,9 +110,17 @@ def summary_line(report: Report) -> str:
 _PLAIN_CHANGES = frozenset({"added", "removed", "upgraded", "downgraded", "variant", "rebuilt"})
 
 
+def asked_for(finding: Finding) -> str:
+    """``asked for by: torch 2.13.0 requires …`` when a change's message names who asks, else ""."""
+    if ASKED_BY not in finding.message:
+        return ""
+    return "asked for by: " + finding.message.split(ASKED_BY, 1)[1].removesuffix(")")
+
+
 def _note(finding: Finding) -> str:
     """What the rule, package and change columns do not already say."""
-    parts = [] if finding.rule in _PLAIN_CHANGES else [finding.message]
+    parts = [asked_for(finding)] if finding.rule in _PLAIN_CHANGES else [finding.message]
+    parts = [part for part in parts if part]
     if finding.waiver:
         parts.append(f"waived: {finding.waiver}")
     return "\n".join(parts)

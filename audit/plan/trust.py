@@ -22,7 +22,7 @@ checked), and none of them moves a tag or writes a file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from audit.core.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError
@@ -55,6 +55,26 @@ MACHINES = {
     "riscv64": "riscv64",
 }
 SNAPSHOT_SOURCE = "snapshot-file"
+REPLICA_SOURCE = "replica"
+REPLICA_LABEL = "io.layer-audit.replica"  # set on images ``base-image --replica`` makes
+SOURCE_NAMES = {
+    None: "snapshot of the image",
+    SNAPSHOT_SOURCE: "snapshot file taken elsewhere",
+    REPLICA_SOURCE: "replica: metadata-only stand-ins, dry builds",
+}
+
+
+def base_source(labels: Mapping[str, str]) -> str | None:
+    """The ``source`` a base record of an image with ``labels`` gets: ``"replica"`` for a
+    replica, None (observed in the image itself) otherwise."""
+    return REPLICA_SOURCE if labels.get(REPLICA_LABEL) == "true" else None
+
+
+def source_name(source: str | None) -> str:
+    """How reports name where a base record came from."""
+    return SOURCE_NAMES.get(source, source or SOURCE_NAMES[None])
+
+
 EXTERNALLY_MANAGED = "externally-managed-environment"  # pip's error name (PEP 668)
 
 

@@ -11,6 +11,7 @@ tests can check that reading metadata downloads a small part of a wheel.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import html
 import json
@@ -83,9 +84,16 @@ def _html(entries: list[dict[str, object]]) -> bytes:
     return ("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n").encode()
 
 
-def _handler(root: Path, mode: RangeMode, metadata: bool, json_api: bool, served: Served) -> type:
+def _handler(
+    root: Path, mode: RangeMode, metadata: bool, json_api: bool, served: Served, gzip_pages: bool
+) -> type:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        head_only = False
+
+        def do_HEAD(self) -> None:  # uv asks for a file's headers before it reads it
+            self.head_only = True
+            self.do_GET()
 
         def do_GET(self) -> None:
             parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
@@ -108,9 +116,15 @@ def _handler(root: Path, mode: RangeMode, metadata: bool, json_api: bool, served
                 "Accept", ""
             ):
                 page = {"meta": {"api-version": "1.1"}, "name": project, "files": entries}
-                self._send(json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
+                self._page_body(json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
             else:
-                self._send(_html(entries), "text/html")
+                self._page_body(_html(entries), "text/html")
+
+        def _page_body(self, body: bytes, kind: str) -> None:
+            if gzip_pages and "gzip" in self.headers.get("Accept-Encoding", ""):
+                self._send(gzip.compress(body), kind, headers={"Content-Encoding": "gzip"})
+            else:
+                self._send(body, kind)
 
         def _file(self, data: bytes) -> None:
             asked = self.headers.get("Range")
@@ -152,7 +166,8 @@ def _handler(root: Path, mode: RangeMode, metadata: bool, json_api: bool, served
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(body)
+            if not self.head_only:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -162,11 +177,20 @@ def _handler(root: Path, mode: RangeMode, metadata: bool, json_api: bool, served
 
 @contextlib.contextmanager
 def serve_metadata_index(
-    root: Path, mode: RangeMode = "ranges", *, metadata: bool = False, json_api: bool = True
+    root: Path,
+    mode: RangeMode = "ranges",
+    *,
+    metadata: bool = False,
+    json_api: bool = True,
+    gzip_pages: bool = False,
 ) -> Iterator[tuple[str, Served]]:
-    """Serve ``root``'s wheels; yield (``http://127.0.0.1:PORT/simple/``, counters)."""
+    """Serve ``root``'s wheels; yield (``http://127.0.0.1:PORT/simple/``, counters).
+
+    ``gzip_pages``: project pages are gzip-encoded for a client that accepts it (as PyPI does).
+    """
     served = Served()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(root, mode, metadata, json_api, served))
+    handler = _handler(root, mode, metadata, json_api, served, gzip_pages)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -29,6 +29,7 @@ from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
 from audit.core.verdict import CHANGE_RULES, Scope, WaiverLedger, evaluate, waiver_matches
+from audit.plan.change_view import ImageInputs, ImageView, image_view, severity_of
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
@@ -62,6 +63,7 @@ NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
 STALE_BASE_RULE = "stale-base"
 OVERRIDE_RULE = "override"
+WAIVER_SPENT_RULE = "waiver-spent"
 EMPTY: Installed = MappingProxyType({})
 
 FindingKey = tuple[str, str, str | None, str | None]
@@ -109,10 +111,12 @@ class ImageMatrices:
 
 @dataclass(frozen=True)
 class GateResult:
-    """The gate's report and, per image the head ref has, its matrices (in image order)."""
+    """The gate's report and, per image the head ref has, its matrices and its change view
+    (in image order)."""
 
     report: Report
     matrices: tuple[ImageMatrices, ...]
+    views: tuple[ImageView, ...] = ()
 
 
 def section_title(image: str, part: str) -> str:
@@ -154,15 +158,17 @@ def gate_result(
     new = {recipe.name: recipe for recipe in load_all(head)}
     sections: list[Section] = []
     matrices: list[ImageMatrices] = []
+    views: list[ImageView] = []
     for name in sorted(set(old) | set(new)):
-        found, matrix = _image(
+        found, matrix, view = _image(
             name, old.get(name), new.get(name), base, head, today=today, strict=strict_waivers
         )
         sections += found
         matrices += [matrix] if matrix else []
+        views += [view] if found else []
     waivers = [section for section in sections if is_waiver_section(section)]
     rest = [section for section in sections if not is_waiver_section(section)]
-    return GateResult(Report(title, (*waivers, *rest)), tuple(matrices))
+    return GateResult(Report(title, (*waivers, *rest)), tuple(matrices), tuple(views))
 
 
 def is_waiver_section(section: Section) -> bool:
@@ -183,6 +189,9 @@ def image_sections(
     return _image(name, old, new, base, head, today=today, strict=strict)[0]
 
 
+ImagePart = tuple[list[Section], ImageMatrices | None, ImageView]
+
+
 def _image(
     name: str,
     old: Recipe | None,
@@ -192,10 +201,12 @@ def _image(
     *,
     today: date,
     strict: bool = False,
-) -> tuple[list[Section], ImageMatrices | None]:
-    """:func:`image_sections` and the image's matrices (None when the head removes it)."""
+) -> ImagePart:
+    """:func:`image_sections`, the image's matrices (None when the head removes it) and its
+    change view."""
     if new is None:
-        return [_removed_image(name)], None
+        removed = _removed_image(name)
+        return [removed], None, image_view(name, removed.findings, ImageInputs())
     old_side = read_side(base, old) if old else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
@@ -209,7 +220,11 @@ def _image(
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
-    return kept, image_matrices(name, old_side if old else None, new_side, found, today)
+    matrices = image_matrices(name, old_side if old else None, new_side, found, today)
+    inputs = ImageInputs(
+        _columns(old_side), _columns(new_side), new.policy.lockstep, new.policy.waivers
+    )
+    return kept, matrices, image_view(name, found, inputs)
 
 
 def image_matrices(
@@ -408,11 +423,15 @@ def _stage_sections(
 
 def _seen_keys(found: list[Finding]) -> set[FindingKey]:
     """The keys of ``found``; an override's also under every change rule, so that a re-pin an
-    earlier stage declared is not reported again as a downgrade by the stages after it."""
+    earlier stage declared is not reported again as a downgrade by the stages after it; a
+    change's also as a spent waiver, so that a waived change a later stage inherits is not
+    reported there as "waiver spent"."""
     keys = {finding_key(f) for f in found}
     for f in found:
         if f.rule == OVERRIDE_RULE:
             keys |= {(rule, f.package, f.before, f.after) for rule in CHANGE_RULES}
+        if f.rule in CHANGE_RULES:  # a later stage inheriting it: no "waiver spent" note either
+            keys.add((WAIVER_SPENT_RULE, f.package, f.before, f.after))
     return keys
 
 
@@ -533,15 +552,16 @@ def _waiver_findings(
 
 
 def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
-    """Say so on every finding that a waiver added by this pull request allowed."""
-    if not added:
-        return section
+    """Every waived change becomes the warning a reviewer must read (the core's verdict keeps
+    it at info: it is allowed); say so on those a waiver added by this pull request allowed."""
     return Section(section.title, tuple(_marked(f, added) for f in section.findings))
 
 
 def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
     if finding.waiver is None or finding.rule == WAIVER_RULE:
         return finding
-    if any(finding.waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
-        return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")
+    waiver = finding.waiver
+    finding = dataclasses.replace(finding, severity=severity_of(finding))
+    if any(waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
+        return dataclasses.replace(finding, waiver=f"{waiver} ({ADDED_BY_PR})")
     return finding

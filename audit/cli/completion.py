@@ -23,6 +23,7 @@ from audit.engines import console
 SHELLS = ("bash", "zsh")
 FUNCTION = "_layer_audit"
 IMAGE_ARGUMENTS = ("image", "images")  # positional names that take recipe names
+RECIPE_OPTIONS = ("recipe",)  # options whose value is a recipe name
 PATH_TYPES = ("Path",)
 
 
@@ -78,6 +79,8 @@ def _value_cases(parser: argparse.ArgumentParser) -> list[str]:
         if action.choices:
             words = " ".join(str(choice) for choice in action.choices)
             reply = f'COMPREPLY=($(compgen -W "{words}" -- "$cur"))'
+        elif action.dest in RECIPE_OPTIONS:
+            reply = 'COMPREPLY=($(_layer_audit_images "$cur"))'
         elif getattr(action.type, "__name__", "") in PATH_TYPES:
             reply = 'COMPREPLY=($(compgen -f -- "$cur"))'
         else:

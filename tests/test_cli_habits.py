@@ -1,9 +1,9 @@
-"""What a command-line user expects: ``-V``, shell completion that works in a real bash (and
-zsh, where installed), and ``--format json`` for ``render``."""
+"""What a command-line user expects: ``-V`` and shell completion that works in a real bash
+(and zsh, where installed). ``render --format json`` is tested in tests/test_cli_render.py,
+``build --format json`` in tests/test_build_docker.py."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,7 +13,7 @@ import pytest
 from audit import __version__
 from audit.cli import main as cli
 from audit.core.errors import EXIT_OK
-from tests.support.cli import REPO, spawn_audit
+from tests.support.cli import spawn_audit
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 
@@ -119,4 +119,3 @@ def test_zsh_loads_the_same_completion(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_the_script_is_the_same_every_time(capsys: pytest.CaptureFixture[str]) -> None:
     assert script("bash", capsys) == script("bash", capsys)
-    assert REPO.is_dir()

@@ -3,6 +3,7 @@ in Markdown, and as a self-contained HTML page opened in a real headless Chromiu
 
 from __future__ import annotations
 
+import io
 import shutil
 import struct
 import subprocess
@@ -12,11 +13,20 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from audit.cli import main as cli
 from audit.engines import process as commands
 from audit.plan.auditdeps import audit_recipe
-from audit.plan.matrix import Cell, matrix_html, matrix_markdown, stage_matrix
+from audit.plan.matrix import (
+    Cell,
+    Row,
+    StageMatrix,
+    matrix_html,
+    matrix_markdown,
+    matrix_tables,
+    stage_matrix,
+)
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report
 from audit.plan.sources import DirectorySource
@@ -239,3 +249,23 @@ def test_an_override_is_marked_even_where_it_keeps_the_installed_version(root: P
     assert rows["torch"][2] == Cell("2.9.0+cu130", "override")
     assert {row.package for row in matrix.rows[:2]} == {"nvidia-nccl-cu13", "torch"}
     assert "📌 **2.30.0** override" in matrix_markdown(matrix)
+
+
+def test_at_80_columns_no_name_is_cut_and_no_stage_dropped() -> None:
+    """The vendor's cutlass-dsl set over eight stages: the matrix splits into tables that fit,
+    each repeating the package column; every name whole on its line, every stage shown."""
+    names = [f"nvidia-cutlass-dsl-libs-{part}" for part in ("base", "core", "cu12", "cu13")]
+    columns = ("base", *(f"v{n}" for n in range(1, 9)))
+    cells = (Cell("4.8.1"), Cell("4.4.0", "downgraded"), *(Cell("4.4.0") for _ in range(7)))
+    matrix = StageMatrix("dsl", columns, tuple(Row(name, cells) for name in names))
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80, no_color=True)
+    for table in matrix_tables(matrix, 80):
+        console.print(table)
+    out = buffer.getvalue()
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    for name in names:
+        assert sum(f"│ {name} " in line for line in out.splitlines()) == out.count("stage matrix")
+    headers = " ".join(line for line in out.splitlines() if "┃ package" in line)
+    assert all(f" {column} " in headers for column in columns)
+    assert out.count("stage matrix") > 1  # it had to split

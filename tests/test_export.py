@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tomllib
@@ -161,7 +162,14 @@ def test_renovate_bumps_an_in_file_then_lock_gives_a_fresh_audited_lock(
     ``requirements/v1.in``; the post-upgrade command ``layer-audit lock`` recompiles."""
     infile = project / "images/dsl/requirements/v1.in"
     assert cli.main(["lock", "dsl", "--check"]) == EXIT_OK
-    infile.write_text(infile.read_text().replace("==4.8.1", "==4.9.0"))
+    manager = renovate_manager()
+    files = re.compile(manager["managerFilePatterns"][0].strip("/"))
+    assert files.search(infile.relative_to(project).as_posix())
+    [found] = re.finditer(js_regex(manager["matchStrings"][0]), infile.read_text())
+    assert (found["depName"], found["currentValue"]) == ("nvidia-cutlass-dsl", "4.8.1")
+    text = infile.read_text()
+    start, end = found.span("currentValue")
+    infile.write_text(text[:start] + "4.9.0" + text[end:])  # Renovate's update of the pin
     assert cli.main(["lock", "dsl", "--check"]) != EXIT_OK  # stale until re-locked
     assert cli.main(["lock", "dsl", "--host"]) == EXIT_OK
     assert cli.main(["lock", "dsl", "--check"]) == EXIT_OK
@@ -172,3 +180,20 @@ def test_renovate_bumps_an_in_file_then_lock_gives_a_fresh_audited_lock(
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] == "pass"
     assert not [f for s in report["sections"] for f in s["findings"] if f["rule"] == "lockstep"]
+
+
+def renovate_manager() -> dict[str, Any]:
+    """The regex manager of the Renovate set-up the README documents."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- renovate-config:", 1)[1].split("```json\n", 1)[1]
+    config = json.loads(block.split("```", 1)[0])
+    assert config["postUpgradeTasks"]["fileFilters"] == ["locks/**"]
+    assert "layer-audit lock" in config["postUpgradeTasks"]["commands"][0]
+    manager: dict[str, Any] = config["customManagers"][0]
+    assert manager["datasourceTemplate"] == "pypi"
+    return manager
+
+
+def js_regex(pattern: str) -> str:
+    """An ECMAScript named group ``(?<name>`` as Python spells it."""
+    return re.sub(r"\(\?<([A-Za-z]\w*)>", r"(?P<\1>", pattern)

@@ -202,7 +202,8 @@ def _html_image(view: ImageView, matrix: StageMatrix | None) -> list[str]:
         elif stage.folded:
             parts.append(f'<p class="folded">{_h(stage.folded)}</p>')
     if matrix is not None and matrix.rows:
-        parts += html_matrix(matrix)
+        title = "What this pull request changes: base ref → head ref per stage"
+        parts += [f"<h3>{_h(title)}</h3>", *html_matrix(matrix)[1:]]  # its own h2 is the image's
     return parts
 
 

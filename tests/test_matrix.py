@@ -17,7 +17,7 @@ from rich.console import Console
 
 from audit.cli import main as cli
 from audit.engines import process as commands
-from audit.plan.auditdeps import audit_recipe
+from audit.plan.auditdeps import audit_recipe, audit_report
 from audit.plan.matrix import (
     Cell,
     Row,
@@ -84,6 +84,11 @@ def test_a_waived_change_is_shown_as_waived(root: Path) -> None:
     assert not audit.failed
     (torch,) = [row for row in matrix.rows if row.package == "torch"]
     assert torch.cells[-1] == Cell("2.9.0+cu130.post1", "waived")
+    assert torch.cells[-1].text == "2.9.0+cu130 → 2.9.0+cu130.post1"  # what it moved from
+    page = matrix_html([matrix], audit_report([audit]))
+    assert "2.9.0+cu130 → 2.9.0+cu130.post1<span" in page
+    [row] = [r for r in page.split("<tr>") if "<td>torch</td>" in r and "waived:" in r]
+    assert row.startswith("<td>warning</td>")  # allowed, and shown as what a reviewer must read
 
 
 def test_markdown_marks_changes_and_folds_when_long(root: Path) -> None:
@@ -91,7 +96,7 @@ def test_markdown_marks_changes_and_folds_when_long(root: Path) -> None:
     _, matrix = matrix_of(root)
     text = matrix_markdown(matrix)
     assert "| package | base | v1 | v2 | v3 |" in text
-    assert "🔻 **2.29.7** downgraded" in text and "<details>" not in text
+    assert "🔻 **2.30.1 → 2.29.7** downgraded" in text and "<details>" not in text
     pins = {f"pkg-{n:02d}": "1.0" for n in range(20)}
     write_project(root, Project(pins={"v2": pins, "v3": {"rich": "14.0.0"}}), image="wide")
     _, wide = matrix_of(root, "wide")
@@ -248,7 +253,7 @@ def test_an_override_is_marked_even_where_it_keeps_the_installed_version(root: P
     assert rows["nvidia-nccl-cu13"][-1] == Cell("2.30.0", "override")
     assert rows["torch"][2] == Cell("2.9.0+cu130", "override")
     assert {row.package for row in matrix.rows[:2]} == {"nvidia-nccl-cu13", "torch"}
-    assert "📌 **2.30.0** override" in matrix_markdown(matrix)
+    assert "📌 **2.30.1 → 2.30.0** override" in matrix_markdown(matrix)  # with its direction
 
 
 def test_at_80_columns_no_name_is_cut_and_no_stage_dropped() -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.markup import escape
 from rich.table import Table
@@ -27,6 +27,7 @@ from audit.core.diff import ADDED, REMOVED, diff
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
+from audit.plan.change_view import severity_of
 from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
 
@@ -67,13 +68,17 @@ class Cell:
     kind: str = ""  # "" when unchanged from the column before (or from the base ref)
     before: str | None = None
     compared: bool = False
+    previous: str | None = field(default=None, compare=False)  # the column before's version
 
     @property
     def text(self) -> str:
-        """``2.30.1``, ``—`` when absent, ``2.30.1 → 2.29.7`` for a changed compared cell."""
+        """``2.30.1``, ``—`` when absent, ``2.30.1 → 2.29.7`` for a changed compared cell, and
+        for a cell that moves from a version the column before had (an addition has none)."""
         now = self.version or "—"
         if self.compared and self.kind and self.before != self.version:
             return f"{self.before or '—'} → {now}"
+        if not self.compared and self.kind and self.previous not in (None, self.version):
+            return f"{self.previous} → {now}"
         return now
 
 
@@ -213,7 +218,10 @@ def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Ma
     for index, (column, env) in enumerate(columns.items()):
         now = env.get(name)
         kind = _marked(_kind(name, previous, env), marks.get((column, name))) if index else ""
-        cells.append(Cell(now.version if now else None, kind))
+        was = previous.get(name)
+        cells.append(
+            Cell(now.version if now else None, kind, previous=was.version if was else None)
+        )
         previous = env
     return Row(name, tuple(cells))
 
@@ -458,7 +466,7 @@ def _html_findings(report: Report) -> list[str]:
         change = f"{finding.before or '—'} → {finding.after or '—'}"
         message = finding.message + (f" (waived: {finding.waiver})" if finding.waiver else "")
         parts.append(
-            f"<tr><td>{_h(finding.severity)}</td><td>{_h(finding.rule)}</td>"
+            f"<tr><td>{_h(severity_of(finding))}</td><td>{_h(finding.rule)}</td>"
             f"<td>{_h(finding.package)}</td><td>{_h(change)}</td>"
             f"<td>{_h(finding.where)}</td><td>{_h(message)}</td></tr>"
         )

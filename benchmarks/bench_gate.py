@@ -5,9 +5,9 @@ git repository in a temporary folder: a base snapshot of 300 distributions and o
 pins per stage (written with the lock helpers, so every lock is fresh), committed on ``main``;
 then a pull-request commit that upgrades, adds and (with a waiver) downgrades packages in every
 stage and recompiles the locks. Times the gate in-process (git reads, prediction, policy,
-Markdown) and as the whole command (``python -m audit gate``, interpreter start included),
-K runs each, and prints the medians. Exit 1 when the command's median is 1 s or more
-(the target in DESIGN.md, on a 2-core machine).
+the change view's Markdown and HTML) and as the whole command (``python -m audit gate``,
+interpreter start included), K runs each, and prints the medians. Exit 1 when the command's
+median is 1 s or more (the target in DESIGN.md, on a 2-core machine).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from audit.engines import process as commands  # noqa: E402
 from audit.engines.gitsource import GitSource  # noqa: E402
-from audit.plan.gate import gate  # noqa: E402
+from audit.plan.change_render import gate_html  # noqa: E402
+from audit.plan.gate import gate_result  # noqa: E402
 from audit.plan.gate_markdown import gate_markdown  # noqa: E402
 from audit.plan.lockfile import forget_parsed  # noqa: E402
 from tests.support.project import (  # noqa: E402
@@ -44,13 +45,19 @@ Pins = dict[str, str]
 
 
 def recipe_text(stages: int, waiver: bool) -> str:
-    allowed = '[[policy.waiver]]\npackage = "shared-000"\nfrom = "*"\nto = "0.9.0"\n'
+    """One waiver per stage: an unscoped waiver allows its change in the first stage only."""
+    names = [f"v{n}" for n in range(1, stages + 1)]
+    allowed = "".join(
+        f'[[policy.waiver]]\npackage = "shared-000"\nfrom = "*"\nto = "0.9.0"\n'
+        f'stage = "{name}"\nreason = "benchmark"\n'
+        for name in names
+    )
     return pip_recipe_toml(
-        [f"v{n}" for n in range(1, stages + 1)],
+        names,
         base="example/base:1",
         interpreter="/usr/bin/python3",
         repository="local/bench",
-        extra=allowed + 'reason = "benchmark"\n' if waiver else "",
+        extra=allowed if waiver else "",
     )
 
 
@@ -90,8 +97,10 @@ def make_repository(root: Path, stages: int, packages: int) -> None:
 def time_in_process(root: Path) -> tuple[float, int, bool]:
     forget_parsed()  # every run parses every lock, as one command does
     start = time.perf_counter()
-    report = gate(GitSource(root, "main"), GitSource(root, "pr"), today=date.today())
-    gate_markdown(report)
+    result = gate_result(GitSource(root, "main"), GitSource(root, "pr"), today=date.today())
+    report = result.report
+    gate_markdown(report, result.matrices, result.views)  # the change view, as the command
+    gate_html(report, result.views, [m.changes for m in result.matrices if m.changes])
     return time.perf_counter() - start, len(report.findings), report.failed
 
 

@@ -2,6 +2,8 @@
 
 ``gate --base REF [--head REF] [--repo PATH]`` reads both refs straight from git (no checkout),
 compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`).
+An image with no base record is "not audited" (a warning, counted; an error where the pull
+request touches it, and for every such image with ``--strict``).
 Prints the change view (``--format``: a terminal table with the change matrices, Markdown or
 JSON), writes Markdown to ``--markdown FILE`` and to ``$GITHUB_STEP_SUMMARY`` when set, JSON to
 ``--json FILE`` and a self-contained HTML page to ``--html FILE``. Exit 0 pass, 1 a policy
@@ -20,6 +22,7 @@ from typing import Any
 from audit.core.errors import EnvironmentProblem
 from audit.engines import atomic, console
 from audit.engines.gitsource import gate_refs
+from audit.plan import frontdoor
 from audit.plan.change_render import gate_html, gate_json, print_views
 from audit.plan.gate import GateResult
 from audit.plan.gate_markdown import gate_markdown
@@ -42,6 +45,7 @@ class GateOptions:
     html: Path | None
     summary: Path | None  # GitHub's job summary file, appended to
     strict_waivers: bool = False
+    strict: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
@@ -59,6 +63,7 @@ class GateOptions:
             html=args.html,
             summary=Path(summary) if summary else None,
             strict_waivers=args.strict_waivers,
+            strict=args.strict,
         )
 
 
@@ -107,18 +112,29 @@ def register(subparsers: Any) -> None:
         help="fail when the pull request adds or widens a policy waiver (a waiver then lands "
         "through its own pull request, reviewed by the image's owners)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) on every image that is not audited (no base record), not only on "
+        "those the pull request touches",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
-    result = gate_refs(
-        options.repo,
-        options.base,
-        options.head,
-        today=date.today(),
-        strict_waivers=options.strict_waivers,
-    )
+    frontdoor.use_root(options.repo.resolve())  # hints name the commands of the gated repo
+    try:
+        result = gate_refs(
+            options.repo,
+            options.base,
+            options.head,
+            today=date.today(),
+            strict_waivers=options.strict_waivers,
+            strict=options.strict,
+        )
+    finally:
+        frontdoor.use_root(None)
     markdown = gate_markdown(result.report, result.matrices, result.views)
     _print(result, options.fmt, markdown)
     _write_files(result, options, markdown)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from audit.cli.lock_fast import RecordingSource, fresh_answer, fresh_message, write_stamp
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION, EnvironmentProblem, UsageError
 from audit.engines import console
-from audit.plan import paths
+from audit.plan import frontdoor, paths
 from audit.plan.lock import (
     LockState,
     Survey,
@@ -221,7 +221,9 @@ def report_check(image: str, states: list[LockState]) -> int:
         console.stdout.print(
             f"{state.status}: {state.relpath} ({escape(state.step.label)}): {escape(state.reason)}"
         )
-    console.stderr.print(f"{len(bad)} of {len(states)} locks need: nox -s lock -- {image}")
+    console.stderr.print(
+        f"{len(bad)} of {len(states)} locks need: {frontdoor.command('lock', image)}"
+    )
     return EXIT_VIOLATION
 
 

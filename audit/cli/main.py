@@ -37,6 +37,7 @@ COMMAND_MODULES = {
     "import": "audit.cli.import_dockerfile",
     "export": "audit.cli.export",
     "completion": "audit.cli.completion",
+    "pr-comment": "audit.cli.pr_comment",
 }
 PROG = "layer-audit"
 DOCKER_HOST_HELP = (

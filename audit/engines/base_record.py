@@ -26,7 +26,7 @@ from typing import Any
 
 from audit.core.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
 from audit.engines import atomic, console, docker_host
-from audit.plan import paths
+from audit.plan import frontdoor, paths
 from audit.plan.lock import read_base_digest
 from audit.plan.lockfile import BaseRecord, base_changes, base_relpath, render_base
 from audit.plan.recipe import Recipe
@@ -110,7 +110,9 @@ def record_snapshot_file(
     if args.check:
         raise UsageError(
             "--from-snapshot records the base: it does not go with --check",
-            f"nox -s lock -- {recipe.name} --record-base --from-snapshot FILE --image-id ID",
+            frontdoor.command(
+                "lock", f"{recipe.name} --record-base --from-snapshot FILE --image-id ID"
+            ),
         )
     path: Path = args.from_snapshot
     try:
@@ -120,7 +122,7 @@ def record_snapshot_file(
     record = record_from_snapshot(recipe, data, str(path), args.image_id, args.repo_digest)
     write_record(root, source, recipe, record)
     console.stderr.print(
-        f"next: nox -s lock -- {recipe.name} (add --host where this machine matches "
+        f"next: {frontdoor.command('lock', recipe.name)} (add --host where this machine matches "
         f"{recipe.platform}); the build verifies the real image against this record"
     )
     return EXIT_OK
@@ -153,7 +155,7 @@ def missing_interpreter(
         f"{recipe.source}: image.interpreters",
         f"{interpreter} does not exist in {recipe.base_ref}",
         "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python); "
-        "nox -s audit-deps -- --image REF lists the environments it finds",
+        f"{frontdoor.command('audit-deps', '--image REF')} lists the environments it finds",
     )
 
 

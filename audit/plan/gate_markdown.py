@@ -27,7 +27,13 @@ from audit.plan.change_view import (
 )
 from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, ImageMatrices, image_of
 from audit.plan.matrix import matrix_markdown
-from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, severity_tally
+from audit.plan.report import (
+    DETAILS_AFTER,
+    SEVERITY_ICON,
+    Report,
+    not_audited_images,
+    severity_tally,
+)
 
 MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
@@ -41,7 +47,7 @@ def gate_markdown(
     """The whole comment: heading, one-line verdict, the waivers that need owner review, then
     a part per image (in the report's order, each image once). Without ``views`` (the gate's),
     each image's view is made from its findings alone (no groups, no unchanged counts)."""
-    lines = [f"## {_escape(report.title)}", "", _verdict(report), ""]
+    lines = [f"## {_escape(report.title)}", "", _verdict(report), "", *_not_audited(report)]
     by_image: dict[str, list[Finding]] = {}
     for section in report.sections:
         by_image.setdefault(image_of(section), []).extend(section.findings)
@@ -63,6 +69,15 @@ def _owner_review(views: list[ImageView]) -> list[str]:
     if not rows:
         return []
     return [f"### ⚠️ {NEEDS_REVIEW.capitalize()}", "", *HEADER, *rows, ""]
+
+
+def _not_audited(report: Report) -> list[str]:
+    """One line naming the images nothing was predicted for (no base record)."""
+    names = not_audited_images(report)
+    if not names:
+        return []
+    listed = ", ".join(f"`{_escape(name)}`" for name in names)
+    return [f"⚠️ **Not audited** (no base record: rendered, not recorded): {listed}", ""]
 
 
 def _verdict(report: Report) -> str:

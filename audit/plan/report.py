@@ -35,6 +35,7 @@ RULE_ORDER = (
     "downgraded", "removed", "variant", "waiver-expired", "requirement", "lockstep",
     "cuda-suffix", "forbidden", "rebuilt", "shadowed", "unparsable-version", "upgraded", "added",
 )  # fmt: skip
+NOT_AUDITED = "not-audited"  # an image with no base record: see audit.plan.unrecorded
 DETAILS_AFTER = 10  # Markdown tables longer than this fold into <details>
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
 SEVERITY_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
@@ -94,9 +95,19 @@ def severity_tally(counts: Mapping[str, int]) -> str:
     return ", ".join(plural(counts.get(s, 0), s) for s in SEVERITIES)
 
 
+def not_audited_images(report: Report) -> list[str]:
+    """The images ``report`` calls not audited (no base record), in report order, each once."""
+    names = [f.image or f.where for f in report.findings if f.rule == NOT_AUDITED]
+    return list(dict.fromkeys(names))
+
+
 def summary_line(report: Report) -> str:
     verdict = "FAIL" if report.failed else "PASS"
-    return f"{report.title}: {verdict} ({severity_tally(report.counts)})"
+    tally = severity_tally(report.counts)
+    unaudited = not_audited_images(report)
+    if unaudited:
+        tally += f"; {len(unaudited)} not audited: {', '.join(unaudited)}"
+    return f"{report.title}: {verdict} ({tally})"
 
 
 # --- terminal ----------------------------------------------------------------------------
@@ -183,6 +194,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "title": report.title,
         "verdict": "fail" if report.failed else "pass",
         "counts": report.counts,
+        **({"not_audited": not_audited_images(report)} if not_audited_images(report) else {}),
         "sections": [
             {
                 "title": section.title,

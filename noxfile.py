@@ -109,6 +109,12 @@ def import_dockerfile(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend=SHARED)
+def export(session: nox.Session) -> None:
+    """Export each stage as a PEP 751 pylock.toml: nox -s export -- IMAGE [--stage vK]."""
+    _audit(session, "export")
+
+
+@nox.session(venv_backend=SHARED)
 def tests(session: nox.Session) -> None:
     """Run the test suite; pass --docker to include tests against a real Docker daemon."""
     _in_env(session, _shared_env(session, "dev", "dev"), "pytest", *session.posargs)

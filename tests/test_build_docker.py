@@ -106,13 +106,21 @@ def test_a_clean_recipe_builds_tags_labels_and_extracts_its_trail_without_leakin
     bundle = tmp_path / "corp-ca.pem"
     bundle.write_text(f"-----BEGIN CERTIFICATE-----\n{marker}\n-----END CERTIFICATE-----\n")
 
-    done = project.build("--ca-bundle", str(bundle))
+    done = project.build("--ca-bundle", str(bundle), "--format", "json")
 
     assert done.returncode == 0, done.stderr[-3000:]
     tags = images_of(project.repository)
     repo = project.repository
     assert set(tags) == {f"{repo}:v1-amd64-cpu", f"{repo}:v2-amd64-cpu", f"{repo}:latest-amd64-cpu"}
     assert tags[f"{repo}:v2-amd64-cpu"] == tags[f"{repo}:latest-amd64-cpu"]
+    printed = json.loads(done.stdout)  # stdout holds the JSON alone; progress went to stderr
+    assert printed["schema"] == "layer-audit.build/1" and printed["pushed"] == []
+    built = {entry["stage"]: entry for entry in printed["stages"]}
+    assert set(built["v2"]["tags"]) == {f"{repo}:v2-amd64-cpu", f"{repo}:latest-amd64-cpu"}
+    assert built["v1"]["image_id"] == tags[f"{repo}:v1-amd64-cpu"]
+    assert built["v2"]["image_id"] == tags[f"{repo}:v2-amd64-cpu"]
+    assert {r["stage"]: r["verdict"] for r in printed["reports"]} == {"v1": "pass", "v2": "pass"}
+    assert printed["log"] == "build/reports/clean/build.log"
     labels = docker_host.image_info(f"{repo}:v2-amd64-cpu").labels
     assert labels["io.layer-audit.stage"] == "v2"
     assert labels["org.opencontainers.image.created"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -98,6 +99,22 @@ def test_render_prints_what_it_wrote(project: Path, capsys: pytest.CaptureFixtur
     assert (project / "build/mini/Dockerfile").is_file()
     assert main(["render", "mini"]) == 0
     assert "0 written" in capsys.readouterr().out
+
+
+def test_render_json_says_what_was_written_then_that_nothing_was(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["render", "mini", "--format", "json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["schema"] == "layer-audit.render/1" and first["image"] == "mini"
+    assert first["dockerfile"] == "build/mini/Dockerfile" and first["context"] == "build/mini"
+    assert "build/mini/Dockerfile" in first["written"] and first["unchanged"] == []
+    assert main(["render", "mini", "--format", "json", "--stage", "v1"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["written"] == ["build/mini/Dockerfile", "build/mini/recipe.json"]  # v1 only
+    assert set(second["unchanged"]) < set(first["written"])
+    assert all((project / path).is_file() for path in second["unchanged"])
 
 
 def test_every_pip_layer_mounts_the_pip_cache(project: Path) -> None:

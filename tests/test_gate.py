@@ -55,7 +55,7 @@ def test_the_same_downgrade_with_a_waiver_passes_and_shows_it(repo: Path, tmp_pa
     code, markdown, report = run_gate(repo, tmp_path)
     assert code == EXIT_OK
     [downgrade] = findings(report, "downgraded")
-    assert downgrade["severity"] == "info"
+    assert downgrade["severity"] == "warning"  # allowed, and a reviewer must read it
     assert (
         downgrade["waiver"]
         == "2.0 miscompiles our kernels (waiver alpha 2.0 -> 1.0) (added by this pull request)"
@@ -63,9 +63,13 @@ def test_the_same_downgrade_with_a_waiver_passes_and_shows_it(repo: Path, tmp_pa
     [added] = findings(report, "waiver-added")
     assert added["severity"] == "warning"
     assert "**✅ PASS**" in markdown
-    waived = "waived: 2.0 miscompiles our kernels (waiver alpha 2.0 -&gt; 1.0)"
-    assert f"{waived} (added by this pull request)" in markdown
-    assert "| ⚠️ | waiver-added | `alpha` | 2.0 → 1.0 |" in markdown
+    waived = "waived: 2.0 miscompiles our kernels, no expiry (added by this pull request)"
+    assert (
+        f"| ⚠️ | downgraded | `alpha` | 2.0 → 1.0 | v1 layer 1 (requirements/v1.in) | {waived} |"
+        in markdown
+    )
+    review = "| ⚠️ | waiver-added | `alpha` | 2.0 → 1.0 | policy | new waiver: 2.0 miscompiles"
+    assert review in markdown and markdown.count("| waiver-added |") == 1
 
 
 def test_a_requirements_file_changed_without_recompiling_fails(repo: Path, tmp_path: Path) -> None:

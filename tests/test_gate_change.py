@@ -76,7 +76,7 @@ def test_a_waiver_added_by_the_pull_request_needs_owner_review_first(
     assert sections[0]["title"] == "demo: waivers added by this pull request"
     review = markdown.index("Needs owner review")
     assert review < markdown.index("### `demo`")
-    assert "waiver added by this pull request (needs owner review)" in markdown
+    assert "| waiver-added | `alpha` | 2.0 → 1.0 | policy | new waiver: 2.0 miscompiles" in markdown
 
 
 def test_strict_waivers_fail_a_self_waiving_pull_request(repo: Path, tmp_path: Path) -> None:

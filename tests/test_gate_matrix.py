@@ -40,7 +40,7 @@ def propose_recipe(repo: Path, project: Project, recipe: str) -> None:
         gate_project.RECIPE = saved
 
 
-def test_the_markdown_leads_each_image_with_its_matrices(repo: Path, tmp_path: Path) -> None:
+def test_the_markdown_shows_each_image_with_its_matrices(repo: Path, tmp_path: Path) -> None:
     propose(repo, Project(pins=DOWNGRADE))
     code, markdown, _ = run_gate(repo, tmp_path)
     assert code == EXIT_VIOLATION
@@ -48,7 +48,7 @@ def test_the_markdown_leads_each_image_with_its_matrices(repo: Path, tmp_path: P
     changes = part.index("**What this pull request changes** in `demo`: 1 package(s)")
     head = part.index("**Stage matrix at the head ref**")
     findings = part.index("| ❌ | downgraded | `alpha`")
-    assert changes < head < findings
+    assert findings < changes < head  # the change view leads, the matrices follow
     assert "| package | base | v1 | v2 |" in part
     # per stage: the base ref's version -> the head's, marked where it first shows (v1)
     assert "| `alpha` | — | 🔻 **2.0 → 1.0** downgraded | 1.0 |" in part
@@ -82,7 +82,8 @@ def test_markdown_shows_the_override_and_folds_long_matrices(repo: Path, tmp_pat
     code, markdown, report = run_gate(repo, tmp_path)
     assert code == EXIT_OK
     assert "📌 **2.0 → 1.0** override" in markdown
-    assert "<details><summary>**What this pull request changes** in `demo`: 21" in markdown
+    summary = "<summary><b>What this pull request changes</b> in <code>demo</code>: 21"
+    assert f"<details>{summary}" in markdown and "<summary>**" not in markdown
     [override] = findings(report, "override")
     assert override["package"] == "alpha"
 
@@ -91,7 +92,8 @@ def test_a_huge_matrix_is_cut_with_its_alarming_rows_kept(repo: Path, tmp_path: 
     many = {f"pkg-{n:03d}": "1.0" for n in range(80)}
     propose(repo, Project(pins={**DOWNGRADE, "v2": {"gamma": "3.0", **many}}))
     _, markdown, _ = run_gate(repo, tmp_path)
-    changes = markdown.split("**What this pull request changes**", 1)[1].split("</details>")[0]
+    changes = markdown.split("<b>What this pull request changes</b>", 1)[1]
+    changes = changes.split("</details>")[0]
     assert changes.count("\n| `") == 60 and "| `alpha` |" in changes
     assert "… and 21 more package(s)" in changes
 

@@ -3,23 +3,31 @@ in Markdown, and as a self-contained HTML page opened in a real headless Chromiu
 
 from __future__ import annotations
 
-import shutil
-import struct
+import io
 import subprocess
-import zlib
 from datetime import date
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from audit.cli import main as cli
 from audit.engines import process as commands
-from audit.plan.auditdeps import audit_recipe
-from audit.plan.matrix import Cell, matrix_html, matrix_markdown, stage_matrix
+from audit.plan.auditdeps import audit_recipe, audit_report
+from audit.plan.matrix import (
+    Cell,
+    Row,
+    StageMatrix,
+    matrix_html,
+    matrix_markdown,
+    matrix_tables,
+    stage_matrix,
+)
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report
 from audit.plan.sources import DirectorySource
+from tests.support.browser import CHROMIUM_FLAGS, chromium, count_colour, png_pixels
 from tests.support.vllm_project import CUDA_RECIPE, Project, with_pins, write_project
 
 WAIVER = (
@@ -74,6 +82,11 @@ def test_a_waived_change_is_shown_as_waived(root: Path) -> None:
     assert not audit.failed
     (torch,) = [row for row in matrix.rows if row.package == "torch"]
     assert torch.cells[-1] == Cell("2.9.0+cu130.post1", "waived")
+    assert torch.cells[-1].text == "2.9.0+cu130 → 2.9.0+cu130.post1"  # what it moved from
+    page = matrix_html([matrix], audit_report([audit]))
+    assert "2.9.0+cu130 → 2.9.0+cu130.post1<span" in page
+    [row] = [r for r in page.split("<tr>") if "<td>torch</td>" in r and "waived:" in r]
+    assert row.startswith("<td>warning</td>")  # allowed, and shown as what a reviewer must read
 
 
 def test_markdown_marks_changes_and_folds_when_long(root: Path) -> None:
@@ -81,7 +94,7 @@ def test_markdown_marks_changes_and_folds_when_long(root: Path) -> None:
     _, matrix = matrix_of(root)
     text = matrix_markdown(matrix)
     assert "| package | base | v1 | v2 | v3 |" in text
-    assert "🔻 **2.29.7** downgraded" in text and "<details>" not in text
+    assert "🔻 **2.30.1 → 2.29.7** downgraded" in text and "<details>" not in text
     pins = {f"pkg-{n:02d}": "1.0" for n in range(20)}
     write_project(root, Project(pins={"v2": pins, "v3": {"rich": "14.0.0"}}), image="wide")
     _, wide = matrix_of(root, "wide")
@@ -129,69 +142,7 @@ def test_audit_deps_writes_the_html_report(root: Path) -> None:
 
 # --- a real browser ---------------------------------------------------------------------------
 
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--enable-logging=stderr", "--v=0", "--window-size=1100,700", "--hide-scrollbars",
-]  # fmt: skip
 DOWNGRADE_RGB = (0xFF, 0xCE, 0xCB)  # the .downgraded background in matrix.CSS
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("needs Debian's chromium (apt-get install -y chromium)")
-    return found
-
-
-def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
-    """Width, height and the unfiltered rows (RGB or RGBA bytes) of an 8-bit PNG."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    offset, idat, header = 8, b"", b""
-    while offset < len(data):
-        (length,) = struct.unpack(">I", data[offset : offset + 4])
-        kind, body = data[offset + 4 : offset + 8], data[offset + 8 : offset + 8 + length]
-        header = body if kind == b"IHDR" else header
-        idat += body if kind == b"IDAT" else b""
-        offset += 12 + length
-    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
-    assert depth == 8 and colour in (2, 6)
-    step = 3 if colour == 2 else 4
-    raw, stride, rows, previous = zlib.decompress(idat), width * step, [], bytes(width * step)
-    for y in range(height):
-        kind, line = (
-            raw[y * (stride + 1)],
-            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
-        )
-        for x in range(stride):
-            left = line[x - step] if x >= step else 0
-            up, corner = previous[x], previous[x - step] if x >= step else 0
-            if kind == 1:
-                line[x] = (line[x] + left) & 255
-            elif kind == 2:
-                line[x] = (line[x] + up) & 255
-            elif kind == 3:
-                line[x] = (line[x] + (left + up) // 2) & 255
-            elif kind == 4:
-                p = left + up - corner
-                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                pred = left if pa <= pb and pa <= pc else up if pb <= pc else corner
-                line[x] = (line[x] + pred) & 255
-        rows.append(bytes(line))
-        previous = bytes(line)
-    return width, height, rows
-
-
-def count_colour(data: bytes, rgb: tuple[int, int, int]) -> int:
-    """How many pixels of the PNG ``data`` have exactly this colour."""
-    _, _, rows = png_pixels(data)
-    step = len(rows[0]) // png_pixels_width(data)
-    return sum(1 for row in rows for i in range(0, len(row), step) if tuple(row[i : i + 3]) == rgb)
-
-
-def png_pixels_width(data: bytes) -> int:
-    (width,) = struct.unpack(">I", data[16:20])
-    return int(width)
 
 
 @pytest.mark.slow
@@ -238,4 +189,24 @@ def test_an_override_is_marked_even_where_it_keeps_the_installed_version(root: P
     assert rows["nvidia-nccl-cu13"][-1] == Cell("2.30.0", "override")
     assert rows["torch"][2] == Cell("2.9.0+cu130", "override")
     assert {row.package for row in matrix.rows[:2]} == {"nvidia-nccl-cu13", "torch"}
-    assert "📌 **2.30.0** override" in matrix_markdown(matrix)
+    assert "📌 **2.30.1 → 2.30.0** override" in matrix_markdown(matrix)  # with its direction
+
+
+def test_at_80_columns_no_name_is_cut_and_no_stage_dropped() -> None:
+    """The vendor's cutlass-dsl set over eight stages: the matrix splits into tables that fit,
+    each repeating the package column; every name whole on its line, every stage shown."""
+    names = [f"nvidia-cutlass-dsl-libs-{part}" for part in ("base", "core", "cu12", "cu13")]
+    columns = ("base", *(f"v{n}" for n in range(1, 9)))
+    cells = (Cell("4.8.1"), Cell("4.4.0", "downgraded"), *(Cell("4.4.0") for _ in range(7)))
+    matrix = StageMatrix("dsl", columns, tuple(Row(name, cells) for name in names))
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80, no_color=True)
+    for table in matrix_tables(matrix, 80):
+        console.print(table)
+    out = buffer.getvalue()
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    for name in names:
+        assert sum(f"│ {name} " in line for line in out.splitlines()) == out.count("stage matrix")
+    headers = " ".join(line for line in out.splitlines() if "┃ package" in line)
+    assert all(f" {column} " in headers for column in columns)
+    assert out.count("stage matrix") > 1  # it had to split

@@ -27,7 +27,7 @@ from audit.plan.matrix import (
     StageMatrix,
     matrix_html,
     matrix_markdown,
-    matrix_table,
+    matrix_tables,
     stage_matrix,
 )
 from audit.plan.report import (
@@ -175,7 +175,8 @@ def write_output(report: Report, matrices: list[StageMatrix], options: AuditDeps
     else:
         if options.fmt == "table" and options.output is None:
             for matrix in matrices:
-                console.stdout.print(matrix_table(matrix))
+                for table in matrix_tables(matrix, console.stdout.width):
+                    console.stdout.print(table)
         write_report(report, options.fmt, options.output, console.stdout)
 
 

@@ -8,16 +8,20 @@ disk full). A failed build moves no tag.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.engines import docker_host
+from audit.core.errors import EXIT_OK
+from audit.core.redact import redact_json
+from audit.engines import console, docker_host
 from audit.engines.build_run import build_image
 from audit.plan import paths
 from audit.plan.build import NETWORK_AUTO, BuildOptions
 
 DEFAULT_IMAGE = "demo"
+FORMATS = ("table", "json")
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +95,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-cache", action="store_true", help="rebuild every layer (no BuildKit cache)"
     )
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="table",
+        help="json: print the stages' image ids and tags, pushed digests, the guard's reports "
+        "and the log path on stdout (progress stays on stderr); default: table",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -122,4 +134,8 @@ class BuildCommandOptions:
 
 def handle(args: argparse.Namespace) -> int:
     options = BuildCommandOptions.from_args(args)
-    return build_image(options.root, options.build)
+    outcome = build_image(options.root, options.build)
+    if args.fmt == "json":
+        text = json.dumps(redact_json(outcome.to_json(options.root)), indent=2, sort_keys=True)
+        console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK

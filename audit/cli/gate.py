@@ -4,9 +4,10 @@
 compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`).
 An image with no base record is "not audited" (a warning, counted; an error where the pull
 request touches it, and for every such image with ``--strict``).
-Prints the report (``--format``), writes Markdown to ``--markdown FILE`` and to
-``$GITHUB_STEP_SUMMARY`` when set, JSON to ``--json FILE``. Exit 0 pass, 1 a policy violation,
-2 bad input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
+Prints the change view (``--format``: a terminal table with the change matrices, Markdown or
+JSON), writes Markdown to ``--markdown FILE`` and to ``$GITHUB_STEP_SUMMARY`` when set, JSON to
+``--json FILE`` and a self-contained HTML page to ``--html FILE``. Exit 0 pass, 1 a policy
+violation, 2 bad input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any
 from audit.core.errors import EnvironmentProblem
 from audit.engines import atomic, console
 from audit.engines.gitsource import gate_refs
-from audit.engines.reports import write_report
 from audit.plan import frontdoor
+from audit.plan.change_render import gate_html, gate_json, print_views
+from audit.plan.gate import GateResult
 from audit.plan.gate_markdown import gate_markdown
-from audit.plan.report import FORMATS, Report, check_output, render_text, report_exit_code
+from audit.plan.matrix import StageMatrix
+from audit.plan.report import FORMATS, check_output, report_exit_code
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -39,6 +42,7 @@ class GateOptions:
     fmt: str
     markdown: Path | None
     json: Path | None
+    html: Path | None
     summary: Path | None  # GitHub's job summary file, appended to
     strict_waivers: bool = False
     strict: bool = False
@@ -47,6 +51,7 @@ class GateOptions:
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
         check_output(args.markdown, "--markdown")  # before reading two commits
         check_output(args.json, "--json")
+        check_output(args.html, "--html")
         summary = os.environ.get(SUMMARY_ENV)
         return cls(
             base=args.base,
@@ -55,6 +60,7 @@ class GateOptions:
             fmt=args.format,
             markdown=args.markdown,
             json=args.json,
+            html=args.html,
             summary=Path(summary) if summary else None,
             strict_waivers=args.strict_waivers,
             strict=args.strict,
@@ -87,6 +93,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--json", type=Path, metavar="FILE", help="also write the report as JSON to FILE"
+    )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the change view as a self-contained HTML page to FILE",
     )
     parser.add_argument(
         "--format",
@@ -123,25 +135,35 @@ def handle(args: argparse.Namespace) -> int:
         )
     finally:
         frontdoor.use_root(None)
-    report = result.report
-    markdown = gate_markdown(report, result.matrices)
-    _print(report, options.fmt, markdown)
-    _write_files(report, options, markdown)
-    return report_exit_code(report)
+    markdown = gate_markdown(result.report, result.matrices, result.views)
+    _print(result, options.fmt, markdown)
+    _write_files(result, options, markdown)
+    return report_exit_code(result.report)
 
 
-def _print(report: Report, fmt: str, markdown: str) -> None:
+def _changes(result: GateResult) -> list[StageMatrix]:
+    return [m.changes for m in result.matrices if m.changes is not None]
+
+
+def _print(result: GateResult, fmt: str, markdown: str) -> None:
+    """The change view on stdout: as a terminal table with the change matrices, Markdown or
+    JSON (the report document with the view as ``changes``)."""
     if fmt == "markdown":
         console.stdout.print(markdown, markup=False, highlight=False, end="")
+    elif fmt == "json":
+        text = gate_json(result.report, result.views)
+        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
     else:
-        write_report(report, fmt, None, console.stdout)
+        print_views(result.report, result.views, _changes(result), console.stdout)
 
 
-def _write_files(report: Report, options: GateOptions, markdown: str) -> None:
+def _write_files(result: GateResult, options: GateOptions, markdown: str) -> None:
     if options.markdown:
         atomic.write_text(options.markdown, markdown)
     if options.json:
-        atomic.write_text(options.json, render_text(report, "json"))
+        atomic.write_text(options.json, gate_json(result.report, result.views))
+    if options.html:
+        atomic.write_text(options.html, gate_html(result.report, result.views, _changes(result)))
     if options.summary:
         _append_summary(options.summary, markdown)
 

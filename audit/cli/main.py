@@ -35,6 +35,8 @@ COMMAND_MODULES = {
     "build": "audit.cli.build",
     "init": "audit.cli.init",
     "import": "audit.cli.import_dockerfile",
+    "export": "audit.cli.export",
+    "completion": "audit.cli.completion",
     "pr-comment": "audit.cli.pr_comment",
 }
 PROG = "layer-audit"
@@ -98,7 +100,7 @@ def _without_project(argv: Sequence[str]) -> list[str]:
 def build_parser(argv: Sequence[str] = (), prog: str = PROG) -> argparse.ArgumentParser:
     """The parser of ``prog``; ``--project DIR`` is accepted before or after the command."""
     parser = _Parser(prog=prog, description=DESCRIPTION, epilog=EXIT_CODES)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--project", metavar="DIR", type=Path, help=PROJECT_HELP)
     parser.add_argument("--docker-host", metavar="URL", help=DOCKER_HOST_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

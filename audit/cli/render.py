@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from audit.engines.context import render_image
 from audit.plan.paths import find_root
 from audit.plan.render import RenderResult
 
+FORMATS = ("table", "json")
+RENDER_SCHEMA = "layer-audit.render/1"
+
 
 @dataclass(frozen=True)
 class RenderOptions:
@@ -24,10 +28,11 @@ class RenderOptions:
     root: Path  # the project around the working folder
     image: str
     stage: str | None
+    fmt: str = "table"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RenderOptions:
-        return cls(find_root(), args.image, args.stage)
+        return cls(find_root(), args.image, args.stage, args.fmt)
 
 
 def register(subparsers: Any) -> None:
@@ -41,14 +46,44 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--stage", metavar="vK", help="render stages v1 up to vK only (default: every stage)"
     )
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="table",
+        help="json: print what was written, left unchanged and removed (default: table)",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     options = RenderOptions.from_args(args)
     result = render_image(options.root, options.image, stage=options.stage)
-    show(result, options.root)
+    if options.fmt == "json":
+        text = json.dumps(render_json(options.image, result, options.root), indent=2)
+        console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+    else:
+        show(result, options.root)
     return EXIT_OK
+
+
+def render_json(image: str, result: RenderResult, root: Path) -> dict[str, Any]:
+    """``layer-audit.render/1``: the context, its Dockerfile and each file's status (paths
+    relative to the project; written = its bytes or mode changed)."""
+    changed = set(result.changed)
+
+    def relative(path: Path) -> str:
+        return path.relative_to(root).as_posix()
+
+    return {
+        "schema": RENDER_SCHEMA,
+        "image": image,
+        "context": relative(result.context),
+        "dockerfile": relative(result.dockerfile),
+        "written": [relative(p) for p in result.files if p in changed],
+        "unchanged": [relative(p) for p in result.files if p not in changed],
+        "removed": [relative(p) for p in result.removed],
+    }
 
 
 def show(result: RenderResult, root: Path) -> None:

@@ -189,6 +189,37 @@ class BuildLog:
         atomic.write_text(self.path, "\n".join(redact_all(self.lines)) + "\n")
 
 
+@dataclass
+class BuildOutcome:
+    """What a successful build left: each stage's image id and tags, the pushed digests, the
+    guard's reports and the build log (``build --format json`` prints it)."""
+
+    image: str
+    platform: str
+    log: Path
+    stages: list[dict[str, object]]
+    pushed: list[dict[str, str]]
+    reports: list[dict[str, str]]
+
+    def to_json(self, root: Path) -> dict[str, object]:
+        return {
+            "schema": BUILD_SCHEMA,
+            "image": self.image,
+            "platform": self.platform,
+            "stages": self.stages,
+            "pushed": self.pushed,
+            "reports": self.reports,
+            "log": _relative(self.log, root),
+        }
+
+
+BUILD_SCHEMA = "layer-audit.build/1"
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
 def run_stage_build(
     recipe: Recipe, build: StageBuild, env: Mapping[str, str], log: BuildLog
 ) -> None:
@@ -229,7 +260,7 @@ def move_tags(client: DockerClient, plan: BuildPlan) -> tuple[registry.Pushed, .
         for ref in build.tags:
             repository, _, tag = ref.rpartition(":")
             image.tag(repository, tag)
-            console.stdout.print(f"tagged {ref}")
+            console.stderr.print(f"tagged {ref}", markup=False)
     if plan.push:
         return registry.push_tags(client, plan.tags)
     return ()
@@ -247,7 +278,7 @@ def push_cache(client: DockerClient, plan: BuildPlan) -> None:
     registry.push_tags(client, (f"{repository}:{tag}",))
 
 
-def move_and_push(root: Path, client: DockerClient, plan: BuildPlan) -> None:
+def move_and_push(root: Path, client: DockerClient, plan: BuildPlan) -> tuple[registry.Pushed, ...]:
     """Move the tags and push; the push report is written whether the push passed or not."""
     folder = root / "build" / "reports" / plan.image
     try:
@@ -260,6 +291,7 @@ def move_and_push(root: Path, client: DockerClient, plan: BuildPlan) -> None:
         report = registry.write_push_report(folder, pushed)
         console.stderr.print(f"push report: {report}", markup=False)
     push_cache(client, plan)
+    return pushed
 
 
 def remove_temporary(plan: BuildPlan) -> None:
@@ -268,9 +300,10 @@ def remove_temporary(plan: BuildPlan) -> None:
             docker_host.remove_image(build.temp_ref)
 
 
-def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -> int:
+def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -> BuildOutcome:
     env = docker_host.client_env(client)
     log = BuildLog(root / "build" / "reports" / recipe.name / "build.log", [])
+    outcome = BuildOutcome(recipe.name, plan.platform, log.path, [], [], [])
     try:
         for build in plan.builds:
             run_stage_build(recipe, build, env, log)
@@ -280,22 +313,43 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
                 "no smoke test or trail extraction: no local image",
                 markup=False,
             )
-            return 0
+            outcome.stages += [{"stage": b.stage, "tags": list(b.tags)} for b in plan.builds]
+            return outcome
         for build in plan.builds:
             run_smoke(plan, build)
         if plan.guard:  # one read: the target's trail holds every earlier stage's
-            trail = read_trail(plan.builds[0])
-            built = {build.stage for build in plan.builds}
-            for stage in (s.name for s in recipe.stages if s.name in built):
-                folder, report = write_trail_reports(root, recipe, stage, trail)
-                console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
-                write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
-        move_and_push(root, client, plan)
+            outcome.reports += _guard_reports(root, recipe, plan)
+        outcome.stages += _stage_images(plan)
+        pushed = move_and_push(root, client, plan)
+        outcome.pushed += [{"tag": p.tag, "digest": p.digest} for p in pushed if p.pushed]
     finally:
         log.save()
         remove_temporary(plan)
     console.stderr.print(f"build log: {log.path}")
-    return 0
+    return outcome
+
+
+def _guard_reports(root: Path, recipe: Recipe, plan: BuildPlan) -> list[dict[str, str]]:
+    """Each built stage's guard report and SBOM, written from the target's trail."""
+    trail = read_trail(plan.builds[0])
+    built = {build.stage for build in plan.builds}
+    written = []
+    for stage in (s.name for s in recipe.stages if s.name in built):
+        folder, report = write_trail_reports(root, recipe, stage, trail)
+        console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
+        write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
+        verdict = "fail" if report.failed else "pass"
+        written.append({"stage": stage, "folder": _relative(folder, root), "verdict": verdict})
+    return written
+
+
+def _stage_images(plan: BuildPlan) -> list[dict[str, object]]:
+    """Each built stage's local image id and the tags it earns (ids read before tagging)."""
+    daemon = docker_host.daemon()
+    return [
+        {"stage": b.stage, "image_id": daemon.images.get(b.temp_ref).id, "tags": list(b.tags)}
+        for b in plan.builds
+    ]
 
 
 def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> None:
@@ -311,7 +365,7 @@ def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> None:
         read_base(source, base_relpath(recipe))
 
 
-def build_image(root: Path, options: BuildOptions) -> int:
+def build_image(root: Path, options: BuildOptions) -> BuildOutcome:
     """The build command: load the recipe, check its locks, render it, then :func:`run_build`."""
     source = DirectorySource(root)
     recipe = load_recipe(source, options.image)
@@ -339,8 +393,8 @@ def dry_if_replica(source: DirectorySource, recipe: Recipe, options: BuildOption
     return dataclasses.replace(options, dry=True)
 
 
-def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> int:
-    """Detect the client, check the host, plan and execute; exit code 0 or a typed failure."""
+def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> BuildOutcome:
+    """Detect the client, check the host, plan and execute; what it built, or a typed failure."""
     client = docker_host.detect_client(options.docker)
     docker_host.daemon()
     sources = secret_sources(options, os.environ, Path.home())

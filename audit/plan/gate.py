@@ -33,6 +33,7 @@ from audit.core.system import System
 from audit.core.system_rules import evaluate_system
 from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
 from audit.plan import frontdoor
+from audit.plan.change_view import ImageInputs, ImageView, image_view, severity_of
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
@@ -68,6 +69,7 @@ NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
 STALE_BASE_RULE = "stale-base"
 OVERRIDE_RULE = "override"
+WAIVER_SPENT_RULE = "waiver-spent"
 EMPTY: Installed = MappingProxyType({})
 
 FindingKey = tuple[str, str, str | None, str | None]
@@ -115,10 +117,12 @@ class ImageMatrices:
 
 @dataclass(frozen=True)
 class GateResult:
-    """The gate's report and, per image the head ref has, its matrices (in image order)."""
+    """The gate's report and, per image the head ref has, its matrices and its change view
+    (in image order)."""
 
     report: Report
     matrices: tuple[ImageMatrices, ...]
+    views: tuple[ImageView, ...] = ()
 
 
 def section_title(image: str, part: str) -> str:
@@ -165,18 +169,24 @@ def gate_result(
     old, new = recipe_names(base), recipe_names(head)
     sections: list[Section] = []
     matrices: list[ImageMatrices] = []
+    views: list[ImageView] = []
     for name in sorted(old | new):  # one image at a time: what it read is then let go
         before = load_recipe(base, name) if name in old else None
         after = load_recipe(head, name) if name in new else None
         if after is not None and not head.exists(base_relpath(after)):
-            sections.append(_not_audited(after, base, head, strict=strict))
+            unrecorded = _not_audited(after, base, head, strict=strict)
+            sections.append(unrecorded)
+            views.append(image_view(name, unrecorded.findings, ImageInputs()))
             continue
-        found, matrix = _image(name, before, after, base, head, today=today, strict=strict_waivers)
+        found, matrix, view = _image(
+            name, before, after, base, head, today=today, strict=strict_waivers
+        )
         sections += found
         matrices += [matrix] if matrix else []
+        views += [view] if found else []
     waivers = [section for section in sections if is_waiver_section(section)]
     rest = [section for section in sections if not is_waiver_section(section)]
-    return GateResult(Report(title, (*waivers, *rest)), tuple(matrices))
+    return GateResult(Report(title, (*waivers, *rest)), tuple(matrices), tuple(views))
 
 
 def recipe_names(source: Source) -> set[str]:
@@ -202,6 +212,9 @@ def image_sections(
     return _image(name, old, new, base, head, today=today, strict=strict)[0]
 
 
+ImagePart = tuple[list[Section], ImageMatrices | None, ImageView]
+
+
 def _image(
     name: str,
     old: Recipe | None,
@@ -211,10 +224,12 @@ def _image(
     *,
     today: date,
     strict: bool = False,
-) -> tuple[list[Section], ImageMatrices | None]:
-    """:func:`image_sections` and the image's matrices (None when the head removes it)."""
+) -> ImagePart:
+    """:func:`image_sections`, the image's matrices (None when the head removes it) and its
+    change view."""
     if new is None:
-        return [_removed_image(name)], None
+        removed = _removed_image(name)
+        return [removed], None, image_view(name, removed.findings, ImageInputs())
     recorded_before = old is not None and base.exists(base_relpath(old))
     old_side = read_side(base, old) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
@@ -229,7 +244,11 @@ def _image(
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
-    return kept, image_matrices(name, old_side if recorded_before else None, new_side, found, today)
+    matrices = image_matrices(name, old_side if recorded_before else None, new_side, found, today)
+    inputs = ImageInputs(
+        _columns(old_side), _columns(new_side), new.policy.lockstep, new.policy.waivers
+    )
+    return kept, matrices, image_view(name, found, inputs)
 
 
 def _not_audited(recipe: Recipe, base: Source, head: Source, *, strict: bool) -> Section:
@@ -449,11 +468,15 @@ def _stage_sections(
 
 def _seen_keys(found: list[Finding]) -> set[FindingKey]:
     """The keys of ``found``; an override's also under every change rule, so that a re-pin an
-    earlier stage declared is not reported again as a downgrade by the stages after it."""
+    earlier stage declared is not reported again as a downgrade by the stages after it; a
+    change's also as a spent waiver, so that a waived change a later stage inherits is not
+    reported there as "waiver spent"."""
     keys = {finding_key(f) for f in found}
     for f in found:
         if f.rule == OVERRIDE_RULE:
             keys |= {(rule, f.package, f.before, f.after) for rule in CHANGE_RULES}
+        if f.rule in CHANGE_RULES:  # a later stage inheriting it: no "waiver spent" note either
+            keys.add((WAIVER_SPENT_RULE, f.package, f.before, f.after))
     return keys
 
 
@@ -574,15 +597,16 @@ def _waiver_findings(
 
 
 def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
-    """Say so on every finding that a waiver added by this pull request allowed."""
-    if not added:
-        return section
+    """Every waived change becomes the warning a reviewer must read (the core's verdict keeps
+    it at info: it is allowed); say so on those a waiver added by this pull request allowed."""
     return Section(section.title, tuple(_marked(f, added) for f in section.findings))
 
 
 def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
     if finding.waiver is None or finding.rule == WAIVER_RULE:
         return finding
-    if any(finding.waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
-        return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")
+    waiver = finding.waiver
+    finding = dataclasses.replace(finding, severity=severity_of(finding))
+    if any(waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
+        return dataclasses.replace(finding, waiver=f"{waiver} ({ADDED_BY_PR})")
     return finding

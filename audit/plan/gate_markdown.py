@@ -1,69 +1,74 @@
-"""The gate's report as Markdown for a pull request: one line of verdict, one table per image.
+"""The gate's report as Markdown for a pull request: one line of verdict, then per image its
+change view (:mod:`audit.plan.change_view`), stage by stage.
 
-A reviewer reads the verdict, then per image what moved, downgrades and other failures first
-with the stage and layer that did it; routine changes (upgrades, additions) and the fixes fold
-into ``<details>`` so a long list never buries a failure. Text from recipes is escaped: a cell
-never breaks the table or injects HTML.
-
-Each image's part leads with its stage matrices (:mod:`audit.plan.matrix`), when the gate made
-them: what the pull request changes per stage (base ref -> head ref), then the packages x
-stages at the head ref; only rows that change, folded into ``<details>`` when long.
+A reviewer reads the verdict, the waivers the pull request adds (once, before anything else),
+then per image and stage what moved: failures first with the layer that did it, a waived change
+as a warning with its waiver's reason and expiry, a lockstep group as one block naming every
+member, plain additions and unchanged packages folded behind a count. The stage matrices follow
+(folded when long), then the fixes. Text from recipes is escaped: a cell never breaks the table
+or injects HTML; a ``<summary>`` holds HTML, never Markdown (GitHub shows it literally there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from audit.core.findings import ERROR, INFO, WARNING, Finding
+from audit.core.findings import INFO, SEVERITIES, Finding
 from audit.core.redact import redact
-from audit.core.rules import CHANGE_RULES
-from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, ImageMatrices, image_of
+from audit.plan.change_view import (
+    IMAGE_WIDE,
+    Group,
+    ImageInputs,
+    ImageView,
+    Row,
+    StageView,
+    image_view,
+    severity_of,
+)
+from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, ImageMatrices, image_of
 from audit.plan.matrix import matrix_markdown
 from audit.plan.report import (
     DETAILS_AFTER,
     SEVERITY_ICON,
     Report,
-    asked_for,
     not_audited_images,
-    ordered,
+    severity_tally,
 )
 
-# Changes whose row says it all (an unparsable version's note says why it is one).
-PLAIN_CHANGES = CHANGE_RULES - {"unparsable-version"}
 MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
 
 
-def gate_markdown(report: Report, matrices: Iterable[ImageMatrices] = ()) -> str:
+def gate_markdown(
+    report: Report,
+    matrices: Iterable[ImageMatrices] = (),
+    views: Iterable[ImageView] | None = None,
+) -> str:
     """The whole comment: heading, one-line verdict, the waivers that need owner review, then
-    a part per image (in the report's order, each image once), led by its matrices."""
+    a part per image (in the report's order, each image once). Without ``views`` (the gate's),
+    each image's view is made from its findings alone (no groups, no unchanged counts)."""
     lines = [f"## {_escape(report.title)}", "", _verdict(report), "", *_not_audited(report)]
-    lines += _owner_review(report)
     by_image: dict[str, list[Finding]] = {}
     for section in report.sections:
         by_image.setdefault(image_of(section), []).extend(section.findings)
+    known = {view.image: view for view in views or ()}
+    shown = [known.get(i) or image_view(i, f, ImageInputs()) for i, f in by_image.items()]
+    lines += _owner_review(shown)
     tables = {matrix.image: matrix for matrix in matrices}
-    for image, findings in by_image.items():
-        lines += _image_part(image, tuple(findings), tables.get(image))
+    for view in shown:
+        lines += _image_part(view, by_image[view.image], tables.get(view.image))
     if not report.sections:
         lines += ["No image's dependencies change.", ""]
     return redact("\n".join(lines).rstrip("\n") + "\n")
 
 
-def _owner_review(report: Report) -> list[str]:
+def _owner_review(views: list[ImageView]) -> list[str]:
     """Waivers this pull request adds or widens, before anything else: a reviewer who owns
-    the image must agree with each (CODEOWNERS on ``images/*/image.toml``)."""
-    waivers = [
-        (image_of(section), finding)
-        for section in report.sections
-        for finding in section.findings
-        if finding.rule == WAIVER_RULE
-    ]
-    if not waivers:
+    the image must agree with each (CODEOWNERS on ``images/*/image.toml``). Listed here only."""
+    rows = [_row(view.image, row) for view in views for row in view.review]
+    if not rows:
         return []
-    lines = [f"### ⚠️ {NEEDS_REVIEW.capitalize()}", "", *HEADER]
-    lines += [_row(image, finding) for image, finding in waivers]
-    return [*lines, ""]
+    return [f"### ⚠️ {NEEDS_REVIEW.capitalize()}", "", *HEADER, *rows, ""]
 
 
 def _not_audited(report: Report) -> list[str]:
@@ -76,30 +81,61 @@ def _not_audited(report: Report) -> list[str]:
 
 
 def _verdict(report: Report) -> str:
-    counts = report.counts
-    tally = ", ".join(f"{counts[severity]} {severity}" for severity in (ERROR, WARNING, INFO))
+    tally = severity_tally(report.counts)
     if report.failed:
         return f"**❌ FAIL**: this pull request breaks the dependency policy ({tally})."
     return f"**✅ PASS**: no dependency change breaks the policy ({tally})."
 
 
 def _image_part(
-    image: str, findings: tuple[Finding, ...], matrices: ImageMatrices | None = None
+    view: ImageView, findings: list[Finding], matrices: ImageMatrices | None
 ) -> list[str]:
-    rows = ordered(tuple(f for f in findings if f.rule != BASE_IMAGE_RULE))
-    important = [f for f in rows if _must_read(f)]
-    routine = [f for f in rows if not _must_read(f)]
-    lines = [f"### `{_escape(image)}`", "", *_matrices(image, matrices)]
+    lines = [f"### `{_escape(view.image)}`", ""]
     lines += [
         f"**Base image:** {_escape(f.message)}\n" for f in findings if f.rule == BASE_IMAGE_RULE
     ]
-    if important:
-        lines += [*HEADER, *(_row(image, f) for f in important), ""]
-    if routine and (important or len(routine) > DETAILS_AFTER):
-        lines += _details(_tally(routine), [*HEADER, *(_row(image, f) for f in routine)])
-    elif routine:
-        lines += [*HEADER, *(_row(image, f) for f in routine), ""]
-    return lines + _fixes(important)
+    for stage in view.stages:
+        lines += _stage_part(view.image, stage)
+    lines += _matrices(view.image, matrices)
+    return lines + _fixes(findings)
+
+
+def _stage_part(image: str, stage: StageView) -> list[str]:
+    """A stage's heading line, its table (groups as blocks), the folded routine rows and the
+    folded additions."""
+    rows = [row for row in stage.rows if row.finding.rule != BASE_IMAGE_RULE]
+    if not rows and not stage.groups and not stage.added:
+        return []
+    important = [row for row in rows if severity_of(row.finding) != INFO]
+    routine = [row for row in rows if severity_of(row.finding) == INFO]
+    fold = len(routine) > DETAILS_AFTER
+    table = [_row(image, row) for row in (important if fold else rows)]
+    table += [line for group in stage.groups for line in _group_rows(image, group)]
+    lines = [_stage_heading(stage), ""]
+    lines += [*HEADER, *table, ""] if table else []
+    if fold:
+        lines += _details(_tally(routine), [*HEADER, *(_row(image, r) for r in routine)])
+    if stage.added:
+        body = [*HEADER, *(_row(image, row) for row in stage.added)]
+        lines += _details(stage.folded, body)
+    elif stage.folded:
+        lines += [f"_{stage.folded}_", ""]
+    return lines
+
+
+def _stage_heading(stage: StageView) -> str:
+    """``**`v2`**: 0 errors, 2 warnings, 1 info · 3 added by this layer, 12 unchanged``."""
+    name = f"**`{_escape(stage.stage)}`**" if stage.stage != IMAGE_WIDE else "**image**"
+    parts = [severity_tally(stage.counts)] + ([stage.folded] if stage.folded else [])
+    return f"{name}: {' · '.join(parts)}"
+
+
+def _group_rows(image: str, group: Group) -> list[str]:
+    """The block: a head row naming the group, its status and every member, then each row."""
+    cells = (SEVERITY_ICON[group.severity], "lockstep group", f"**{group.name}**", "", "")
+    members = ", ".join(f"`{_cell(m.text)}`" for m in group.members)
+    head = "| " + " | ".join(_cell(c) for c in cells) + f" | {_cell(group.status)}: {members} |"
+    return [head, *(_row(image, row, member=True) for row in group.rows)]
 
 
 def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
@@ -121,43 +157,29 @@ def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
     return lines
 
 
-def _must_read(finding: Finding) -> bool:
-    """Failures, warnings and anything a waiver let through; the rest may fold away."""
-    return finding.severity != INFO or finding.waiver is not None
-
-
-def _row(image: str, finding: Finding) -> str:
-    version = _version(finding)
+def _row(image: str, row: Row, *, member: bool = False) -> str:
+    finding = row.finding
     where = finding.where.removeprefix(image).strip() or "-"
     package = f"`{finding.package}`" if finding.package else ""
-    cells = (SEVERITY_ICON[finding.severity], finding.rule, package, version, where, _note(finding))
+    package = f"↳ {package}" if member and package else package
+    icon = SEVERITY_ICON[severity_of(finding)]
+    cells = (icon, finding.rule, package, row.change, where, row.note)
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 
 
-def _version(finding: Finding) -> str:
-    if finding.before is None and finding.after is None:
-        return ""
-    return f"{finding.before or '–'} → {finding.after or '–'}"
-
-
-def _note(finding: Finding) -> str:
-    if finding.waiver:
-        return f"waived: {finding.waiver}"
-    return asked_for(finding) if finding.rule in PLAIN_CHANGES else finding.message
-
-
-def _tally(findings: list[Finding]) -> str:
+def _tally(rows: list[Row]) -> str:
     """``12 upgraded, 3 added``: what the folded rows are, in the report's rule order."""
     counts: dict[str, int] = {}
-    for finding in findings:
-        counts[finding.rule] = counts.get(finding.rule, 0) + 1
+    for row in rows:
+        counts[row.finding.rule] = counts.get(row.finding.rule, 0) + 1
     return ", ".join(f"{number} {rule}" for rule, number in counts.items())
 
 
-def _fixes(important: list[Finding]) -> list[str]:
-    hints = [f for f in important if f.fails and f.hint]
+def _fixes(findings: list[Finding]) -> list[str]:
+    hints = [f for f in findings if f.fails and f.hint]
     if not hints:
         return []
+    hints.sort(key=lambda f: SEVERITIES.index(f.severity))
     body: list[str] = []
     for finding in hints:
         subject = f"`{finding.package}` ({finding.rule})" if finding.package else finding.rule

@@ -16,8 +16,9 @@ Invariants: pure (no I/O); the same audit renders the same bytes; every text is 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from rich.markup import escape
@@ -27,6 +28,7 @@ from audit.core.diff import ADDED, REMOVED, diff
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
+from audit.plan.change_view import severity_of
 from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
 
@@ -67,13 +69,17 @@ class Cell:
     kind: str = ""  # "" when unchanged from the column before (or from the base ref)
     before: str | None = None
     compared: bool = False
+    previous: str | None = field(default=None, compare=False)  # the column before's version
 
     @property
     def text(self) -> str:
-        """``2.30.1``, ``—`` when absent, ``2.30.1 → 2.29.7`` for a changed compared cell."""
+        """``2.30.1``, ``—`` when absent, ``2.30.1 → 2.29.7`` for a changed compared cell, and
+        for a cell that moves from a version the column before had (an addition has none)."""
         now = self.version or "—"
         if self.compared and self.kind and self.before != self.version:
             return f"{self.before or '—'} → {now}"
+        if not self.compared and self.kind and self.previous not in (None, self.version):
+            return f"{self.previous} → {now}"
         return now
 
 
@@ -243,7 +249,10 @@ def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Ma
         version = now.version if now else None
         last = cells[-1] if cells else None
         same = last is not None and not kind and not last.kind and last.version == version
-        cells.append(last if same and last is not None else Cell(version, kind))  # shared
+        if same and last is not None:
+            cells.append(last)  # shared: an unchanged cell is the same object
+        else:
+            cells.append(Cell(version, kind, previous=old.version if old else None))
         old = now
     return Row(name, tuple(cells))
 
@@ -271,17 +280,54 @@ def _compared_row(
 # --- terminal -------------------------------------------------------------------------------
 
 
-def matrix_table(matrix: StageMatrix) -> Table:
-    """A rich table: one row per package, the kind of change as colour and a word."""
-    table = Table(title=f"{escape(matrix.image)}: stage matrix", title_justify="left")
-    table.add_column("package")
-    for column in matrix.columns:
-        table.add_column(escape(column))
+def matrix_table(matrix: StageMatrix, columns: Sequence[int] | None = None) -> Table:
+    """A rich table: one row per package, the kind of change as colour and a word; only the
+    ``columns`` given (indexes into ``matrix.columns``; default all). A package name is never
+    shortened: its column is as wide as the longest name."""
+    shown = list(range(len(matrix.columns))) if columns is None else list(columns)
+    part = "" if len(shown) == len(matrix.columns) else f" ({', '.join(_picked(matrix, shown))})"
+    table = Table(title=f"{escape(matrix.image)}: stage matrix{part}", title_justify="left")
+    table.add_column("package", min_width=_name_width(matrix), no_wrap=True)
+    for index in shown:
+        table.add_column(escape(matrix.columns[index]), overflow="fold")
     for row in matrix.rows:
-        table.add_row(escape(row.package), *(_rich_cell(cell) for cell in row.cells))
+        cells = (_rich_cell(row.cells[index]) for index in shown)
+        table.add_row(escape(row.package), *cells)
     if not matrix.rows:
-        table.add_row("[dim](no package changes)[/]", *([""] * len(matrix.columns)))
+        table.add_row("[dim](no package changes)[/]", *([""] * len(shown)))
     return table
+
+
+def matrix_tables(matrix: StageMatrix, width: int) -> list[Table]:
+    """The matrix as tables that fit ``width`` columns: when the stages do not fit beside the
+    names, they split into several tables, each repeating the package column (a name is never
+    cut, a column never dropped)."""
+    room = width - _name_width(matrix) - 4  # the name column's padding and borders
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for index in range(len(matrix.columns)):
+        need = _column_width(matrix, index) + 3
+        if chunks[-1] and used + need > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(index)
+        used += need
+    return [matrix_table(matrix, chunk) for chunk in chunks]
+
+
+def _picked(matrix: StageMatrix, shown: Sequence[int]) -> list[str]:
+    return [escape(matrix.columns[index]) for index in shown]
+
+
+def _name_width(matrix: StageMatrix) -> int:
+    return max([len("package"), *(len(row.package) for row in matrix.rows)])
+
+
+def _column_width(matrix: StageMatrix, index: int) -> int:
+    """The narrowest the column can be: its longest word (cells wrap at spaces)."""
+    texts = [matrix.columns[index]]
+    texts += [f"{row.cells[index].text} {row.cells[index].kind}" for row in matrix.rows]
+    return max(len(word) for text in texts for word in text.split())
 
 
 def _rich_cell(cell: Cell) -> str:
@@ -325,8 +371,18 @@ def matrix_markdown(
     )
     table = "\n".join(lines) + more
     if len(matrix.rows) > FOLD_AFTER:
-        return f"<details><summary>{title}</summary>\n\n{table}\n\n</details>\n"
+        return f"<details><summary>{summary_html(title)}</summary>\n\n{table}\n\n</details>\n"
     return f"{title}\n\n{table}\n"
+
+
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def summary_html(title: str) -> str:
+    """An escaped Markdown title as a ``<summary>`` shows it on GitHub, which renders no
+    Markdown there: ``**x**`` becomes ``<b>x</b>`` and a code span ``<code>x</code>``."""
+    return _CODE.sub(r"<code>\1</code>", _BOLD.sub(r"<b>\1</b>", title))
 
 
 def _md(text: str) -> str:
@@ -380,7 +436,7 @@ def matrix_html(matrices: Iterable[StageMatrix], report: Report) -> str:
         _legend(),
     ]
     for matrix in matrices:
-        parts += _html_matrix(matrix)
+        parts += html_matrix(matrix)
     parts += _html_findings(report)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
@@ -405,7 +461,7 @@ def _legend() -> str:
     return f'<p class="legend">{spans}</p>'
 
 
-def _html_matrix(matrix: StageMatrix) -> list[str]:
+def html_matrix(matrix: StageMatrix) -> list[str]:
     parts = [f'<h2 id="{_h(matrix.image)}">{_h(matrix.image)}</h2>']
     if not matrix.rows:
         return [*parts, "<p>No package changes across stages.</p>"]
@@ -441,7 +497,7 @@ def _html_findings(report: Report) -> list[str]:
         change = f"{finding.before or '—'} → {finding.after or '—'}"
         message = finding.message + (f" (waived: {finding.waiver})" if finding.waiver else "")
         parts.append(
-            f"<tr><td>{_h(finding.severity)}</td><td>{_h(finding.rule)}</td>"
+            f"<tr><td>{_h(severity_of(finding))}</td><td>{_h(finding.rule)}</td>"
             f"<td>{_h(finding.package)}</td><td>{_h(change)}</td>"
             f"<td>{_h(finding.where)}</td><td>{_h(message)}</td></tr>"
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -85,6 +86,16 @@ def report_exit_code(report: Report) -> int:
     return EXIT_VIOLATION if report.failed else EXIT_OK
 
 
+def plural(number: int, word: str) -> str:
+    """``1 error``, ``2 errors``, ``3 info`` (a mass noun), ``0 warnings``."""
+    return f"{number} {word}{'s' if number != 1 and word != INFO else ''}"
+
+
+def severity_tally(counts: Mapping[str, int]) -> str:
+    """``0 errors, 2 warnings, 5 info``: every severity, most serious first."""
+    return ", ".join(plural(counts.get(s, 0), s) for s in SEVERITIES)
+
+
 def not_audited_images(report: Report) -> list[str]:
     """The images ``report`` calls not audited (no base record), in report order, each once."""
     names = [f.image or f.where for f in report.findings if f.rule == NOT_AUDITED]
@@ -92,11 +103,8 @@ def not_audited_images(report: Report) -> list[str]:
 
 
 def summary_line(report: Report) -> str:
-    counts = report.counts
     verdict = "FAIL" if report.failed else "PASS"
-    tally = ", ".join(
-        f"{counts[s]} {s}{'s' if counts[s] != 1 and s != INFO else ''}" for s in SEVERITIES
-    )
+    tally = severity_tally(report.counts)
     unaudited = not_audited_images(report)
     if unaudited:
         tally += f"; {len(unaudited)} not audited: {', '.join(unaudited)}"
@@ -173,6 +181,11 @@ def print_report(report: Report, console: Console) -> None:
     """One table per section and severity (errors first), each error's hint, a summary line."""
     for section in report.sections:
         _print_section(section, console)
+    print_footer(report, console)
+
+
+def print_footer(report: Report, console: Console) -> None:
+    """Each distinct hint of a failing finding once, then the summary line."""
     for hint, subjects in _hints(report).items():
         console.print(f"[bold red]{escape(', '.join(subjects))}[/]: hint:")
         console.print(escape(hint))

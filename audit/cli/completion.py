@@ -1,0 +1,165 @@
+"""``layer-audit completion bash|zsh``: a shell completion script, generated from the parser.
+
+The script is static (no Python runs on TAB, so completing costs nothing): commands, each
+command's options, the values of options with fixed choices, files for options that take a
+path, and recipe names (folders of the nearest ``images/``) for a command's IMAGE argument.
+zsh loads the same function through its ``bashcompinit``. Install (bash)::
+
+    layer-audit completion bash > ~/.local/share/bash-completion/completions/layer-audit
+
+Invariant: generated from :func:`audit.cli.main.build_parser`, so a new command or option is
+completed without editing this module; the same parser gives byte-identical scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+from audit.core.errors import EXIT_OK
+from audit.engines import console
+
+SHELLS = ("bash", "zsh")
+FUNCTION = "_layer_audit"
+IMAGE_ARGUMENTS = ("image", "images")  # positional names that take recipe names
+RECIPE_OPTIONS = ("recipe",)  # options whose value is a recipe name
+PATH_TYPES = ("Path",)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "completion",
+        help="print a shell completion script (bash or zsh)",
+        description="Print a completion script for layer-audit. bash: save it as "
+        "~/.local/share/bash-completion/completions/layer-audit (or source it from ~/.bashrc); "
+        "zsh: save it as _layer-audit in a folder of your $fpath (or source it from ~/.zshrc).",
+    )
+    parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+    parser.set_defaults(handler=handle, needs_project=False)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from audit.cli.main import PROG, build_parser
+
+    script = completion_script(build_parser(), args.shell, PROG)
+    console.stdout.print(script, markup=False, highlight=False, end="", soft_wrap=True)
+    return EXIT_OK
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str, prog: str) -> str:
+    """The whole script for ``shell``; zsh's runs the bash function through bashcompinit."""
+    body = _bash(parser, prog)
+    if shell == "zsh":
+        return f"#compdef {prog}\nautoload -U +X bashcompinit && bashcompinit\n{body}"
+    return body
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(sorted(action.choices.items()))
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted(o for a in parser._actions for o in a.option_strings)
+
+
+def _valued(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Options that take a value (not flags)."""
+    return [a for a in parser._actions if a.option_strings and a.nargs != 0]
+
+
+def _value_cases(parser: argparse.ArgumentParser) -> list[str]:
+    """``case $prev in`` arms: fixed choices, files, or nothing to suggest."""
+    arms = []
+    for action in _valued(parser):
+        pattern = "|".join(action.option_strings)
+        if action.choices:
+            words = " ".join(str(choice) for choice in action.choices)
+            reply = f'COMPREPLY=($(compgen -W "{words}" -- "$cur"))'
+        elif action.dest in RECIPE_OPTIONS:
+            reply = 'COMPREPLY=($(_layer_audit_images "$cur"))'
+        elif getattr(action.type, "__name__", "") in PATH_TYPES:
+            reply = 'COMPREPLY=($(compgen -f -- "$cur"))'
+        else:
+            reply = "COMPREPLY=()"
+        arms.append(f"        {pattern}) {reply}; return ;;")
+    return arms
+
+
+def _takes_images(parser: argparse.ArgumentParser) -> bool:
+    return any(not a.option_strings and a.dest in IMAGE_ARGUMENTS for a in parser._actions)
+
+
+def _command_arm(name: str, parser: argparse.ArgumentParser) -> list[str]:
+    positional = "_layer_audit_images" if _takes_images(parser) else ""
+    choices = [
+        a.choices for a in parser._actions if not a.option_strings and a.choices
+    ]  # e.g. completion's shell
+    words = " ".join(str(c) for found in choices for c in (found or ()))
+    return [
+        f"    {name})",
+        '        case "$prev" in',
+        *_value_cases(parser),
+        "        esac",
+        f'        _layer_audit_reply "$cur" "{" ".join(_options(parser))}" "{words}" {positional}',
+        "        ;;",
+    ]
+
+
+def _global_pairs(parser: argparse.ArgumentParser) -> str:
+    return "|".join(o for a in _valued(parser) for o in a.option_strings)
+
+
+def _bash(parser: argparse.ArgumentParser, prog: str) -> str:
+    commands = _subcommands(parser)
+    top = " ".join([*commands, *_options(parser)])
+    arms = [line for name, sub in commands.items() for line in _command_arm(name, sub)]
+    return "\n".join(
+        [
+            f"# {prog} completion (generated by: {prog} completion bash)",
+            "_layer_audit_images() {",
+            '    local dir="$PWD"',
+            '    while [[ "$dir" != / && ! -d "$dir/images" ]]; do dir="$(dirname "$dir")"; done',
+            '    [[ -d "$dir/images" ]] || return 0',
+            '    (cd "$dir/images" && compgen -d -- "$1")',
+            "}",
+            "_layer_audit_reply() {",
+            "    # $1 the word, $2 options, $3 fixed words, $4 a function naming more words",
+            '    if [[ "$1" == -* ]]; then',
+            '        COMPREPLY=($(compgen -W "$2" -- "$1"))',
+            "    else",
+            '        COMPREPLY=($(compgen -W "$3" -- "$1") ${4:+$($4 "$1")})',
+            "    fi",
+            "}",
+            f"{FUNCTION}() {{",
+            '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
+            '    local command="" i',
+            "    for ((i = 1; i < COMP_CWORD; i++)); do",
+            '        case "${COMP_WORDS[i]}" in',
+            f"            {_global_pairs(parser)}) ((i++)) ;;",
+            "            -*) ;;",
+            '            *) command="${COMP_WORDS[i]}"; break ;;',
+            "        esac",
+            "    done",
+            '    case "$command" in',
+            '    "")',
+            '        case "$prev" in',
+            *_value_cases(parser),
+            "        esac",
+            f'        COMPREPLY=($(compgen -W "{top}" -- "$cur"))',
+            "        ;;",
+            *arms,
+            "    esac",
+            "}",
+            f"complete -F {FUNCTION} {prog}",
+            "",
+        ]
+    )
+
+
+def commands_of(parser: argparse.ArgumentParser) -> Iterable[str]:
+    """The command names the script completes (for tests and docs)."""
+    return _subcommands(parser)

@@ -1,0 +1,233 @@
+"""The change view (:mod:`audit.plan.change_view`) in a terminal (rich) and as an HTML page.
+
+Both say what the Markdown says, row for row: per image and stage, the rows a reviewer must
+read (a waived change as a warning with its waiver's reason and expiry), each lockstep group as
+one block naming its members, and the folded counts. The terminal follows with the change
+matrix; the HTML page is self-contained (inline CSS, no script, no external asset: its
+Content-Security-Policy forbids every load). Package names are never shortened.
+Pure: the same inputs render the same text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Sequence
+from io import StringIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from audit.core.findings import ERROR, INFO, WARNING
+from audit.core.redact import redact, redact_json
+from audit.plan.change_view import (
+    IMAGE_WIDE,
+    Group,
+    ImageView,
+    Row,
+    StageView,
+    severity_of,
+    view_json,
+)
+from audit.plan.matrix import CSS, StageMatrix, html_matrix, matrix_tables
+from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
+
+STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
+WORD = {ERROR: "error", WARNING: "warning", INFO: "info"}
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def gate_json(report: Report, views: Iterable[ImageView]) -> str:
+    """The report document (``layer-audit.report/1``) with the change view as ``changes``;
+    every string redacted."""
+    document = report_json(report)
+    document["changes"] = redact_json(view_json(views))
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+# --- terminal -------------------------------------------------------------------------------
+
+
+def print_views(
+    report: Report, views: Iterable[ImageView], matrices: Iterable[StageMatrix], console: Console
+) -> None:
+    """Per image its stages' tables and its change matrix (split to fit), then the fixes and
+    the summary line."""
+    tables = {matrix.image: matrix for matrix in matrices}
+    for view in views:
+        for table in view_tables(view):
+            console.print(table)
+        if view.image in tables:
+            for matrix in matrix_tables(tables[view.image], console.width):
+                console.print(matrix)
+    print_footer(report, console)
+
+
+def render_views(
+    report: Report, views: Iterable[ImageView], matrices: Iterable[StageMatrix], width: int = 100
+) -> str:
+    """:func:`print_views` as plain text at ``width`` columns (no colour)."""
+    buffer = StringIO()
+    console = Console(file=buffer, width=width, no_color=True, highlight=False, emoji=False)
+    print_views(report, views, matrices, console)
+    return redact(buffer.getvalue())
+
+
+def view_tables(view: ImageView) -> list[Table]:
+    """The owner review first (as the Markdown), then a table per stage with rows."""
+    review = [_review_table(view)] if view.review else []
+    return review + [_stage_table(view, stage) for stage in view.stages if _has_rows(stage)]
+
+
+def _has_rows(stage: StageView) -> bool:
+    return bool(stage.rows or stage.groups or stage.added)
+
+
+def _title(view: ImageView, stage: StageView) -> str:
+    where = "image" if stage.stage == IMAGE_WIDE else stage.stage
+    folded = f"; {stage.folded} (folded)" if stage.folded else ""
+    return f"{escape(view.image)} {escape(where)}: {severity_tally(stage.counts)}{folded}"
+
+
+def _table(title: str, names: Sequence[str]) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("", no_wrap=True)
+    width = max([len("package"), *(len(name) + 2 for name in names)])
+    table.add_column("package", min_width=width, no_wrap=True)
+    table.add_column("change", no_wrap=True)
+    table.add_column("note", overflow="fold", ratio=1)
+    return table
+
+
+def _stage_table(view: ImageView, stage: StageView) -> Table:
+    names = [r.package for r in stage.rows] + [m.package for g in stage.groups for m in g.members]
+    table = _table(_title(view, stage), names)
+    for row in stage.rows:
+        _add_row(table, view.image, row)
+    for group in stage.groups:
+        _add_group(table, view.image, group)
+    return table
+
+
+def _review_table(view: ImageView) -> Table:
+    table = _table(f"{escape(view.image)}: needs owner review", [r.package for r in view.review])
+    for row in view.review:
+        _add_row(table, view.image, row)
+    return table
+
+
+def _add_row(table: Table, image: str, row: Row, prefix: str = "") -> None:
+    """severity, package, ``before → after``, then rule, note and layer (these wrap)."""
+    severity = severity_of(row.finding)
+    style = STYLE[severity]
+    where = row.finding.where.removeprefix(image).strip()
+    note = "; ".join(part for part in (row.finding.rule, row.note, where) if part)
+    table.add_row(
+        f"[{style}]{WORD[severity]}[/]",
+        escape(prefix + row.package),
+        f"[{style}]{escape(row.change)}[/]",
+        escape(note),
+    )
+
+
+def _add_group(table: Table, image: str, group: Group) -> None:
+    style = STYLE[group.severity]
+    members = ", ".join(member.text for member in group.members)
+    table.add_row(
+        f"[{style}]{WORD[group.severity]}[/]",
+        f"[bold]lockstep group {escape(group.name)}[/]",
+        "",
+        f"[{style}]{escape(group.status)}[/]: {escape(members)}",
+    )
+    for row in group.rows:
+        _add_row(table, image, row, prefix="↳ ")
+
+
+# --- HTML -----------------------------------------------------------------------------------
+
+VIEW_CSS = """
+table.view td { white-space: normal; }
+table.view td:nth-child(2), table.view td:nth-child(3) { white-space: nowrap; }
+tr.error td:first-child { color: #cf222e; font-weight: bold; }
+tr.warning td:first-child { color: #9a6700; font-weight: bold; }
+tr.group td { background: #f6f8fa; font-weight: bold; }
+tr.member td:nth-child(2) { padding-left: 24px; }
+.folded { color: #57606a; }
+"""
+
+
+def gate_html(report: Report, views: Iterable[ImageView], matrices: Iterable[StageMatrix]) -> str:
+    """One self-contained page: the verdict, the owner review, each image's change view, then
+    its change matrix."""
+    verdict = "fail" if report.failed else "pass"
+    tables = {matrix.image: matrix for matrix in matrices}
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; style-src 'unsafe-inline'\">",
+        f"<title>layer-audit: {_h(report.title)}</title>",
+        f"<style>{CSS}{VIEW_CSS}</style></head><body>",
+        f"<h1>{_h(report.title)}</h1>",
+        f'<p class="verdict-{verdict}">{_h(summary_line(report))}</p>',
+    ]
+    shown = list(views)
+    review = [(view.image, row) for view in shown for row in view.review]
+    if review:
+        parts += ["<h2>Needs owner review</h2>", *_html_table([_html_row(i, r) for i, r in review])]
+    for view in shown:
+        parts += _html_image(view, tables.get(view.image))
+    parts.append("</body></html>")
+    return redact("\n".join(parts) + "\n")
+
+
+def _html_image(view: ImageView, matrix: StageMatrix | None) -> list[str]:
+    parts = [f'<h2 id="{_h(view.image)}">{_h(view.image)}</h2>']
+    for stage in view.stages:
+        if not _has_rows(stage):
+            continue
+        name = "image" if stage.stage == IMAGE_WIDE else stage.stage
+        head = f"{_h(name)}: {_h(severity_tally(stage.counts))}"
+        parts.append(f'<h3 data-stage="{_h(name)}">{head}</h3>')
+        rows = [_html_row(view.image, row) for row in stage.rows]
+        rows += [line for group in stage.groups for line in _html_group(view.image, group)]
+        parts += _html_table(rows) if rows else []
+        if stage.added:
+            added = [_html_row(view.image, row) for row in stage.added]
+            parts += [f"<details><summary>{_h(stage.folded)}</summary>", *_html_table(added)]
+            parts.append("</details>")
+        elif stage.folded:
+            parts.append(f'<p class="folded">{_h(stage.folded)}</p>')
+    if matrix is not None and matrix.rows:
+        title = "What this pull request changes: base ref → head ref per stage"
+        parts += [f"<h3>{_h(title)}</h3>", *html_matrix(matrix)[1:]]  # its own h2 is the image's
+    return parts
+
+
+def _html_table(rows: list[str]) -> list[str]:
+    head = "<tr><th></th><th>package</th><th>change</th><th>where</th><th>note</th></tr>"
+    return ['<table class="view">', f"<thead>{head}</thead><tbody>", *rows, "</tbody></table>"]
+
+
+def _html_row(image: str, row: Row, css: str = "") -> str:
+    severity = severity_of(row.finding)
+    where = row.finding.where.removeprefix(image).strip()
+    change = f"{row.change} {row.finding.rule}".strip()
+    cells = (WORD[severity], row.package, change, where, row.note)
+    body = "".join(f"<td>{_h(cell)}</td>" for cell in cells)
+    return f'<tr class="{severity}{css}">{body}</tr>'
+
+
+def _html_group(image: str, group: Group) -> list[str]:
+    members = ", ".join(member.text for member in group.members)
+    cells = (WORD[group.severity], f"lockstep group {group.name}", group.status, "", members)
+    head = "".join(f"<td>{_h(cell)}</td>" for cell in cells)
+    rows = [f'<tr class="{group.severity} group">{head}</tr>']
+    return rows + [_html_row(image, row, " member") for row in group.rows]
+
+
+def _h(text: str) -> str:
+    return html.escape(text, quote=True)

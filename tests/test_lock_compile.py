@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 
-from audit.cli import lock_fast as lock_stamp
 from audit.cli import main as cli
 from audit.core.snapshot import Distribution
-from audit.engines import atomic
+from audit.engines import atomic, lock_stamp
 from audit.engines import process as commands
 from audit.plan.lockfile import parse_lock
 from tests.support.cli import REPO, spawn_audit

@@ -9,7 +9,7 @@ import pytest
 from audit.core.errors import LockError
 from audit.core.policy import Policy, Waiver
 from audit.core.snapshot import Distribution, Environment
-from audit.engines.lock_compile import ambient_ca_bundle
+from audit.engines.resolvers.job import ambient_ca_bundle
 from audit.plan.lock import (
     BASE_ORIGIN,
     Constraint,

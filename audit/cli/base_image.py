@@ -8,8 +8,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from audit.cli.options import add_client_option
 from audit.core.errors import EXIT_OK
-from audit.engines import baseimage, console, docker_host
+from audit.engines import baseimage, console
 from audit.plan import base_image
 
 
@@ -42,7 +43,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--mirror", default="", help="Debian mirror URL (default: the one this machine's apt uses)"
     )
-    docker_host.add_client_option(parser)
+    add_client_option(parser)
     parser.set_defaults(handler=handle)
 
 

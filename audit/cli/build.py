@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.engines import docker_host
+from audit.cli.options import add_client_option
 from audit.engines.build_run import build_image
 from audit.plan import paths
 from audit.plan.build import NETWORK_AUTO, BuildOptions
@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="hand the build to this existing buildx builder, e.g. a remote BuildKit",
     )
-    docker_host.add_client_option(parser)
+    add_client_option(parser)
     parser.add_argument(
         "--network",
         default=NETWORK_AUTO,

@@ -45,7 +45,7 @@ from audit.plan.trust import base_record_mismatch
 PIP_TOOLS_VERSION = "7.6.2"
 PIP_VERSION = "25.2"
 RESOLVER = f"pip-tools=={PIP_TOOLS_VERSION} pip=={PIP_VERSION}"
-UV_VERSION = "0.13.9"  # audit.engines.uv_compile installs exactly this one
+UV_VERSION = "0.13.9"  # audit.engines.resolvers.uv installs exactly this one
 RESOLVERS = {"pip-tools": RESOLVER, "uv": f"uv=={UV_VERSION}"}
 
 

@@ -23,31 +23,41 @@ from __future__ import annotations
 import email.parser
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.core.errors import EnvironmentProblem
+from audit.core.errors import EnvironmentProblem, LockError
+from audit.core.redact import redact
 from audit.core.snapshot import canonical_name
 from audit.engines import atomic
 from audit.engines import process as commands
-from audit.engines.lock_compile import (
+from audit.engines.lock_progress import STEP_MARK
+from audit.engines.resolvers.job import (
     CONSTRAINTS,
     OUTPUT,
     STANDINS,
+    WORK_PREFIX,
     CompileJob,
     OnLine,
     Outcome,
     ambient_ca_bundle,
     cache_root,
     clean_body,
+    disk_full,
+    meaningful_lines,
+    network_failure,
     prepare_work,
+    probe_indexes,
     tools_index,
+    unreachable_index,
 )
-from audit.engines.lock_progress import STEP_MARK
-from audit.plan.lock import RESOLVERS, UV_VERSION
+from audit.engines.run_label import work_prefix
+from audit.plan.lock import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.plan.lockfile import BaseRecord
 
 RESOLVER = RESOLVERS["uv"]
@@ -107,9 +117,9 @@ def _install_uv(venv: Path) -> None:
     )
     if done.returncode != 0:
         raise EnvironmentProblem(
-            f"could not install uv {UV_VERSION} from {tools_index()}",
-            "check the network and the CA bundle (SSL_CERT_FILE), or lock with "
-            "--resolver pip-tools",
+            f"could not install uv {UV_VERSION} from {redact(tools_index())}",
+            "check the network and the CA bundle (SSL_CERT_FILE), or set "
+            'resolver = "pip-tools" under [image] in image.toml',
         )
     partial.rename(venv)
 
@@ -162,7 +172,7 @@ def moved_lines(job: CompileJob, compiled: str, requirements: str) -> list[str]:
 def run_uv(target: UvTarget, job: CompileJob, on_line: OnLine = print) -> Outcome:
     """One layer's job with uv in a fresh work folder; the folder is always removed. Output
     lines and step announcements go to ``on_line`` as they come."""
-    work = Path(tempfile.mkdtemp(prefix="layer-audit-uv-"))
+    work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
     try:
         prepare_work(work, job)
         return _run(work, target, job, on_line)
@@ -253,3 +263,81 @@ def _read_metadata(folder: Path) -> dict[str, object]:
             "requires_python": message.get("Requires-Python") or "",
         }
     }
+
+
+# -- the resolver -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Uv:
+    """uv on this machine, for the base's Python and platform: no image, no emulation."""
+
+    target: UvTarget
+    label: str = RESOLVER
+    merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
+
+    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
+        return run_uv(self.target, job, on_line)
+
+    def explain(
+        self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str
+    ) -> LockError | EnvironmentProblem:
+        return explain_uv_failure(log, inputs, log_path)
+
+    def yanked(self, log: str) -> list[str]:
+        return yanked_pins(log)
+
+
+# -- uv's failures, in uv's words ---------------------------------------------------------------
+
+_UV_YANKED = re.compile(
+    r"`(?P<name>[^`=]+)==(?P<version>[^`]+)` is yanked(?: \(reason: \"(?P<reason>[^\"]*)\"\))?"
+)
+_UV_NOT_FOUND = re.compile(r"Because (?P<name>\S+) was not found in the package registry")
+_UV_NO_SOLUTION = "No solution found when resolving dependencies"
+
+
+def yanked_pins(log: str) -> list[str]:
+    """'name version (reason)' for every yanked release uv warned about."""
+    return [
+        f"{m['name']} {m['version']} ({m['reason'] or 'no reason given'})"
+        for m in _UV_YANKED.finditer(log)
+    ]
+
+
+def explain_uv_failure(
+    log: str, inputs: LayerInputs, log_path: str = ""
+) -> LockError | EnvironmentProblem:
+    """A failed uv run as one clear error: the machine (exit 3), a name no index has, or uv's
+    own account of why no resolution exists (its "Because ..." lines), never pip's regexes."""
+    where = inputs.step.label
+    saved = f" (full log: {log_path})" if log_path else ""
+    error = disk_full(where, log) or _uv_explained(where, log, inputs)
+    return type(error)(error.message, error.hint + saved)
+
+
+def _uv_explained(where: str, log: str, inputs: LayerInputs) -> LockError | EnvironmentProblem:
+    if network_failure(log):
+        return unreachable_index(where, log, (inputs.index_url, inputs.extra_index_url))
+    missing = _UV_NOT_FOUND.search(log)
+    if missing:
+        return probe_indexes(inputs) or LockError(
+            f"{where}: no version of {missing['name']} on the recipe's indexes",
+            "check the name and version, or declare the index that has it in image.toml",
+        )
+    lines = [redact(line.strip(" ×╰─▶│")) for line in meaningful_lines(log)]
+    if any(_UV_NO_SOLUTION in line for line in lines):
+        why = [line for line in lines if line and _UV_NO_SOLUTION not in line][-6:]
+        return LockError(
+            f"{where}: uv found no resolution:\n" + "\n".join(f"  | {line}" for line in why),
+            "relax the requirement uv names, or move what the earlier layers install "
+            "(--upgrade-package NAME)",
+        )
+    last = next(
+        (line for line in reversed(lines) if line.startswith("error:")),
+        lines[-1] if lines else "no output",
+    )
+    return LockError(
+        f"{where}: uv pip compile failed: {last}",
+        "fix the requirements file, or check that the recipe's indexes are reachable",
+    )

@@ -20,6 +20,7 @@ from audit.cli import main as cli
 from audit.core.snapshot import Distribution
 from audit.engines import lock_stamp, lock_workflow
 from audit.engines.base_record import BaseOptions
+from audit.plan import recipe_parse
 from audit.plan.sources import DirectorySource, Source
 from tests.support.project import (
     ProjectSpec,
@@ -54,7 +55,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def full_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each time the lock command took the full path (parsed the recipe)."""
     looks: list[str] = []
-    parse = lock_workflow.load_recipe
+    parse = recipe_parse.load_recipe
 
     def spy(source: object, image: str) -> object:
         looks.append(image)

@@ -63,7 +63,7 @@ from audit.plan.recipe import Recipe
 
 CA_TARGET = "/run/layer-audit-ca.pem"
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-DRIVER = Path(lock_driver.__file__)
+DRIVER_SCRIPT = Path(lock_driver.__file__)  # copied into each work folder
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def _read_output(work: Path, job: CompileJob, returncode: int, log: str) -> Outc
 
 def _write_job(work: Path, job: CompileJob, cache: str, cert: str) -> None:
     (work / lock_driver.JOB_FILE).write_text(json.dumps(job_document(job, cache, cert)))
-    shutil.copyfile(DRIVER, work / "driver.py")
+    shutil.copyfile(DRIVER_SCRIPT, work / "driver.py")
 
 
 def _compile_on_host(

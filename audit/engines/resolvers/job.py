@@ -189,14 +189,15 @@ def probe_index(url: str, timeout: float = 10.0) -> str | None:
         return "connection refused" if "refused" in str(reason).lower() else f"{reason}"
 
 
-def probe_indexes(inputs: LayerInputs) -> EnvironmentProblem | None:
+def probe_indexes(inputs: LayerInputs, log: str) -> EnvironmentProblem | None:
     """When the resolver saw no version at all, ask each index once: an index that does not
     answer (pip hides 5xx and refusals behind "from versions: none") is the machine's problem."""
     for url in (inputs.index_url, inputs.extra_index_url):
         cause = probe_index(url) if url else None
         if cause:
             return EnvironmentProblem(
-                f"{inputs.step.label}: the index did not answer ({cause}): {redact(url or '')}",
+                f"{inputs.step.label}: the index did not answer ({cause}): {redact(url or '')}\n"
+                f"  last: {redact(last_word(log))}",
                 "check the network (lock containers use --network host), the index and the CA "
                 "bundle (SSL_CERT_FILE), then run lock again",
             )

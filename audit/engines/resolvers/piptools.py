@@ -341,7 +341,7 @@ def _explained(
             return conflict(where, constraint, f"{who} asks for {requirement}")
     missing = _NOT_FOUND.search(log)
     if missing:
-        down = probe_indexes(inputs) if "(from versions: none)" in log else None
+        down = probe_indexes(inputs, log) if "(from versions: none)" in log else None
         return down or not_found(where, missing["req"], installed)
     return _generic(where, log)
 
@@ -374,8 +374,9 @@ def _environment(
         return full
     if _NO_VENV.search(log):
         return no_venv(where)
-    if network_failure(log):
-        return unreachable_index(where, log, (inputs.index_url, inputs.extra_index_url))
+    resolving = _after_tools(log)  # retries while installing the tools are not the index's
+    if network_failure(resolving):
+        return unreachable_index(where, resolving, (inputs.index_url, inputs.extra_index_url))
     if _TOOLS_FAILED in log:
         return EnvironmentProblem(
             f"{where}: pip-tools could not be installed into the lock environment: "
@@ -384,6 +385,13 @@ def _environment(
             + redact(tools_index()),
         )
     return None
+
+
+def _after_tools(log: str) -> str:
+    """The log from the first step after the tools were installed (all of it when none)."""
+    markers = [log.find(lock_driver.STEP_PREFIX + word) for word in ("resolving", "reading")]
+    found = [at for at in markers if at >= 0]
+    return log[min(found) :] if found else log
 
 
 def not_found(where: str, requirement: str, installed: Mapping[str, Constraint]) -> LockError:

@@ -321,7 +321,7 @@ def _uv_explained(where: str, log: str, inputs: LayerInputs) -> LockError | Envi
         return unreachable_index(where, log, (inputs.index_url, inputs.extra_index_url))
     missing = _UV_NOT_FOUND.search(log)
     if missing:
-        return probe_indexes(inputs) or LockError(
+        return probe_indexes(inputs, log) or LockError(
             f"{where}: no version of {missing['name']} on the recipe's indexes",
             "check the name and version, or declare the index that has it in image.toml",
         )

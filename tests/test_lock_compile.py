@@ -334,4 +334,3 @@ def test_an_index_that_fails_is_an_environment_problem_naming_it(
     assert "full log: build/.layer-audit/lock-logs/t/v1-01.log" in err
     assert (root / "build/.layer-audit/lock-logs/t/v1-01.log").is_file()
     assert not (root / "locks/t/v1-01.txt").exists()
-

@@ -102,3 +102,8 @@ class BuildFailed(AuditError):
     def __init__(self, message: str, hint: str = "", *, exit_code: int = EXIT_ENVIRONMENT) -> None:
         super().__init__(message, hint)
         self.exit_code = exit_code
+
+
+class MetadataUnavailable(BadInput):
+    """An index carries no wheel (or no such project or version) to read a distribution's
+    metadata from: a vendor build, a local version such as ``+cu130``, a VCS requirement."""

@@ -91,6 +91,9 @@ class Policy:
     ``requirements`` holds PEP 508 strings for floors and pins (``nvidia-nccl-cu13>=2.30``);
     ``forbidden`` holds PEP 508 strings (a bare name forbids every version).
     ``cuda`` is the recipe's CUDA tag (``cu130``) used by the suffix rule; None disables it.
+    ``preset`` names the preset merged in (``audit.core.presets``), and ``preset_rules`` the ids
+    of its rules this policy kept (``lockstep cutlass-dsl``, ``forbid nvidia-nccl-cu13``,
+    ``variant``): findings they raise say so.
     """
 
     downgrade: str = FAIL
@@ -104,6 +107,8 @@ class Policy:
     requirements: tuple[str, ...] = ()
     forbidden: tuple[str, ...] = ()
     waivers: tuple[Waiver, ...] = field(default_factory=tuple)
+    preset: str | None = None
+    preset_rules: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +124,8 @@ class Policy:
             "requirements": list(self.requirements),
             "forbidden": list(self.forbidden),
             "waivers": [w.to_json() for w in self.waivers],
+            "preset": self.preset,
+            "preset_rules": list(self.preset_rules),
         }
 
     @classmethod
@@ -137,4 +144,6 @@ class Policy:
             requirements=tuple(data["requirements"]),
             forbidden=tuple(data["forbidden"]),
             waivers=tuple(Waiver.from_json(w) for w in data["waivers"]),
+            preset=data.get("preset"),
+            preset_rules=tuple(data.get("preset_rules", ())),
         )

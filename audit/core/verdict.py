@@ -20,6 +20,7 @@ from audit.core import diff as _diff
 from audit.core.errors import BadInput
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import ALLOW, FAIL, WARN, Policy, Waiver
+from audit.core.presets import PRESETS, label
 from audit.core.snapshot import Distribution, Environment, canonical_name
 
 if TYPE_CHECKING:
@@ -53,14 +54,30 @@ def _change_severity(kind: str, policy: Policy) -> str:
     return _ACTION_SEVERITY[actions.get(kind, ALLOW)]
 
 
+_ACTION_KEY = {
+    _diff.DOWNGRADED: "downgrade",
+    _diff.REMOVED: "removal",
+    _diff.VARIANT: "variant",
+    _diff.REBUILT: "rebuilt",
+    _diff.SHADOWED: "shadowed",
+}
+
+
+def _origin(policy: Policy, rule_id: str) -> str:
+    """The message prefix of a finding raised by a preset rule (``""`` for the recipe's own)."""
+    return label(policy.preset, rule_id, policy.preset_rules)
+
+
 def change_finding(change: _diff.Change, policy: Policy, where: str) -> Finding:
+    severity = _change_severity(change.kind, policy)
+    origin = _origin(policy, _ACTION_KEY.get(change.kind, "")) if severity == ERROR else ""
     return Finding(
         rule=rule_of(change.kind),
-        severity=_change_severity(change.kind, policy),
+        severity=severity,
         package=change.name,
         before=change.before.version if change.before else None,
         after=change.after.version if change.after else None,
-        message=change.message,
+        message=origin + change.message,
         where=where,
     )
 
@@ -80,7 +97,8 @@ def _lockstep(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
         public = {v.public for v in versions.values() if v is not None}
         if len(public) > 1:
             listed = ", ".join(f"{n} {env[n].version}" for n in members)
-            message = f"lockstep group {group.name}: members must share one version: {listed}"
+            origin = _origin(policy, f"lockstep {group.name}") or f"lockstep group {group.name}: "
+            message = f"{origin}members must share one version: {listed}"
             yield _state("lockstep", group.name, None, message, where)
 
 
@@ -126,7 +144,8 @@ def _cuda_suffix(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
             if major is not None and _cuda_ok(kind, digits, tag):
                 continue
             what = "a CPU build" if digits == "cpu" else f"{kind} for cu{digits}"
-            message = f"{name} {dist.version}: {what} in an image built for {tag}"
+            origin = _origin(policy, "cuda_suffix")
+            message = f"{origin}{name} {dist.version}: {what} in an image built for {tag}"
             finding = _state("cuda-suffix", name, dist.version, message, where)
             yield finding if major else replace(finding, severity=WARNING)
             break
@@ -157,7 +176,8 @@ def _requirements(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
         requirement = parse_requirement(text, f"require[{index}]")
         dist = env.get(canonical_name(requirement.name))
         if dist is not None and _outside(requirement, dist):
-            message = f"{dist.name} {dist.version} breaks the policy requirement {text}"
+            origin = _origin(policy, f"require {dist.name}")
+            message = f"{origin}{dist.name} {dist.version} breaks the policy requirement {text}"
             yield _state("requirement", dist.name, dist.version, message, where)
 
 
@@ -168,7 +188,8 @@ def _forbidden(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
         if dist is None:
             continue
         if not requirement.specifier or not _outside(requirement, dist):
-            message = f"{dist.name} {dist.version} is forbidden by the policy ({text})"
+            origin = _origin(policy, f"forbid {dist.name}")
+            message = f"{origin}{dist.name} {dist.version} is forbidden by the policy ({text})"
             yield _state("forbidden", dist.name, dist.version, message, where)
 
 
@@ -314,7 +335,7 @@ def apply_waivers(
         for finding in findings
         for out in (_waive(finding, policy, today, scope, book) if finding.fails else [finding])
     ]
-    return [_with_hint(f, scope) if f.fails and not f.hint else f for f in waived]
+    return [_with_hint(f, scope, policy) if f.fails and not f.hint else f for f in waived]
 
 
 def waiver_snippet(finding: Finding, scope: Scope = Scope()) -> str:
@@ -345,9 +366,22 @@ def _fix(finding: Finding) -> str:
     return fixes.get(finding.rule, pin)
 
 
-def _with_hint(finding: Finding, scope: Scope = Scope()) -> Finding:
+def _with_hint(finding: Finding, scope: Scope, policy: Policy) -> Finding:
     hint = f"{_fix(finding)}; or waive it in image.toml:\n{waiver_snippet(finding, scope)}"
-    return replace(finding, hint=hint)
+    return replace(finding, hint=_preset_note(finding, policy) + hint)
+
+
+def _preset_note(finding: Finding, policy: Policy) -> str:
+    """Why the preset has the rule that fired, and the recipe key that turns it off."""
+    prefix = f"preset {policy.preset}: "
+    if policy.preset is None or not finding.message.startswith(prefix):
+        return ""
+    rule_id = finding.message[len(prefix) :].split(": ", 1)[0]
+    reason = PRESETS[policy.preset].reason(rule_id) if policy.preset in PRESETS else ""
+    return (
+        f"preset {policy.preset} has `{rule_id}` because {reason}; to turn it off, set "
+        f'preset_skip = ["{rule_id}"] in [policy] (docs/recipes.md); '
+    )
 
 
 # --- entry points ------------------------------------------------------------------------

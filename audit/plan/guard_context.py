@@ -32,7 +32,9 @@ from audit.plan.recipe import PipLayer, Recipe
 
 GUARD_DIR = "_guard"
 GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
-PURE_CORE = ("errors", "findings", "lockformat", "policy", "snapshot", "diff", "verdict")
+PURE_CORE = (
+    "errors", "findings", "lockformat", "policy", "presets", "snapshot", "diff", "verdict",
+)  # fmt: skip
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent
 _CORE_PACKAGE = _AUDIT_PACKAGE / "core"

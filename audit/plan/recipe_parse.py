@@ -23,6 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from audit.core import presets
 from audit.core.errors import RecipeError, UsageError
 from audit.core.policy import ACTIONS, FAIL, WARN, LockstepGroup, Policy, Waiver
 from audit.core.suggest import did_you_mean, one_of
@@ -60,7 +61,10 @@ POLICY_ACTIONS = {
     "rebuilt": WARN,
     "shadowed": WARN,
 }
-POLICY_KEYS = (*POLICY_ACTIONS, "cuda_suffix", "require", "forbid", "lockstep", "waiver")
+POLICY_KEYS = (
+    *POLICY_ACTIONS, "cuda_suffix", "require", "forbid", "lockstep", "waiver", "preset",
+    "preset_skip",
+)  # fmt: skip
 WAIVER_KEYS = ("package", "from", "to", "reason", "expires", "rule", "stage", "layer")
 WAIVER_RULES = (
     "downgraded", "removed", "variant", "rebuilt", "shadowed", "unparsable-version",
@@ -593,8 +597,8 @@ def _policy(node: _Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
     if node is None:
         return Policy(cuda=recipe_cuda)
     node.check_keys(POLICY_KEYS)
-    actions = {key: _action(node, key, default) for key, default in POLICY_ACTIONS.items()}
-    return Policy(
+    actions: dict[str, Any] = {k: _action(node, k, d) for k, d in POLICY_ACTIONS.items()}
+    policy = Policy(
         **actions,
         cuda=recipe_cuda,
         cuda_suffix=node.boolean("cuda_suffix", True),
@@ -603,6 +607,34 @@ def _policy(node: _Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
         forbidden=_requirement_list(node, "forbid"),
         waivers=tuple(_waiver(w, stages) for w in node.tables("waiver")),
     )
+    return _with_preset(node, policy)
+
+
+def _with_preset(node: _Node, policy: Policy) -> Policy:
+    """``policy`` with the preset ``[policy] preset`` names merged under it (see
+    :func:`audit.core.presets.merge`); ``preset_skip`` lists rule ids of that preset."""
+    name = node.optional_text("preset")
+    if name is None:
+        if "preset_skip" in node.data:
+            raise node.error("preset_skip", "skips rules of a preset, but no preset is set")
+        return policy
+    if name not in presets.PRESETS:
+        raise node.error(
+            "preset",
+            f"no preset {name!r}{did_you_mean(name, presets.NAMES)}",
+            f"use {one_of(presets.NAMES)}",
+        )
+    ids = presets.rule_ids(name)
+    skip = node.texts("preset_skip") if "preset_skip" in node.data else []
+    for index, rule_id in enumerate(skip, start=1):
+        if rule_id not in ids:
+            raise node.error(
+                f"preset_skip[{index}]",
+                f"preset {name} has no rule {rule_id!r}{did_you_mean(rule_id, ids)}",
+                f"use {one_of(ids)}",
+            )
+    explicit = frozenset(key for key in (*POLICY_ACTIONS, "cuda_suffix") if key in node.data)
+    return presets.merge(policy, name, explicit, frozenset(skip))
 
 
 def _action(node: _Node, key: str, default: str) -> str:

@@ -13,12 +13,14 @@ from audit.engines.resolvers.job import ambient_ca_bundle
 from audit.plan.lock import (
     BASE_ORIGIN,
     Constraint,
+    Upgrade,
     check_locks,
     existing_pins,
     installed_before,
     moved_pins,
     pin_blocks,
     pip_steps,
+    preferred_pins,
     via_parents,
     who_asks,
 )
@@ -133,6 +135,23 @@ def test_installed_before_holds_the_base_then_each_earlier_lock_in_order() -> No
     assert installed["alpha"] == Constraint("alpha", "2.0", steps[0].label)
     assert installed["beta"].origin == steps[1].label
     assert existing_pins(installed) == "alpha==2.0\nbeta==1.1\npip==23.0\n"
+
+
+def test_preferred_pins_carry_the_previous_locks_hashes_so_unmoved_pins_are_not_rehashed() -> None:
+    installed = {"pip": Constraint("pip", "23.0", BASE_ORIGIN)}
+    previous = Lock("x", "d", {
+        "alpha": Pin("alpha", "2.0", ("sha256:aa", "sha256:bb")),
+        "beta": Pin("beta", "1.0", ("sha256:cc",), 'sys_platform == "linux"'),
+    })  # fmt: skip
+    text = preferred_pins(installed, previous, Upgrade())
+    assert text == (
+        "alpha==2.0 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n"
+        'beta==1.0 ; sys_platform == "linux" \\\n    --hash=sha256:cc\n'
+        "pip==23.0\n"
+    )
+    moving = preferred_pins(installed, previous, Upgrade(packages={"alpha": None}))
+    assert "alpha" not in moving and "sha256:cc" in moving
+    assert preferred_pins(installed, previous, Upgrade(everything=True)) == "pip==23.0\n"
 
 
 def test_only_what_a_layer_installs_or_moves_is_pinned() -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from audit.engines.resolvers.job import ambient_ca_bundle  # noqa: E402
 from audit.plan.lock import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION  # noqa: E402
 from audit.plan.lockfile import parse_base  # noqa: E402
 
@@ -67,7 +68,7 @@ class Project:
         toml.write_text(
             toml.read_text().replace("[image]\n", f'[image]\nresolver = "{resolver}"\n', 1)
         )
-        self.cache = self.root / "cache"
+        self.cache = self.root.parent / f"bare-{resolver}-cache"  # kept: tools installed once
         self.env = dict(os.environ, PYTHONPATH=str(ROOT), LAYER_AUDIT_CACHE=str(self.cache))
         self.last = sorted((target / "requirements").glob("*.in"))[-1]
         self.original = self.last.read_text()
@@ -167,12 +168,14 @@ def bare_pip_compile(project: Project, work: Path) -> float:
     """pip-compile --generate-hashes in the base image, its previous output given (``-o``)."""
     base, tools = project.base(), tools_env(project)
     (work / "all.in").write_text(project.requirements())
-    cache = tools.parent
+    cache, bundle = tools.parent, ambient_ca_bundle()  # TLS as lock's own runs have it
+    certs = ["-v", f"{bundle}:/run/ca.pem:ro", "-e", "SSL_CERT_FILE=/run/ca.pem"] if bundle else []
     argv = ["docker", "run", "--rm", "--network", "host", "--user", f"{os.getuid()}:{os.getgid()}",
-            "-v", f"{cache}:/cache", "-v", f"{work}:/work", "-w", "/work",
+            "-v", f"{cache}:/cache", "-v", f"{work}:/work", "-w", "/work", *certs,
             "-e", "HOME=/cache/bare-home", "-e", "PIP_CONFIG_FILE=/dev/null",
             "--entrypoint", f"/cache/{tools.name}/bin/python", base["id"],
             "-m", "piptools", "compile", "--generate-hashes", "--no-header", "--no-config",
+            *(["--cert", "/run/ca.pem"] if bundle else []),
             "--index-url", INDEX, "-o", "all.txt", "all.in"]  # fmt: skip
     return timed(argv)
 
@@ -206,6 +209,7 @@ def main() -> int:
         parser.error("--rounds: medians of at least 3")
     recipe = Path(args.recipe)
     results = measure_uv(recipe, args.rounds)
+    print(json.dumps(results), flush=True)  # kept even if the pip-tools part stops the script
     if not args.skip_pip_tools:
         results |= measure_pip_tools(recipe, args.rounds)
     print(f"{'case':20} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  bytes")

@@ -9,6 +9,7 @@ import pytest
 from audit.core.errors import LockError
 from audit.core.policy import Policy, Waiver
 from audit.core.snapshot import Distribution, Environment
+from audit.engines.lock_run import known_metadata
 from audit.engines.resolvers.job import ambient_ca_bundle
 from audit.plan.lock import (
     BASE_ORIGIN,
@@ -24,7 +25,7 @@ from audit.plan.lock import (
     via_parents,
     who_asks,
 )
-from audit.plan.lockfile import BaseRecord, Lock, Pin, lock_relpath
+from audit.plan.lockfile import BaseRecord, Lock, Pin, PinMetadata, lock_relpath
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
 from audit.plan.sources import DirectorySource
 from tests.support.project import write_base, write_fresh_locks, write_text
@@ -210,3 +211,12 @@ def test_the_ambient_ca_bundle_is_the_first_named_file_that_exists(tmp_path: Pat
     assert ambient_ca_bundle({"PIP_CERT": str(second), "SSL_CERT_FILE": str(first)}) == first
     assert ambient_ca_bundle({"SSL_CERT_FILE": gone, "REQUESTS_CA_BUNDLE": str(second)}) == second
     assert ambient_ca_bundle({"SSL_CERT_FILE": gone}) is None
+
+
+def test_a_previous_locks_metadata_is_known_by_name_and_version() -> None:
+    previous = Lock(
+        "x", "d", {"alpha": Pin("alpha", "2.0", ("sha256:aa",))},
+        metadata={"alpha": PinMetadata(("beta>=1",), ">=3.9")},
+    )  # fmt: skip
+    assert known_metadata(previous) == {("alpha", "2.0"): (("beta>=1",), ">=3.9")}
+    assert known_metadata(None) == {}

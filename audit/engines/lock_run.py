@@ -108,6 +108,7 @@ class LockRun:
             layer.override,
             preferred_pins(installed, previous, self.upgrade),
             upgrade_constraints(self.upgrade),
+            known_metadata(previous),
         )
         with LockProgress(f"{step.label} ({self.backend.label})") as progress:
             outcome = self.backend.compile(job, progress.feed)
@@ -154,6 +155,17 @@ class LockRun:
             if finding.rule == "override":
                 console.stderr.print(f"[yellow]override:[/] {escape(finding.message)}")
         return found
+
+
+def known_metadata(lock: Lock | None) -> dict[tuple[str, str], tuple[tuple[str, ...], str]]:
+    """What a layer's previous lock recorded of each pin, by (canonical name, version)."""
+    if lock is None:
+        return {}
+    return {
+        (name, pin.version): (meta.requires_dist, meta.requires_python)
+        for name, pin in lock.pins.items()
+        if (meta := lock.metadata.get(name)) is not None
+    }
 
 
 def _as_distribution(constraint: Constraint) -> Distribution:

@@ -16,7 +16,7 @@ import os
 import re
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.core.errors import EnvironmentProblem
@@ -47,6 +47,9 @@ class CompileJob:
     overrides: tuple[str, ...] = ()  # "name==version" pins that win over the resolution
     preferred: str = ""  # the existing output the resolver starts from ("": ``existing``)
     constraints: str = ""  # "name==version" lines --upgrade-package asked for
+    # (canonical name, version) -> (requires_dist, requires_python) of the layer's previous
+    # lock: a pin that did not move needs no metadata read from the index again
+    known: Mapping[tuple[str, str], tuple[tuple[str, ...], str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

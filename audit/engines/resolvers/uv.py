@@ -257,10 +257,16 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
     if not moved:
         return json.dumps({"install": []})
     stats = FetchStats()
-    found, missing = metadata_from_indexes(job.inputs, target, [_key(m) for m in moved], stats)
-    session.note(f"metadata of {len(moved)} moved pins: {stats.summary()}")
-    items = [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
-             for meta in found]  # fmt: skip
+    pins = [_key(m) for m in moved]
+    unknown = [pin for pin in pins if pin not in job.known]
+    found, missing = metadata_from_indexes(job.inputs, target, unknown, stats)
+    reused = len(pins) - len(unknown)
+    session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock): "
+                 f"{stats.summary()}")  # fmt: skip
+    items = [_item(name, version, *job.known[name, version])
+             for name, version in pins if (name, version) in job.known]  # fmt: skip
+    items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
+              for meta in found]  # fmt: skip
     if missing:
         names = ", ".join(sorted(missing))
         session.note(f"no wheel for the target on the indexes: downloading {names} (metadata)")
@@ -283,6 +289,8 @@ def metadata_from_indexes(
     found: list[Metadata] = []
     wanted = list(pins)
     for index in indexes:
+        if not wanted:
+            break
         answers = fetch_many(index, wanted, tags=tags, stats=stats, cache=cache)
         found += [got for got in answers.values() if isinstance(got, Metadata)]
         wanted = [pin for pin in wanted if not isinstance(answers.get(pin[0]), Metadata)]

@@ -1,9 +1,15 @@
-"""Snapshot script vs ``pip list --format=json`` on one environment of 150+ distributions.
+"""Snapshot script vs ``pip list --format=json`` on a real environment of 178 distributions.
 
-Usage: ``python benchmarks/bench_snapshot.py [--dists N] [--repeat K]``. Builds (once, cached under
-``build/bench/``) a virtual environment holding N small generated wheels plus pip, then times both
-commands side by side, K runs each, and prints the medians and their ratio. Exit 1 when the
-snapshot is less than 15 times faster (the target in DESIGN.md).
+Usage: ``python benchmarks/bench_snapshot.py [--synthetic N] [--repeat K]``. Builds once, cached
+under ``build/bench/``, a virtual environment from the pinned list ``benchmarks/data/
+snapshot-venv-178.txt`` (real wheels from the public index, ``--no-deps``, the machine's pip
+configuration left out), or with ``--synthetic N`` one of N generated wheels (offline). Then it
+times, side by side and alternately, K runs each of: the snapshot script with ``--no-system``
+(Python only), the snapshot script as the guard runs it (with the OS packages and native
+libraries), and ``pip list --format=json``; and in-process, the ways to digest RECORD files.
+Prints the medians and ratios; exit 1 when the Python snapshot is less than 15 times faster than
+pip list, or the one with the system costs more than twice the Python-only one (DESIGN.md), or
+when a timed run fails or lists another number of distributions than pip.
 """
 
 from __future__ import annotations
@@ -26,8 +32,13 @@ from audit.core.snapshot import SCRIPT_PATH, parse_snapshot  # noqa: E402
 from audit.engines import process as commands  # noqa: E402
 
 TARGET_RATIO = 15.0
+SYSTEM_BUDGET = 2.0  # the snapshot with OS packages and native libraries vs the Python-only one
 BENCH_DIR = ROOT / "build" / "bench"
-# Hermetic pip: the machine's pip configuration (find-links, constraints) must not leak in.
+REAL_LIST = ROOT / "benchmarks" / "data" / "snapshot-venv-178.txt"
+# Hermetic pip: the machine's pip configuration (find-links, constraints) must not leak in; the
+# CA bundle and proxy settings a network needs do.
+_PASSED = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "HTTPS_PROXY", "https_proxy",
+           "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")  # fmt: skip
 PIP_ENV = {
     "PATH": os.environ.get("PATH", ""),
     "HOME": os.environ.get("HOME", "/tmp"),
@@ -35,6 +46,7 @@ PIP_ENV = {
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     "PIP_NO_INPUT": "1",
     commands.QUIET_ENV: "1",
+    **{name: os.environ[name] for name in _PASSED if name in os.environ},
 }
 
 
@@ -103,45 +115,117 @@ def build_venv(count: int) -> Path:
     return python
 
 
+def build_real_venv() -> Path:
+    """The cached venv of the pinned real list (rebuilt when the list changes)."""
+    key = hashlib.sha256(REAL_LIST.read_bytes()).hexdigest()[:12]
+    venv = BENCH_DIR / f"real-venv-{key}"
+    python = venv / "bin" / "python"
+    stamp = venv / ".bench-complete"
+    if stamp.is_file():
+        return python
+    commands.run([sys.executable, "-m", "venv", "--clear", venv], env=PIP_ENV)
+    install: list[str | Path] = [python, "-m", "pip", "install", "--no-deps", "-q", "-r", REAL_LIST]
+    commands.run(install, env=PIP_ENV)
+    stamp.write_text("ok\n")
+    return python
+
+
 def _timed(argv: list[str | Path]) -> tuple[float, str]:
     start = time.perf_counter()
-    output = commands.run(argv, env=PIP_ENV).stdout
+    output = commands.run(argv, env=PIP_ENV).stdout  # raises on a failed run
     return time.perf_counter() - start, output
 
 
 def time_side_by_side(
-    first: list[str | Path], second: list[str | Path], repeat: int
-) -> tuple[float, float, str, str]:
-    """Median wall times of both commands, run alternately so both see the same machine load."""
-    _timed(first), _timed(second)  # warm the file cache
-    times: tuple[list[float], list[float]] = ([], [])
-    out_first = out_second = ""
+    commands_: dict[str, list[str | Path]], repeat: int
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Median wall time and last output of each command, run in turn so all see the same load."""
+    for argv in commands_.values():
+        _timed(argv)  # warm the file cache
+    times: dict[str, list[float]] = {name: [] for name in commands_}
+    outputs: dict[str, str] = {}
     for _ in range(repeat):
-        elapsed, out_first = _timed(first)
-        times[0].append(elapsed)
-        elapsed, out_second = _timed(second)
-        times[1].append(elapsed)
-    return statistics.median(times[0]), statistics.median(times[1]), out_first, out_second
+        for name, argv in commands_.items():
+            elapsed, outputs[name] = _timed(argv)
+            times[name].append(elapsed)
+    return {name: statistics.median(values) for name, values in times.items()}, outputs
+
+
+DIGEST_PROBE = """
+import os, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+import snapshot as s
+try:
+    from _sha256 import sha256 as builtin
+except ImportError:
+    from _sha2 import sha256 as builtin
+from _hashlib import openssl_sha256
+
+def stat_key(folder, metadata_file):
+    try:
+        st = os.stat("%s/RECORD" % folder)
+    except OSError:
+        return ""
+    return "%d:%d" % (st.st_size, st.st_mtime_ns)
+
+def hashed(function):
+    def digest(folder, metadata_file):
+        data = s._read("%s/RECORD" % folder)
+        return function(data).hexdigest() if data is not None else ""
+    return digest
+
+ways = {
+    "sha256 of RECORD, builtin": hashed(builtin),
+    "sha256 of RECORD, OpenSSL (chosen)": hashed(openssl_sha256),
+    "size+mtime of RECORD (stat)": stat_key,
+    "no digest (the floor)": lambda folder, metadata_file: "",
+}
+sites = s.site_directories(sys.path, sys.argv[1])
+times = {name: [] for name in ways}
+for _ in range(int(sys.argv[2])):
+    for name, way in ways.items():
+        s._digest = way
+        start = time.perf_counter()
+        s.described(sites)
+        times[name].append(time.perf_counter() - start)
+for name, values in times.items():
+    print("%-36s %7.1f ms" % (name, statistics.median(values) * 1000))
+"""
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dists", type=int, default=160, help="generated distributions")
-    parser.add_argument("--repeat", type=int, default=7, help="timed runs per command")
+    parser.add_argument("--synthetic", type=int, metavar="N", help="N generated wheels instead")
+    parser.add_argument("--repeat", type=int, default=9, help="timed runs per command")
     args = parser.parse_args()
     os.environ[commands.QUIET_ENV] = "1"  # printing each timed command would skew the timings
-    python = build_venv(args.dists)
-    snap_time, pip_time, snap_out, pip_out = time_side_by_side(
-        [python, SCRIPT_PATH], [python, "-m", "pip", "list", "--format=json"], args.repeat
-    )
-    seen = len(parse_snapshot(snap_out.encode(), "snapshot")[0].distributions)
-    listed = len(json.loads(pip_out))
-    ratio = pip_time / snap_time
+    python = build_venv(args.synthetic) if args.synthetic else build_real_venv()
+    runs: dict[str, list[str | Path]] = {
+        "python": [python, SCRIPT_PATH, "--no-system"],
+        "system": [python, SCRIPT_PATH],
+        "pip": [python, "-m", "pip", "list", "--format=json"],
+    }
+    medians, outputs = time_side_by_side(runs, args.repeat)
+    envs = parse_snapshot(outputs["system"].encode(), "snapshot")
+    seen = len(envs[0].distributions)
+    listed = len(json.loads(outputs["pip"]))
+    system = envs[0].system
+    packages = len(system.packages) if system else 0
+    ratio = medians["pip"] / medians["python"]
+    cost = medians["system"] / medians["python"]
     print(f"environment: {python.parent.parent} ({seen} distributions; pip lists {listed})")
-    print(f"snapshot script          median {snap_time * 1000:8.1f} ms ({args.repeat} runs)")
-    print(f"pip list --format=json   median {pip_time * 1000:8.1f} ms ({args.repeat} runs)")
-    print(f"ratio: snapshot is {ratio:.1f}x faster (target >= {TARGET_RATIO:.0f}x)")
-    return 0 if ratio >= TARGET_RATIO and seen == listed else 1
+    python_ms = medians["python"] * 1000
+    print(f"snapshot, Python only       median {python_ms:8.1f} ms ({args.repeat} runs)")
+    print(f"snapshot with the system    median {medians['system'] * 1000:8.1f} ms "
+          f"({packages} OS packages)")  # fmt: skip
+    print(f"pip list --format=json      median {medians['pip'] * 1000:8.1f} ms")
+    print(f"ratio: snapshot is {ratio:.1f}x faster than pip list (target >= {TARGET_RATIO:.0f}x)")
+    print(f"cost of the system: {cost:.2f}x the Python-only snapshot (budget <= {SYSTEM_BUDGET}x)")
+    print("RECORD digest, in-process, median of the walk over every distribution:")
+    probe = commands.run([python, "-c", DIGEST_PROBE, SCRIPT_PATH.parent, str(args.repeat)])
+    print(probe.stdout.rstrip())
+    ok = ratio >= TARGET_RATIO and cost <= SYSTEM_BUDGET and seen == listed
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

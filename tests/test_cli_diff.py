@@ -106,3 +106,39 @@ def test_recipe_policy_applies(
     severities = {f["rule"]: f["severity"] for f in findings}
     assert severities["forbidden"] == "error" and severities["cuda-suffix"] == "warning"
     assert main(["diff", str(before), str(after), "--recipe", "no-such-image"]) == 2
+
+
+# --- big and special inputs ----------------------------------------------------------------
+
+
+def test_a_snapshot_over_the_limit_is_refused_before_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 33 MiB file (sparse: nothing is written) exits 2 naming its size and the limit."""
+    from audit.core.snapshot import SNAPSHOT_LIMIT
+
+    small = write(tmp_path / "before.json", ("six", "1.16"))
+    big = tmp_path / "after.json"
+    with big.open("wb") as handle:
+        handle.truncate(SNAPSHOT_LIMIT + 2**20)
+    assert main(["diff", str(small), str(big)]) == 2
+    err = capsys.readouterr().err
+    assert f"{big}: 33 MiB, over the 32 MiB a snapshot file may be" in " ".join(err.split())
+
+
+def test_a_fifo_is_refused_not_waited_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import threading
+
+    small = write(tmp_path / "before.json", ("six", "1.16"))
+    fifo = tmp_path / "after.json"
+    os.mkfifo(fifo)
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.append(main(["diff", str(small), str(fifo)])))
+    worker.daemon = True
+    worker.start()
+    worker.join(timeout=20)
+    assert codes == [2]
+    assert "not a regular file" in capsys.readouterr().err

@@ -1,13 +1,11 @@
 """The gate sees the whole change, on real git repositories: shell layers it cannot predict,
-a base snapshot missing at one side, and waivers a pull request adds or widens."""
+a base snapshot one side lacks, and waivers a pull request adds or widens."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.core.errors import EXIT_OK, EXIT_VIOLATION
 from tests import test_gate as shared
 from tests.support.cli import edit
 from tests.test_gate import (
@@ -43,24 +41,34 @@ def test_an_unchanged_run_layer_says_nothing(repo: Path, tmp_path: Path) -> None
     assert findings(report, "run-layer-changed") == []
 
 
-@pytest.mark.parametrize("side", ["head", "base"])
-def test_a_base_snapshot_missing_at_one_side_is_bad_input_not_a_phantom_removal(
-    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], side: str
+def test_a_base_snapshot_the_pull_request_deletes_fails_not_a_phantom_removal(
+    repo: Path, tmp_path: Path
 ) -> None:
-    if side == "base":
-        git(repo, "checkout", "-q", "main")
     (repo / "locks/demo/base.json").unlink()
     commit_files(repo, {}, "lose the base snapshot")
-    if side == "base":
-        git(repo, "checkout", "-q", "pr")
-        git(repo, "reset", "-q", "--hard", "main")
-        propose(repo, Project())  # the pull request records it again
-    code, _, _ = run_gate(repo, tmp_path)
-    err = capsys.readouterr().err
-    assert code == EXIT_BAD_INPUT
-    ref = "HEAD" if side == "head" else "main"
-    assert f"{ref}:locks/demo/base.json: missing" in err
-    assert "--record-base" in err and "removed" not in err
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    [missing] = findings(report, "not-audited")
+    assert missing["severity"] == "error"
+    assert "locks/demo/base.json does not exist" in str(missing["message"])
+    assert "this pull request changes it" in str(missing["message"])
+    assert "--record-base" in str(missing["hint"])
+    assert findings(report, "removed") == [] and "removed" not in markdown
+
+
+def test_a_base_snapshot_the_pull_request_records_is_compared_as_a_new_image(
+    repo: Path, tmp_path: Path
+) -> None:
+    git(repo, "checkout", "-q", "main")
+    (repo / "locks/demo/base.json").unlink()
+    commit_files(repo, {}, "lose the base snapshot")
+    git(repo, "checkout", "-q", "pr")
+    git(repo, "reset", "-q", "--hard", "main")
+    propose(repo, Project())  # the pull request records it again
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    assert findings(report, "not-audited") == [] and findings(report, "removed") == []
+    assert {f["package"] for f in findings(report, "added")} >= {"alpha", "beta", "gamma"}
 
 
 def test_a_waiver_added_by_the_pull_request_needs_owner_review_first(

@@ -65,7 +65,8 @@ def test_runs_the_gate_against_the_base_branch_passed_by_environment(
     gate = [s for s in steps(workflow) if "nox -s gate" in s.get("run", "")]
     assert len(gate) == 1
     assert gate[0]["run"].strip() == (
-        'nox -s gate -- --base "origin/${BASE_REF#refs/heads/}" --strict-waivers'
+        'nox -s gate -- --base "origin/${BASE_REF#refs/heads/}" --strict-waivers '
+        "--markdown gate-report/gate.md"
     )
     assert gate[0]["env"] == {
         "BASE_REF": "${{ github.base_ref || github.event.merge_group.base_ref }}"

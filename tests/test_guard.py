@@ -209,6 +209,33 @@ def test_a_lockstep_skew_fails(image: Image, wheelhouse: Wheelhouse) -> None:
     assert run.code == 1
     assert [v["rule"] for v in run.violations] == ["lockstep"]
     assert "cutlass-dsl-libs-base 4.2.1" in str(run.violations[0]["message"])
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("  error   lockstep")]
+    assert line.endswith(
+        "lockstep group cutlass-dsl: members must share one version: "
+        "cutlass-dsl 4.3.0, cutlass-dsl-libs-base 4.2.1"
+    )
+    assert "(none)" not in line
+
+
+def test_a_cpu_torch_names_its_versions_in_every_summary_line(
+    image: Image, wheelhouse: Wheelhouse
+) -> None:
+    """The field's variant: torch 2.9.0+cu130 replaced by 2.9.0+cpu. The cuda-suffix line
+    used to read "torch (none) -> 2.9.0+cpu"."""
+    wheelhouse("torch", "2.9.0+cu130")
+    wheelhouse("torch", "2.9.0+cpu")
+    image.write_context(Policy(cuda="cu130"))
+    image.pip("torch==2.9.0+cu130")
+    assert image.guard("v1-01").code == 0
+    image.pip("torch==2.9.0+cpu")
+    run = image.guard("v2-01")
+    lines = [
+        line.split(maxsplit=2) for line in run.stdout.splitlines() if line.startswith("  error")
+    ]
+    assert [(rule, text) for _, rule, text in lines] == [
+        ("variant", "torch 2.9.0+cu130 -> 2.9.0+cpu"),
+        ("cuda-suffix", "torch 2.9.0+cpu: a CPU build in an image built for cu130"),
+    ]
 
 
 def test_a_base_that_changed_under_its_tag_is_caught_at_the_first_layer(image: Image) -> None:
@@ -314,3 +341,23 @@ def test_plain_pins_and_unmoved_floors_spare_the_pep508_parser(image: Image) -> 
     code, modules = guard_imports(image, "v2-01", image.lock("v2-01", "nccl-like==2.29.7"))
     assert code == 1
     assert "packaging.requirements" in modules
+
+
+def test_the_guard_applies_a_preset_and_names_it(image: Image, wheelhouse: Wheelhouse) -> None:
+    """The preset travels in guard.json and the vendored core: the field's cutlass-dsl skew
+    (4.4.0 beside libs 4.8.1: only upgrades) fails the layer, naming the preset rule."""
+    from audit.core.presets import merge
+
+    for version in ("4.4.0", "4.8.1"):
+        wheelhouse("nvidia-cutlass-dsl-libs-base", version)
+    wheelhouse("nvidia-cutlass-dsl", "4.4.0")
+    preset = merge(Policy(cuda="cu130"), "cuda-ml", frozenset(), frozenset())
+    image.write_context(preset)
+    image.pip("nvidia-cutlass-dsl==4.4.0", "nvidia-cutlass-dsl-libs-base==4.4.0")
+    assert image.guard("v1-01").code == 0
+    image.pip("nvidia-cutlass-dsl-libs-base==4.8.1")
+    run = image.guard("v2-01")
+    assert run.code == 1
+    (violation,) = run.violations
+    assert str(violation["message"]).startswith("preset cuda-ml: lockstep cutlass-dsl: ")
+    assert "nvidia-cutlass-dsl-libs-base 4.8.1" in str(violation["message"])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,18 +16,28 @@ import pytest
 
 from audit.cli import main as cli
 from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.core.snapshot import Distribution, Environment, dump_snapshot
+from audit.core.policy import Policy
+from audit.core.snapshot import (
+    SCRIPT_PATH,
+    Distribution,
+    Environment,
+    dump_snapshot,
+    parse_snapshot,
+)
 from audit.engines import docker_host
 from audit.engines import process as commands
 from audit.engines.image_audit import (
     MARKER,
     ImageTarget,
+    compare_section,
     parse_snapshots,
     select_interpreters,
     unique_environments,
 )
 from audit.plan.build import build_command
 from tests.support.fixtures import Wheelhouse
+
+TODAY = dt.date(2026, 12, 1)
 
 
 def _env(interpreter: str, paths: tuple[str, ...], **versions: str) -> Environment:
@@ -147,3 +160,31 @@ def test_named_interpreter_missing_from_the_image_fails_clearly(
     code = cli.main(["audit-deps", "--image", old, "--interpreter", "/nope/bin/python"])
     assert code == EXIT_BAD_INPUT
     assert "/nope/bin/python" in capsys.readouterr().err
+
+
+def real_snapshot(tmp_path: Path, extra: Path | None = None) -> Environment:
+    """This machine's Python as the in-image snapshot script sees it (``extra`` first on the
+    path, as a PYTHONPATH entry: the way a second site folder shadows a package)."""
+    env = {"PATH": os.environ["PATH"], **({"PYTHONPATH": str(extra)} if extra else {})}
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT_PATH)], env=env, capture_output=True, check=True
+    )
+    (environment,) = parse_snapshot(result.stdout, sys.executable)
+    return environment
+
+
+def test_against_keeps_shadowing_that_the_new_image_adds(tmp_path: Path) -> None:
+    """Alone, an image with a shadowed copy fails under ``shadowed = "fail"``; compared with an
+    image that had no such copy, the same copy must fail too (it used to vanish: exit 0)."""
+    extra = tmp_path / "site"
+    (extra / "packaging-99.0.dist-info").mkdir(parents=True)
+    (extra / "packaging-99.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: packaging\nVersion: 99.0\n"
+    )
+    old, new = real_snapshot(tmp_path), real_snapshot(tmp_path, extra)
+    policy = Policy(shadowed="fail")
+    section = compare_section("old -> new", sys.executable, old, new, policy=policy, today=TODAY)
+    (finding,) = [f for f in section.findings if f.fails]
+    assert (finding.rule, finding.package) == ("shadowed", "packaging")
+    unchanged = compare_section("new -> new", sys.executable, new, new, policy=policy, today=TODAY)
+    assert [f for f in unchanged.findings if f.rule == "shadowed"] == []

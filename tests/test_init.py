@@ -14,11 +14,14 @@ from audit.plan.scaffold import Action, gitignore_after, plan_scaffold, skeleton
 from audit.plan.sources import DirectorySource
 
 EXPECTED = {
+    ".github/workflows/dependency-gate-comment.yml",
     ".github/workflows/dependency-gate.yml",
     ".gitignore",
     ".pre-commit-config.yaml",
     "images/example/image.toml",
     "images/example/requirements/v1.in",
+    "locks/example/base.json",
+    "locks/example/v1-01.txt",
     "noxfile.py",
 }
 
@@ -68,7 +71,7 @@ def test_the_skeleton_is_valid(tmp_path: Path) -> None:
             compile(data, relpath, "exec")
     workflow = yaml.safe_load(skeleton("x", "layer-audit")[".github/workflows/dependency-gate.yml"])
     assert workflow["permissions"] == {"contents": "read"}
-    assert set(workflow.get("on", workflow.get(True))) == {"pull_request"}
+    assert set(workflow.get("on", workflow.get(True))) == {"pull_request", "merge_group"}
 
 
 def test_init_is_idempotent_and_never_overwrites(
@@ -100,4 +103,6 @@ def test_this_project_publishes_the_same_hooks() -> None:
     local = scaffold["repos"][0]["hooks"]
     assert [hook["id"] for hook in published] == [hook["id"] for hook in local]
     for mine, theirs in zip(published, local, strict=True):
-        assert mine["entry"] == theirs["entry"] and mine["pass_filenames"] is False
+        # the local hooks first say what to install when layer-audit is not on PATH
+        assert theirs["entry"].endswith(mine["entry"].removeprefix("bash -c '"))
+        assert "not on PATH" in theirs["entry"] and mine["pass_filenames"] is False

@@ -29,6 +29,9 @@ SECRET = "S3cr3tValue"
         (f"https://h/x?a=1&token={SECRET}&b=2", f"https://h/x?a=1&token={MASK}&b=2"),
         (f"https://h/x?PASSWORD={SECRET}", f"https://h/x?PASSWORD={MASK}"),
         (f"machine h login u password {SECRET}", f"machine h login u password {MASK}"),
+        (f"ENV HF_TOKEN={SECRET} A=1", f"ENV HF_TOKEN={MASK} A=1"),
+        (f'ARG db_password="{SECRET} x"', f"ARG db_password={MASK}"),
+        (f"curl --api-key-x --apikey={SECRET} h", f"curl --api-key-x --apikey={MASK} h"),
         (
             f"https://bot:{MASK}@h/x and https://{SECRET}@h/y",
             f"https://bot:{MASK}@h/x and https://h/y",
@@ -49,6 +52,7 @@ def test_secrets_are_taken_out(text: str, expected: str) -> None:
         "Basic authentication failed; the token expired",
         "images/x/image.toml: stage[2].layer[1].pip: alpha==1.0",
         "git@ is not a URL",
+        "ENV TOKENIZERS_PARALLELISM=false A=1 HF_HOME=/models",
         "",
     ],
 )

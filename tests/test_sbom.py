@@ -4,6 +4,7 @@ the same distributions as the trail, purls, lock hashes and the installing layer
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ from cyclonedx.validation.json import JsonStrictValidator
 from audit.cli.main import main
 from audit.core.errors import EXIT_BAD_INPUT
 from audit.core.snapshot import Environment, dump_snapshot
+from audit.core.system import OsPackage, System
 from audit.engines.sbom import SBOM_NAME, write_sbom
+from audit.plan.lockfile import BaseRecord
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
 from tests.support.cli import fails
@@ -131,3 +134,34 @@ def test_an_existing_image_gets_a_valid_sbom_of_every_interpreter(
         if p["name"] == "layer-audit:interpreter"
     }
     assert "/opt/venv/bin/python" in interpreters
+
+
+def _system(packages: dict[str, str]) -> System:
+    found = tuple(OsPackage(name, version, "amd64", name) for name, version in packages.items())
+    return System("dpkg", "", found, (), "debian-12")
+
+
+def test_debian_packages_are_components_with_deb_purls_and_their_layer(tmp_path: Path) -> None:
+    """The base's packages come from the base image; one a layer installed names that layer."""
+    dists = installed({"pip": "24.0"}, SITE)
+    system = _system({"libc6": "2.36-9"})
+    base_env = Environment(VENV_PYTHON, "3.11.7", {}, ("/opt/venv",), dists, "", system)
+    base = BaseRecord("layer-audit/base:bookworm-amd64", "sha256:test", None, (base_env,))
+    inputs = {"v1.in": "alpha\n", "v2.in": "beta\n"}
+    locks = {"v1": lock_body({"alpha": "1.0"}), "v2": lock_body({"beta": "2.0"})}
+    spec = ProjectSpec("demo", pip_recipe_toml(["v1", "v2"]), inputs, base, locks)
+    write_project(tmp_path, spec)
+    recipe = load_recipe(DirectorySource(tmp_path), "demo")
+    after = replace(base_env, distributions=installed({"pip": "24.0", "alpha": "1.0"}, SITE),
+                    system=_system({"libc6": "2.36-9", "jq": "1.6-2.1"}))  # fmt: skip
+    files = {"v1-01.snapshot.json": dump_snapshot([after])}
+
+    text = write_sbom(tmp_path, recipe, "v1", files, CREATED).read_text()
+
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    found = components(json.loads(text))
+    assert set(found) == {"pip", "alpha", "libc6", "jq"}
+    assert found["jq"]["purl"] == "pkg:deb/debian/jq@1.6-2.1?arch=amd64&distro=debian-12"
+    layers = {n: {p["name"]: p["value"] for p in c["properties"]}["layer-audit:layer"]
+              for n, c in found.items()}  # fmt: skip
+    assert layers["jq"] == "v1 layer 1 (requirements/v1.in)" and layers["libc6"] == "base image"

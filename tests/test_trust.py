@@ -309,7 +309,7 @@ def test_build_refuses_a_changed_base_naming_record_base(
     edit(demo, TOML, "base:bookworm-amd64", "base:trixie-amd64")
     err = " ".join(fails(capsys, EXIT_VIOLATION, "build", "demo").split())
     assert "locks/demo/base.json is stale: it records base layer-audit/base:bookworm-amd64" in err
-    assert "re-record the base and re-lock: nox -s lock -- demo --record-base" in err
+    assert "re-record the base and re-lock: layer-audit lock demo --record-base" in err
 
 
 def test_the_snapshot_script_from_stdin_sees_what_it_sees_as_a_file(tmp_path: Path) -> None:

@@ -157,7 +157,7 @@ def test_an_edited_requirements_file_without_a_new_lock_stops_the_build(
     assert (
         "stale: locks/edited/v1-01.txt (v1 layer 1 (requirements/v1.in)): inputs changed: " in err
     )
-    assert "requirements/v1.in" in err and "nox -s lock -- edited" in err
+    assert "requirements/v1.in" in err and "layer-audit lock edited" in err
 
 
 def test_a_platform_switch_stops_the_build(
@@ -169,7 +169,7 @@ def test_a_platform_switch_stops_the_build(
     err = refused_before_layer_1(project, tags)
     assert "stale: locks/platform/v1-01.txt" in err
     assert "recorded on linux/amd64, the recipe targets linux/arm64" in err
-    assert "re-record the base and re-lock: nox -s lock -- platform --record-base" in err
+    assert "re-record the base and re-lock: layer-audit lock platform --record-base" in err
 
 
 def test_a_changed_base_stops_the_build(
@@ -206,7 +206,7 @@ def test_a_re_pointed_base_tag_stops_the_build_as_base_drifted(
     assert f"{project.name}: base drifted: {CURRENT}" in err
     assert f"image id {recorded.image_id} recorded, {actual} now" in err
     assert f"recorded -> actual: /opt/venv/bin/python: alpha {change}" in err
-    assert f"nox -s lock -- {project.name} --record-base" in err
+    assert f"layer-audit lock {project.name} --record-base" in err
     assert 'add "alpha' not in err  # not blamed on layer 1
 
 

@@ -54,6 +54,7 @@ class AuditDepsOptions:
     fmt: str
     output: Path | None
     all_packages: bool = False
+    strict: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuditDepsOptions:
@@ -66,6 +67,7 @@ class AuditDepsOptions:
             fmt=args.fmt,
             output=args.output,
             all_packages=args.all_packages,
+            strict=args.strict,
         )
         options.validate()
         check_output(options.output)  # before any work: an image audit runs containers
@@ -124,6 +126,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="stage matrix: show every package, not only those that change between stages",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) on every recipe that is not audited (no base record); without it "
+        "such a recipe is a warning unless it is named",
+    )
     add_report_arguments(parser, extra_formats=("html",))
     for action in parser._actions:  # one more format here: an image's CycloneDX SBOM
         if action.dest == "fmt":
@@ -146,9 +154,13 @@ def handle(args: argparse.Namespace) -> int:
             today=date.today(),
         )
     else:
-        audits = recipe_audits(options.images, today=date.today())
+        audits = recipe_audits(options.images, today=date.today(), strict=options.strict)
         report = audit_report(audits)
-        matrices = [stage_matrix(audit, all_rows=options.all_packages) for audit in audits]
+        matrices = [
+            stage_matrix(audit, all_rows=options.all_packages)
+            for audit in audits
+            if audit.recorded  # an image never recorded has no predicted stages to show
+        ]
     write_output(report, matrices, options)
     return report_exit_code(report)
 

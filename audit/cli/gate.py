@@ -2,6 +2,8 @@
 
 ``gate --base REF [--head REF] [--repo PATH]`` reads both refs straight from git (no checkout),
 compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`).
+An image with no base record is "not audited" (a warning, counted; an error where the pull
+request touches it, and for every such image with ``--strict``).
 Prints the report (``--format``), writes Markdown to ``--markdown FILE`` and to
 ``$GITHUB_STEP_SUMMARY`` when set, JSON to ``--json FILE``. Exit 0 pass, 1 a policy violation,
 2 bad input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
@@ -20,6 +22,7 @@ from audit.core.errors import EnvironmentProblem
 from audit.engines import atomic, console
 from audit.engines.gitsource import gate_refs
 from audit.engines.reports import write_report
+from audit.plan import frontdoor
 from audit.plan.gate_markdown import gate_markdown
 from audit.plan.report import FORMATS, Report, check_output, render_text, report_exit_code
 
@@ -38,6 +41,7 @@ class GateOptions:
     json: Path | None
     summary: Path | None  # GitHub's job summary file, appended to
     strict_waivers: bool = False
+    strict: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
@@ -53,6 +57,7 @@ class GateOptions:
             json=args.json,
             summary=Path(summary) if summary else None,
             strict_waivers=args.strict_waivers,
+            strict=args.strict,
         )
 
 
@@ -95,18 +100,29 @@ def register(subparsers: Any) -> None:
         help="fail when the pull request adds or widens a policy waiver (a waiver then lands "
         "through its own pull request, reviewed by the image's owners)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) on every image that is not audited (no base record), not only on "
+        "those the pull request touches",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
-    result = gate_refs(
-        options.repo,
-        options.base,
-        options.head,
-        today=date.today(),
-        strict_waivers=options.strict_waivers,
-    )
+    frontdoor.use_root(options.repo.resolve())  # hints name the commands of the gated repo
+    try:
+        result = gate_refs(
+            options.repo,
+            options.base,
+            options.head,
+            today=date.today(),
+            strict_waivers=options.strict_waivers,
+            strict=options.strict,
+        )
+    finally:
+        frontdoor.use_root(None)
     report = result.report
     markdown = gate_markdown(report, result.matrices)
     _print(report, options.fmt, markdown)

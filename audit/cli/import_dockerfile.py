@@ -5,20 +5,36 @@ Dockerfile, copies the files its ``COPY`` layers name from the build context, an
 recipe into a temporary project first: it is loaded with the recipe parser (so what lands in
 ``images/`` is a recipe that validates) and only then renamed into ``images/<image>/``. An
 existing recipe folder is never touched.
+
+Hostile input ends in exit 2 or 3 with the path named, nothing half-written: a Dockerfile over
+``MAX_DOCKERFILE`` bytes, binary or not a regular file; a link in a copied folder that leaves
+the build context, dangles or loops; a FIFO or device; an unwritable ``images/`` (exit 3).
+``COPY .`` never copies the project's own ``images/``, ``build/``, ``locks/`` nor ``.git``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
-from audit.core.errors import EXIT_OK, AuditError, RecipeError, UsageError
+from audit.core.errors import (
+    EXIT_OK,
+    AuditError,
+    BadInput,
+    EnvironmentProblem,
+    RecipeError,
+    UsageError,
+)
+from audit.core.redact import redact
 from audit.engines import atomic, console
 from audit.plan import paths
 from audit.plan.dockerfile_import import ImportPlan, plan_import, unmapped_lines
@@ -26,6 +42,10 @@ from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
 
 NAME_PART = re.compile(r"[^a-z0-9._-]+")
+MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear
+PROJECT_FOLDERS = ("images", "build", "locks")  # never copied into a recipe by COPY .
+CONTEXT_SKIPPED = (".git", ".nox")
+LINK_HINT = "replace the link by the file it names, or leave it out of the COPY"
 
 
 def register(subparsers: Any) -> None:
@@ -52,8 +72,7 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     dockerfile: Path = args.dockerfile
-    if not dockerfile.is_file():
-        raise UsageError(f"{dockerfile}: no such file", "give the path of a Dockerfile to import")
+    data = read_dockerfile(dockerfile)
     context = (args.context or dockerfile.parent).resolve()
     if not context.is_dir():
         raise UsageError(f"--context {args.context}: not a folder", "give the build context")
@@ -67,7 +86,7 @@ def handle(args: argparse.Namespace) -> int:
             "choose another name with --image, or move that folder away first",
         )
     plan = plan_import(
-        dockerfile.read_bytes(),
+        data,
         image,
         lambda relpath: _in_context(context, relpath),
         where=str(dockerfile),
@@ -75,9 +94,40 @@ def handle(args: argparse.Namespace) -> int:
         cuda=args.cuda,
         interpreter=args.interpreter,
     )
-    write_recipe(root, plan, context)
+    skip = {root / name for name in PROJECT_FOLDERS}
+    copies = {
+        relpath: list(_files(context, source, skip)) for relpath, source in plan.copies.items()
+    }
+    write_recipe(root, plan, copies, dockerfile)
     show(root, dockerfile, plan)
     return EXIT_OK
+
+
+def read_dockerfile(dockerfile: Path) -> bytes:
+    """The Dockerfile's bytes: a regular text file of at most ``MAX_DOCKERFILE`` bytes (the
+    size is checked before anything is read)."""
+    hint = "give the path of a Dockerfile to import"
+    try:
+        info = dockerfile.stat()
+    except OSError as exc:
+        raise UsageError(f"{dockerfile}: no such file ({exc.strerror})", hint) from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{dockerfile}: not a regular file", hint)
+    if info.st_size > MAX_DOCKERFILE:
+        raise UsageError(
+            f"{dockerfile}: {info.st_size} bytes, over the {MAX_DOCKERFILE} (1 MiB) import reads",
+            "is it the Dockerfile? real ones are a few KiB; split generated parts out of it",
+        )
+    try:
+        data = dockerfile.read_bytes()
+        if b"\0" in data:
+            raise UnicodeError("a NUL byte")
+        data.decode("utf-8")
+    except UnicodeError as exc:
+        raise UsageError(f"{dockerfile}: not a UTF-8 text file ({exc})", hint) from exc
+    except OSError as exc:
+        raise UsageError(f"{dockerfile}: cannot read ({exc.strerror})", hint) from exc
+    return data
 
 
 def default_image_name(dockerfile: Path) -> str:
@@ -106,42 +156,106 @@ def project_root(args: argparse.Namespace) -> Path:
 
 
 def _in_context(context: Path, relpath: str) -> bool:
-    """Whether ``relpath`` is a file or folder inside the context (links may not leave it)."""
-    path = (context / relpath).resolve()
-    return path.is_relative_to(context) and path.exists()
+    """Whether ``relpath`` names an entry inside the context (a link is judged when copied)."""
+    return os.path.lexists(context / relpath)
 
 
-def write_recipe(root: Path, plan: ImportPlan, context: Path) -> None:
-    """Write the recipe into a scratch project, validate it, then rename it into images/."""
-    images = root / "images"
-    images.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".import-{plan.image}-", dir=images))
+def _files(context: Path, relpath: str, skip: set[Path]) -> Iterator[tuple[str, Path]]:
+    """(path under the copied source, real file) for every file it brings in, links followed
+    only while they stay inside the context; a link out, a loop or a special file refuses."""
+    start = context / relpath
+    yield from _walk(context.resolve(), start, "", {p.resolve() for p in skip}, frozenset())
+
+
+def _walk(
+    context: Path, path: Path, shown: str, skip: set[Path], above: frozenset[Path]
+) -> Iterator[tuple[str, Path]]:
+    name = str(path)
     try:
-        folder = scratch / "images" / plan.image
-        (folder / "requirements").mkdir(parents=True)
-        atomic.write_text(folder / "image.toml", plan.recipe_toml())
-        for relpath, data in plan.requirements.items():
-            atomic.write_bytes(folder / relpath, data)
-        for relpath, source in plan.copies.items():
-            _copy(context / source, folder / relpath)
-        try:
-            load_recipe(DirectorySource(scratch), plan.image)
-        except RecipeError as error:
-            raise RecipeError(
-                "import", f"the imported recipe does not validate: {error.message}",
-                "report this Dockerfile to layer-audit; meanwhile edit the input line it names",
-            ) from error  # fmt: skip
-        folder.rename(paths.image_dir(root, plan.image))
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # a dangling link, or a loop of links
+        raise UsageError(f"{name}: a broken link or a loop of links ({exc})", LINK_HINT) from exc
+    if not real.is_relative_to(context):
+        raise UsageError(
+            f"{name}: a link to {real}, outside the build context {context}", LINK_HINT
+        )
+    if real in above:
+        raise UsageError(f"{name}: a link back to a folder that contains it (a loop)", LINK_HINT)
+    if real in skip or (real.parent == context and real.name in CONTEXT_SKIPPED):
+        return
+    mode = real.stat().st_mode
+    if stat.S_ISDIR(mode):
+        for child in sorted(real.iterdir()):
+            inner = f"{shown}/{child.name}" if shown else child.name
+            yield from _walk(context, path / child.name, inner, skip, above | {real})
+    elif stat.S_ISREG(mode):
+        yield shown, real
+    else:
+        raise UsageError(f"{name}: not a regular file (a FIFO, socket or device)", LINK_HINT)
+
+
+def write_recipe(
+    root: Path, plan: ImportPlan, copies: dict[str, list[tuple[str, Path]]], dockerfile: Path
+) -> None:
+    """Write the recipe into a scratch project, validate it, then rename it into images/;
+    on any failure nothing stays behind (not even an ``images/`` this run created)."""
+    images = root / "images"
+    created = not images.exists()
+    try:
+        images.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".import-{plan.image}-", dir=images))
+    except OSError as exc:
+        raise _unwritable(images, exc) from exc
+    try:
+        _write(scratch / "images" / plan.image, plan, copies)
+        _validate(scratch, plan, dockerfile)
+        (scratch / "images" / plan.image).rename(paths.image_dir(root, plan.image))
+    except OSError as exc:
+        raise _unwritable(images, exc) from exc
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if created and images.is_dir() and not any(images.iterdir()):
+            images.rmdir()
 
 
-def _copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if source.is_dir():
-        shutil.copytree(source, target, symlinks=False)
-    else:
-        shutil.copy2(source, target)
+def _write(folder: Path, plan: ImportPlan, copies: dict[str, list[tuple[str, Path]]]) -> None:
+    (folder / "requirements").mkdir(parents=True)
+    atomic.write_text(folder / "image.toml", plan.recipe_toml())
+    for relpath, data in [*plan.requirements.items(), *plan.files.items()]:
+        (folder / relpath).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(folder / relpath, redact(data.decode()).encode())
+    for relpath, files in copies.items():
+        (folder / relpath).mkdir(parents=True, exist_ok=True)  # an empty folder stays one
+        for inner, real in files:
+            target = folder / relpath / inner if inner else folder / relpath
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_dir():
+                target.rmdir()
+            shutil.copy2(real, target)
+
+
+def _validate(scratch: Path, plan: ImportPlan, dockerfile: Path) -> None:
+    try:
+        load_recipe(DirectorySource(scratch), plan.image)
+    except BadInput as error:  # named after the Dockerfile: the scratch recipe is gone
+        problem = error.problem if isinstance(error, RecipeError) else error.message
+        problem = problem.replace(f"{scratch}/", "")
+        raise RecipeError(
+            str(dockerfile),
+            f"the recipe imported from it does not validate: {problem}",
+            "report this Dockerfile to layer-audit; meanwhile edit the line the problem names",
+        ) from error
+
+
+def _unwritable(images: Path, exc: OSError) -> EnvironmentProblem:
+    """Exit 3, naming the folder (or a context file that could not be read)."""
+    where = exc.filename if exc.filename and not str(exc.filename).startswith(str(images)) else ""
+    return EnvironmentProblem(
+        f"{images}: cannot write the recipe ({exc.strerror or exc}"
+        + (f": {where})" if where else ")"),
+        "import writes images/<name>/ in the project and reads the build context: "
+        "make both accessible, or give --project",
+    )
 
 
 def show(root: Path, dockerfile: Path, plan: ImportPlan) -> None:
@@ -159,14 +273,15 @@ def show(root: Path, dockerfile: Path, plan: ImportPlan) -> None:
     )
     for note in plan.notes:
         where = f"line {note.line}: " if note.line else ""
-        console.stdout.print(f"  [dim]note: {where}{escape(note.instruction)}: {note.reason}[/]")
+        text = escape(redact(f"{where}{note.instruction}: {note.reason}"))
+        console.stdout.print(f"  [dim]note: {text}[/]")
     if plan.unmapped:
         console.stdout.print(
             f"[yellow]{len(plan.unmapped)} line(s) not mapped[/] (kept as run layers marked "
             "UNMAPPED in image.toml):"
         )
         for line in unmapped_lines(plan):
-            console.stdout.print(f"  [yellow]{escape(line)}[/]")
+            console.stdout.print(f"  [yellow]{escape(redact(line))}[/]")
     console.stdout.print(
         f"next: layer-audit render {plan.image}, review image.toml, "
         f"then layer-audit lock {plan.image}"

@@ -9,15 +9,18 @@ and ``lock --check`` hooks) and the ``.gitignore`` entries. The plan is
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
-from audit.core.errors import EXIT_OK, UsageError
+from audit.core.errors import EXIT_OK, AuditError, EnvironmentProblem, UsageError
 from audit.engines import atomic, console
-from audit.plan.scaffold import DEFAULT_IMAGE, DEFAULT_SPEC, Action, PlannedFile, plan_scaffold
+from audit.engines.self_spec import self_spec
+from audit.plan.scaffold import DEFAULT_IMAGE, Action, PlannedFile, plan_scaffold
 
 
 def register(subparsers: Any) -> None:
@@ -39,9 +42,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--spec",
-        default=DEFAULT_SPEC,
-        help="what the noxfile and the workflow install with pip when layer-audit is not on "
-        f"PATH (default: {DEFAULT_SPEC})",
+        default=None,
+        help="the pip requirement the workflows and the noxfile install layer-audit by: a git "
+        "URL at a commit (layer-audit @ git+https://HOST/ORG/layer-audit@SHA), a wheel's URL, "
+        "a version your index serves (default: where this layer-audit was installed from)",
     )
     parser.add_argument("--force", action="store_true", help="replace files that differ")
     parser.set_defaults(handler=handle, needs_project=False)
@@ -51,14 +55,67 @@ def handle(args: argparse.Namespace) -> int:
     root = (args.directory or getattr(args, "project", None) or Path.cwd()).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: no such folder", "create it first (and `git init` it)")
-    plan = plan_scaffold(read_tree(root), args.image, args.spec, force=args.force)
-    for planned in plan:
-        if planned.writes:
-            path = root / planned.relpath
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_bytes(path, planned.data)
+    spec = args.spec or _default_spec()
+    plan = plan_scaffold(read_tree(root), args.image, spec, force=args.force)
+    write_plan(root, plan)
     show(root, plan)
     return EXIT_OK
+
+
+def _default_spec() -> str:
+    """Where this layer-audit came from; a warning when CI cannot install it from there."""
+    found = self_spec()
+    if not found.portable:
+        console.stderr.print(
+            "[yellow]warning:[/] the workflows will install layer-audit from "
+            f"{escape(found.spec)}, a path on this machine: a CI runner cannot; run init again "
+            "with --spec (a git URL at a commit, a wheel's URL, or a version your index serves) "
+            "and --force",
+            emoji=False,
+        )
+    return found.spec
+
+
+def write_plan(root: Path, plan: list[PlannedFile]) -> None:
+    """Write every planned file, or none: a failure removes what this run created (folders
+    too) and is exit 3 naming the folder; files that existed are replaced atomically or kept."""
+    _check_writable(root)
+    created: list[Path] = []
+    try:
+        for planned in plan:
+            if planned.writes:
+                path = root / planned.relpath
+                created += _new_folders(root, path.parent)
+                if not path.exists():
+                    created.append(path)
+                atomic.write_bytes(path, planned.data)
+    except (OSError, AuditError) as exc:
+        _remove(created)
+        raise EnvironmentProblem(
+            f"{root}: layer-audit init could not write its files ({exc}); nothing was changed",
+            "run it in a folder you can write to (a clone of your repository)",
+        ) from exc
+
+
+def _check_writable(root: Path) -> None:
+    """Refuse a read-only folder before anything is written (exit 3)."""
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise EnvironmentProblem(
+            f"{root}: not writable: layer-audit init writes nothing there",
+            "run it in a folder you can write to (a clone of your repository)",
+        )
+
+
+def _new_folders(root: Path, folder: Path) -> list[Path]:
+    """The folders between ``root`` and ``folder`` that do not exist yet, outermost first."""
+    missing = [p for p in (folder, *folder.parents) if p.is_relative_to(root) and not p.exists()]
+    return list(reversed(missing))
+
+
+def _remove(created: list[Path]) -> None:
+    for path in reversed(created):  # files, then their folders, innermost first
+        with contextlib.suppress(OSError):
+            path.rmdir() if path.is_dir() else path.unlink()
 
 
 def read_tree(root: Path) -> Callable[[str], bytes | None]:

@@ -35,6 +35,7 @@ COMMAND_MODULES = {
     "build": "audit.cli.build",
     "init": "audit.cli.init",
     "import": "audit.cli.import_dockerfile",
+    "pr-comment": "audit.cli.pr_comment",
 }
 PROG = "layer-audit"
 DOCKER_HOST_HELP = (

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from audit.core.rules import CHANGE_RULES
+
 # Severities, most serious first. "error" fails the job (exit 1); "warning" and "info" do not.
 ERROR = "error"
 WARNING = "warning"
@@ -21,9 +23,7 @@ LOCATION_KEYS = ("image", "stage", "layer")
 class Finding:
     """A change or a rule violation found by comparing environments.
 
-    ``rule`` is one of: added, removed, upgraded, downgraded, variant, rebuilt, shadowed,
-    unparsable-version, lockstep, cuda-suffix, requirement, forbidden, waiver-expired,
-    override, lock-mismatch, stale-lock, missing-lock.
+    ``rule`` is a name of :data:`audit.core.rules.RULES` (the one list of rule names).
     ``where`` locates it for a human: ``"<image> v3 layer 2 (requirements/x.in)"``.
     ``waiver`` says which waiver allowed it and why (then severity is "info"), and
     ``waiver_index`` is that waiver's position in the policy (so a later layer knows it was
@@ -66,3 +66,12 @@ class Finding:
     @property
     def fails(self) -> bool:
         return self.severity == ERROR
+
+    def summary(self) -> str:
+        """One line for a terminal, after the rule's name: a change's ``package before ->
+        after``; any other rule's message, which names the members and versions that break it
+        (``lockstep group x: members must share one version: a 1.0, b 2.0``), where the
+        versions alone would read ``(none) -> (none)``."""
+        if self.rule in CHANGE_RULES:
+            return f"{self.package} {self.before or '(none)'} -> {self.after or '(none)'}"
+        return self.message

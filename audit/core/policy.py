@@ -91,6 +91,10 @@ class Policy:
     ``requirements`` holds PEP 508 strings for floors and pins (``nvidia-nccl-cu13>=2.30``);
     ``forbidden`` holds PEP 508 strings (a bare name forbids every version).
     ``cuda`` is the recipe's CUDA tag (``cu130``) used by the suffix rule; None disables it.
+    ``native_shadowed`` is the action for a native library whose loaded copy is not the one its
+    wheel installed (``shadowed-native``); None means fail in a CUDA image, warn elsewhere.
+    ``native_libraries`` adds file name prefixes (``libmooncake``) to the CUDA-family libraries
+    whose copies the guard records and resolves.
     ``preset`` names the preset merged in (``audit.core.presets``), and ``preset_rules`` the ids
     of its rules this policy kept (``lockstep cutlass-dsl``, ``forbid nvidia-nccl-cu13``,
     ``variant``): findings they raise say so.
@@ -107,6 +111,8 @@ class Policy:
     requirements: tuple[str, ...] = ()
     forbidden: tuple[str, ...] = ()
     waivers: tuple[Waiver, ...] = field(default_factory=tuple)
+    native_shadowed: str | None = None  # None: fail in CUDA images (cuNNN), warn elsewhere
+    native_libraries: tuple[str, ...] = ()  # file name prefixes beyond the CUDA family (libfoo)
     preset: str | None = None
     preset_rules: tuple[str, ...] = ()
 
@@ -124,6 +130,8 @@ class Policy:
             "requirements": list(self.requirements),
             "forbidden": list(self.forbidden),
             "waivers": [w.to_json() for w in self.waivers],
+            **({"native_shadowed": self.native_shadowed} if self.native_shadowed else {}),
+            **({"native_libraries": list(self.native_libraries)} if self.native_libraries else {}),
             "preset": self.preset,
             "preset_rules": list(self.preset_rules),
         }
@@ -144,6 +152,8 @@ class Policy:
             requirements=tuple(data["requirements"]),
             forbidden=tuple(data["forbidden"]),
             waivers=tuple(Waiver.from_json(w) for w in data["waivers"]),
+            native_shadowed=data.get("native_shadowed"),
+            native_libraries=tuple(data.get("native_libraries", ())),
             preset=data.get("preset"),
             preset_rules=tuple(data.get("preset_rules", ())),
         )

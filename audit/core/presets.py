@@ -40,14 +40,6 @@ class Preset:
     name: str
     rules: tuple[PresetRule, ...]
 
-    def kind(self, prefix: str) -> tuple[PresetRule, ...]:
-        """Rules whose id starts with ``prefix`` (``lockstep``, ``require``, ``forbid``)."""
-        return tuple(r for r in self.rules if r.rule_id.split(" ", 1)[0] == prefix)
-
-    def setting(self, key: str) -> str | None:
-        """The preset's value of a single-valued key (``variant``, ``cuda_suffix``), if any."""
-        return next((r.value[0] for r in self.rules if r.rule_id == key), None)
-
     def reason(self, rule_id: str) -> str:
         return next((r.reason for r in self.rules if r.rule_id == rule_id), "")
 

@@ -8,7 +8,16 @@ returns it with the secrets it may carry taken out:
 - known token shapes: GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``, ``github_pat_``),
   GitLab (``glpat-``), ``Bearer …`` and ``Authorization: …`` values;
 - the values of secret-looking query parameters (``password=``, ``token=``, ``access_token=`` …)
-  and of netrc-style ``login USER password WORD`` lines.
+  and of netrc-style ``login USER password WORD`` / ``machine HOST password WORD`` lines;
+- the password of a scheme-less ``user:password@host`` (a registry reference such as
+  ``user:pw@registry:5000/team/x`` becomes ``registry:5000/team/x``);
+- the values of credential keys in JSON, TOML, YAML or ``KEY=value`` text (a
+  ``DOCKER_AUTH_CONFIG``-like ``{"auths": {"r": {"auth": "…"}}}``, ``"password": "…"``,
+  ``identitytoken``, ``registrytoken``, ``token``, ``secret``, ``api_key`` …);
+- the values of assignments whose name says it holds a secret (``HF_TOKEN=…``, ``--password=…``:
+  a Dockerfile's ``ENV``/``ARG`` or a command line).
+
+A path to a netrc file or a credential helper's name carries no secret and is kept.
 
 Invariants: pure and idempotent (``redact(redact(t)) == redact(t)``); text without a secret
 comes back unchanged; the standard library only, Python 3.9-clean (this module is vendored into
@@ -37,7 +46,27 @@ _QUERY = re.compile(
     r"api_key|apikey|secret|client_secret)=)(?P<value>[^&#\s\"'<>]+)",
     re.IGNORECASE,
 )
-_NETRC = re.compile(r"(?P<key>\blogin\s+\S+\s+password\s+)(?P<value>\S+)")
+_NETRC = re.compile(r"(?P<key>\b(?:login|machine)\s+\S+\s+password\s+)(?P<value>\S+)")
+# user:password@host without a scheme (a scheme URL is handled by _USERINFO first); a masked
+# password (user:***@) is left as it is, so redaction stays idempotent; an image reference
+# pinned by digest (ubuntu:22.04@sha256:…) is a tag, not a password.
+_BARE_USERINFO = re.compile(
+    r"(?<![\w/:.@%+~-])[A-Za-z0-9._~%+-]+:(?!\*\*\*@)[^\s@/:\"'<>]+@(?=[A-Za-z0-9])(?!sha\d+:)"
+)
+_CREDENTIAL_KEY = re.compile(
+    r"(?P<key>(?<![\w.-])[\"']?(?:[A-Za-z0-9]+_)*(?:auth|password|passwd|token|identitytoken|registrytoken|"
+    r"access_token|refresh_token|secret|client_secret|api_key|apikey)[\"']?\s*[:=](?!=)\s*[\"']?)"
+    r"(?P<value>(?!\*\*\*)[^\s\"',;&}]+)",
+    re.IGNORECASE,
+)
+# NAME=value where a word of the name says it holds a secret: HF_TOKEN=…, --password=…
+# (TOKENIZERS_PARALLELISM is no secret: the words are whole, split at _ and -)
+_ASSIGNMENT = re.compile(
+    r"(?P<key>(?<![\w-])-*(?:[A-Za-z0-9]+[_-])*"
+    r"(?:token|password|passwd|secret|credentials?|api[_-]?key)s?(?:[_-][A-Za-z0-9]+)*=(?!=))"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"'&;|]+)",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
@@ -48,7 +77,10 @@ def redact(text: str) -> str:
     text = _TOKENS.sub(MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group("kind") + MASK, text)
     text = _QUERY.sub(lambda m: m.group("key") + MASK, text)
-    return _NETRC.sub(lambda m: m.group("key") + MASK, text)
+    text = _BARE_USERINFO.sub("", text)
+    text = _CREDENTIAL_KEY.sub(lambda m: m.group("key") + MASK, text)
+    text = _NETRC.sub(lambda m: m.group("key") + MASK, text)
+    return _ASSIGNMENT.sub(lambda m: m.group("key") + MASK, text)
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")

@@ -15,24 +15,31 @@ File format (``SCHEMA``)::
                                            "metadata": "dist-info"|"egg-info",
                                            "requires_dist": [PEP 508 strings],
                                            "requires_python": str}, ...],
-                        "libc": "glibc 2.36" (optional)}],
+                        "libc": "glibc 2.36" (optional),
+                        "system": {...} (optional: OS packages and native libraries,
+                                   see audit/core/system.py)}],
      "digest": "sha256:<hex of the canonical JSON of everything but this key>"}
 
 ``requires_dist``/``requires_python`` are what pip's resolver reads of an installed
 distribution: locks resolve later layers against them, so a package no index carries still
 takes part in resolution. Schema 1 (before they were recorded) is still read; its
-distributions have ``requires_dist`` None ("not recorded").
+distributions have ``requires_dist`` None ("not recorded"). ``system`` is optional in both (a
+snapshot recorded before it existed has none: ``Environment.system`` is None, nothing below
+Python is compared for it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from audit.core.errors import SnapshotError
+from audit.core.system import System, SystemFormatError, parse_system
 
 # The guard imports this module on every layer: pathlib, hashlib's OpenSSL binding and
 # packaging.utils (which loads packaging.tags, platform, subprocess and logging) cost more than
@@ -87,6 +94,7 @@ class Environment:
     paths: tuple[str, ...]
     distributions: tuple[Distribution, ...]
     libc: str = ""  # "glibc 2.36" (os.confstr), "" when unknown: a lock's target for wheel tags
+    system: System | None = None  # OS packages and native libraries; None: not recorded
 
     def winners(self) -> dict[str, Distribution]:
         """Canonical name -> the copy that wins the import (first on the path)."""
@@ -143,6 +151,7 @@ def _environment_json(env: Environment) -> dict[str, Any]:
         "paths": list(env.paths),
         "distributions": [_distribution_json(dist) for dist in env.distributions],
         **({"libc": env.libc} if env.libc else {}),
+        **({"system": env.system.to_json()} if env.system is not None else {}),
     }
 
 
@@ -208,7 +217,7 @@ def _parse_distribution(item: Any, key: str, where: str, fields: tuple[str, ...]
 
 
 def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...]) -> Environment:
-    if not isinstance(item, dict) or set(item) - {"libc"} != set(_ENV_FIELDS):
+    if not isinstance(item, dict) or set(item) - {"libc", "system"} != set(_ENV_FIELDS):
         raise _fail(where, f"{key}: expected an object with keys {sorted(_ENV_FIELDS)}")
     libc = item.get("libc", "")
     _strings(libc, f"{key}.libc", where)
@@ -225,9 +234,19 @@ def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...])
         _parse_distribution(d, f"{key}.distributions[{i}]", where, fields)
         for i, d in enumerate(dists)
     )
+    system = _parse_system(item.get("system"), key, where)
     return Environment(
-        item["interpreter"], item["python"], dict(markers), tuple(paths), parsed, libc
+        item["interpreter"], item["python"], dict(markers), tuple(paths), parsed, libc, system
     )
+
+
+def _parse_system(value: Any, key: str, where: str) -> System | None:
+    if value is None:
+        return None
+    try:
+        return parse_system(value, f"{key}.system")
+    except SystemFormatError as exc:
+        raise _fail(where, str(exc)) from exc
 
 
 def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:
@@ -247,15 +266,46 @@ def parse_snapshot(data: bytes, where: str) -> tuple[Environment, ...]:
     )
 
 
+# A real snapshot is about 0.5 KB per distribution (a 200-package vLLM stack: ~0.1 MB per
+# interpreter); 32 MiB is ~60,000 distributions. Over it, a file is refused before it is read;
+# diffing two files at the limit takes ~12 s and ~300 MiB (benchmarks/bench_diff_size.py).
+SNAPSHOT_LIMIT = 32 * 1024 * 1024
+
+
 def read_snapshot(path: Path) -> tuple[Environment, ...]:
-    """Read and verify a snapshot file; a missing or unreadable file is bad input too."""
+    """Read and verify a snapshot file; a missing, unreadable, special or oversized
+    (> :data:`SNAPSHOT_LIMIT`) file is bad input too, refused before it is read."""
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, SNAPSHOT_LIMIT)
     except OSError as exc:
         raise SnapshotError(
             f"{path}: cannot read snapshot ({exc.strerror})", "check the path"
         ) from exc
     return parse_snapshot(data, str(path))
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read without blocking on a
+    FIFO; anything else raises :class:`SnapshotError` (exit 2) before a byte is read."""
+    fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SnapshotError(f"{path}: not a regular file", "give the snapshot file's path")
+        if info.st_size > limit:
+            raise SnapshotError(
+                f"{path}: {info.st_size / 2**20:.0f} MiB, over the {limit // 2**20} MiB a "
+                "snapshot file may be",
+                "a snapshot holds ~0.5 KB per distribution: check that this is a snapshot "
+                "file (python -m audit snapshot writes one)",
+            )
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while we read
+        raise SnapshotError(f"{path}: over {limit // 2**20} MiB", "check the file")
+    return data
 
 
 def environments_by_interpreter(envs: Sequence[Environment]) -> dict[str, Environment]:

@@ -21,6 +21,7 @@ from audit.core.errors import BadInput
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import ALLOW, FAIL, WARN, Policy, Waiver
 from audit.core.presets import PRESETS, label
+from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import Distribution, Environment, canonical_name
 
 if TYPE_CHECKING:
@@ -209,12 +210,6 @@ def _version_matches(pattern: str, actual: str | None) -> bool:
         return False
     wanted, found = _diff.parse_version(pattern), _diff.parse_version(actual)
     return wanted == found if wanted is not None and found is not None else pattern == actual
-
-
-CHANGE_RULES = frozenset(
-    ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed",
-     "unparsable-version")
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -467,13 +462,27 @@ def _override(
 def _kept_override(
     name: str, after: Env, markers: Mapping[str, str] | None, where: str
 ) -> Finding | None:
-    """An override that keeps what was installed, reported when it breaks a requirement."""
-    broken = broken_requirements(after, name, markers or {})
+    """An override the step did not move: it keeps what was installed against a requirement
+    that wants another version, or it changes nothing (a warning that says so)."""
     dist = after.get(name)
-    if not broken or dist is None:
-        return None
-    message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
-    return Finding("override", WARNING, name, dist.version, dist.version, message, where)
+    if dist is None:
+        return _no_op(name, None, "this step leaves it uninstalled", where)
+    broken = broken_requirements(after, name, markers or {})
+    if broken:
+        message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
+        return Finding("override", WARNING, name, dist.version, dist.version, message, where)
+    if all(d.requires_dist is not None for d in after.values()):  # else: cannot be told
+        why = "the step does not move it and no installed package requires another version"
+        return _no_op(name, dist.version, why, where)
+    return None
+
+
+def _no_op(name: str, version: str | None, why: str, where: str) -> Finding:
+    """An ``override`` entry that changes nothing: a warning, with the entry to remove."""
+    shown = f"{name} {version}" if version else name
+    message = f"{shown}: the override changes nothing: {why}"
+    hint = f"remove {name} from the layer's override list (or check its name and version)"
+    return Finding("override", WARNING, name, version, version, message, where, hint)
 
 
 def broken_requirements(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit.core.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
-from audit.core.snapshot import Environment
+from audit.core.snapshot import SNAPSHOT_LIMIT, Environment, read_bounded
 from audit.engines import atomic, console, docker_host
 from audit.engines.run_label import run_labels
-from audit.plan import paths
+from audit.plan import frontdoor, paths
 from audit.plan.lock import read_base_digest
 from audit.plan.lockfile import BaseRecord, base_changes, base_relpath, render_base
 from audit.plan.recipe import Recipe
@@ -93,17 +93,19 @@ def record_snapshot_file(
     if check:
         raise UsageError(
             "--from-snapshot records the base: it does not go with --check",
-            f"nox -s lock -- {recipe.name} --record-base --from-snapshot FILE --image-id ID",
+            frontdoor.command(
+                "lock", f"{recipe.name} --record-base --from-snapshot FILE --image-id ID"
+            ),
         )
     path = snapshot.path
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, SNAPSHOT_LIMIT)  # a FIFO or a 200 MB file: exit 2
     except OSError as exc:
         raise UsageError(f"--from-snapshot {path}: cannot read ({exc.strerror})") from exc
     record = record_from_snapshot(recipe, data, str(path), snapshot.image_id, snapshot.repo_digest)
     write_record(root, source, recipe, record)
     console.stderr.print(
-        f"next: nox -s lock -- {recipe.name} (add --host where this machine matches "
+        f"next: {frontdoor.command('lock', recipe.name)} (add --host where this machine matches "
         f"{recipe.platform}); the build verifies the real image against this record"
     )
     return EXIT_OK
@@ -176,7 +178,7 @@ def missing_interpreter(
         f"{recipe.source}: image.interpreters",
         f"{interpreter} does not exist in {recipe.base_ref}",
         "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python); "
-        "nox -s audit-deps -- --image REF lists the environments it finds",
+        f"{frontdoor.command('audit-deps', '--image REF')} lists the environments it finds",
     )
 
 

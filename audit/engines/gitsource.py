@@ -246,14 +246,22 @@ def _blob_id(data: bytes, hex_length: int) -> str:
 
 
 def gate_refs(
-    repo: Path, base_ref: str, head_ref: str, *, today: date, strict_waivers: bool = False
+    repo: Path,
+    base_ref: str,
+    head_ref: str,
+    *,
+    today: date,
+    strict_waivers: bool = False,
+    strict: bool = False,
 ) -> GateResult:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
     its report and every image's stage matrices."""
     base = GitSource(repo, base_ref)
     head = GitSource(repo, head_ref)
     title = f"dependency gate: {_label(base)} → {_label(head)}"
-    return gate_result(base, head, today=today, title=title, strict_waivers=strict_waivers)
+    return gate_result(
+        base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
+    )
 
 
 def _label(source: GitSource) -> str:

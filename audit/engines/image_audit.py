@@ -19,6 +19,8 @@ from audit.core.errors import EnvironmentProblem, UsageError
 from audit.core.findings import WARNING, Finding
 from audit.core.policy import Policy
 from audit.core.snapshot import SCRIPT_PATH, Environment, parse_snapshot
+from audit.core.system import System
+from audit.core.system_rules import evaluate_system
 from audit.core.verdict import check_state, evaluate, evaluate_shadowed
 from audit.engines import console, docker_host
 from audit.engines.container import BindMount
@@ -108,27 +110,47 @@ def load_named_recipe(name: str) -> Recipe:
 
 def audit_image(target: ImageTarget, policy: Policy, *, today: date) -> Report:
     """Every environment in the image checked against the policy's state and shadowing rules."""
+    snapshots = snapshot_image(target)
     sections = [
         Section(
             f"{target.ref} {found.interpreter}",
             tuple(_state_findings(target, found, policy, today)),
         )
-        for found in snapshot_image(target)
+        for found in snapshots
     ]
+    system = _system_of(snapshots)
+    if system is not None:
+        where = f"{target.ref} {SYSTEM_TITLE}"
+        found = evaluate_system(None, system, policy, where=where, today=today)
+        sections.append(Section(where, tuple(found)))
     return Report(f"audit-deps --image {target.ref}", tuple(sections))
+
+
+SYSTEM_TITLE = "below Python (OS packages, native libraries)"
+
+
+def _system_of(snapshots: Sequence[ImageEnvironment]) -> System | None:
+    """The image's OS packages and native libraries (every interpreter records the same)."""
+    return next((s.environment.system for s in snapshots if s.environment.system), None)
 
 
 def compare_images(
     target: ImageTarget, against: ImageTarget, policy: Policy, *, today: date
 ) -> Report:
     """What ``target`` changed against ``against``, per interpreter, with the policy applied."""
-    after = {found.interpreter: found.environment for found in snapshot_image(target)}
-    before = {found.interpreter: found.environment for found in snapshot_image(against)}
+    new_snapshots, old_snapshots = snapshot_image(target), snapshot_image(against)
+    after = {found.interpreter: found.environment for found in new_snapshots}
+    before = {found.interpreter: found.environment for found in old_snapshots}
     title = f"{against.ref} -> {target.ref}"
     sections = [
-        _compare_section(title, path, before.get(path), after.get(path), policy=policy, today=today)
+        compare_section(title, path, before.get(path), after.get(path), policy=policy, today=today)
         for path in _union(before, after)
     ]
+    old_system, new_system = _system_of(old_snapshots), _system_of(new_snapshots)
+    if new_system is not None:
+        where = f"{title} {SYSTEM_TITLE}"
+        found = evaluate_system(old_system, new_system, policy, where=where, today=today)
+        sections.append(Section(where, tuple(found)))
     return Report(f"audit-deps --image {target.ref} --against {against.ref}", tuple(sections))
 
 
@@ -222,7 +244,7 @@ def _state_findings(
     return findings + evaluate_shadowed(None, environment, policy, where=where, today=today)
 
 
-def _compare_section(
+def compare_section(
     title: str,
     path: str,
     before: Environment | None,
@@ -231,13 +253,15 @@ def _compare_section(
     policy: Policy,
     today: date,
 ) -> Section:
-    """One interpreter's changes from the old image to the new one."""
+    """One interpreter's changes from the old image to the new one: the changes of the winning
+    copies, new state violations, and copies the new image shadows that the old did not."""
     where = f"{title} {path}"
     if before is None or after is None:
         missing = "the new image" if after is None else "the old image"
         message = f"{path} is not a Python environment in {missing}"
         return Section(where, (Finding("interpreter", WARNING, path, None, None, message, where),))
     findings = evaluate(before.winners(), after.winners(), policy, where=where, today=today)
+    findings += evaluate_shadowed(before, after, policy, where=where, today=today)
     return Section(where, tuple(findings))
 
 

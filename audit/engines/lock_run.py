@@ -21,8 +21,8 @@ from typing import Any
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.core.findings import Finding
 from audit.core.lockformat import parse_pins
+from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import Distribution, canonical_name
-from audit.core.verdict import CHANGE_RULES
 from audit.engines import atomic, console
 from audit.engines.index_origin import refuse_confusion
 from audit.engines.lock_progress import LockProgress

@@ -26,6 +26,7 @@ from audit.core.findings import Finding
 from audit.engines import console
 from audit.engines.base_record import BaseOptions, before_lock
 from audit.engines.lock_stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
+from audit.plan import frontdoor
 from audit.plan.lock import LockState, Survey, Upgrade, pip_steps, survey_locks
 from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
@@ -198,7 +199,7 @@ def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions
         console.stderr.print(
             f"{len(errors)} finding{'s' if len(errors) > 1 else ''} of fresh locks "
             "fail today's policy and waivers: restore the waiver, or move the pin "
-            f"(layer-audit lock {recipe.name} --upgrade-package NAME)"
+            f"({frontdoor.command('lock', recipe.name + ' --upgrade-package NAME')})"
         )
     return EXIT_VIOLATION
 
@@ -251,7 +252,9 @@ def report_check(image: str, states: list[LockState], summary: LockSummary, *,
         for state in bad:
             console.stdout.print(f"{state.status}: {state.relpath} ({escape(state.step.label)}): "
                                  f"{escape(state.reason)}")  # fmt: skip
-        console.stderr.print(f"{len(bad)} of {len(states)} locks need: nox -s lock -- {image}")
+        console.stderr.print(
+            f"{len(bad)} of {len(states)} locks need: {frontdoor.command('lock', image)}"
+        )
     return EXIT_VIOLATION
 
 

@@ -6,9 +6,14 @@ audited interpreter becomes a ``library`` component with its purl (``pkg:pypi/na
 the hashes its installing layer's lock pins (where it has a lock) and properties naming the
 interpreter, the location and the layer that installed it (``base image`` for the base's).
 
+The image's OS packages (the ``system`` its first interpreter's snapshot recorded) are
+components too: ``pkg:deb/debian/libc6@2.36-9+deb12u4?arch=amd64&distro=debian-12``
+(``apk`` for Alpine), with the layer that installed or changed them (``base image`` for the base's).
+
 Invariants: the components are exactly the trail's distributions, one per interpreter and
-copy; the document is deterministic for one trail and one ``created`` time (serial number
-derived from the content, components sorted); nothing here talks to Docker.
+copy, plus its OS packages once; the document is deterministic for one trail and one
+``created`` time (serial number derived from the content, components sorted); nothing here
+talks to Docker.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import hashlib
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from audit.core.errors import LockError, SnapshotError
 from audit.core.snapshot import Environment, parse_snapshot
+from audit.core.system import System
 from audit.engines import atomic
 from audit.engines.image_audit import ImageTarget, snapshot_image
 from audit.plan.lockfile import base_relpath, lock_relpath, read_base, read_lock
@@ -46,6 +52,9 @@ class Entry:
     location: str
     layer: str
     hashes: tuple[str, ...]
+    ecosystem: str = "pypi"  # purl type: pypi, deb, apk
+    namespace: str = ""  # purl namespace of OS packages: debian, ubuntu, alpine
+    qualifiers: tuple[tuple[str, str], ...] = ()  # purl qualifiers: arch, distro
 
 
 def guarded_snapshots(
@@ -82,7 +91,7 @@ def entries(
                     origin[(env.interpreter, name)] = step
             before[env.interpreter] = _state(env)
     hashes = _lock_hashes(source, recipe, {s for s in origin.values() if s is not None})
-    found = []
+    found = list(os_entries(base, layers))
     for env in final:
         for dist in env.distributions:
             by = origin.get((env.interpreter, dist.name))
@@ -91,7 +100,60 @@ def entries(
             found.append(
                 Entry(env.interpreter, dist.name, dist.version, dist.location, label, pinned)
             )
-    return tuple(sorted(found, key=lambda e: (e.interpreter, e.name, e.location, e.version)))
+    return tuple(sorted(found, key=_entry_key))
+
+
+def _entry_key(entry: Entry) -> tuple[str, str, str, str, str]:
+    return entry.ecosystem, entry.interpreter, entry.name, entry.location, entry.version
+
+
+OS_PURL_TYPES = {"dpkg": "deb", "apk": "apk"}
+
+
+def system_of(envs: Sequence[Environment]) -> System | None:
+    """The image's OS packages and libraries: recorded with the first interpreter."""
+    return envs[0].system if envs else None
+
+
+def _os_state(system: System | None) -> dict[str, str]:
+    return {key: p.version for key, p in (system.keyed() if system else {}).items()}
+
+
+def os_entries(
+    base: Sequence[Environment], layers: Sequence[tuple[Step, Sequence[Environment]]]
+) -> list[Entry]:
+    """One entry per OS package of the last recorded system, with the layer that installed or
+    changed it (a step whose previous state was not recorded does not claim the packages)."""
+    before = system_of(base)
+    final, origin = before, {}
+    for step, envs in layers:
+        after = system_of(envs)
+        if after is None:
+            continue
+        if before is not None:
+            old = _os_state(before)
+            origin.update({k: step for k, v in _os_state(after).items() if old.get(k) != v})
+        before = final = after
+    return [_os_entry(final, key, origin.get(key)) for key in sorted(_os_state(final))]
+
+
+def _os_entry(system: System | None, key: str, step: Step | None) -> Entry:
+    assert system is not None
+    package = system.keyed()[key]
+    distro = system.distro
+    qualifiers = [("arch", package.architecture)] if package.architecture else []
+    qualifiers += [("distro", distro)] if distro else []
+    return Entry(
+        interpreter="(system)",
+        name=package.name,
+        version=package.version,
+        location=f"{system.manager} database",
+        layer=step.label if step else BASE_LAYER,
+        hashes=(),
+        ecosystem=OS_PURL_TYPES.get(system.manager, "generic"),
+        namespace=distro.partition("-")[0],
+        qualifiers=tuple(qualifiers),
+    )
 
 
 def _lock_hashes(
@@ -160,13 +222,20 @@ def make_bom(
             Property(name=f"{PROPERTY}:location", value=entry.location or "(predicted)"),
             Property(name=f"{PROPERTY}:layer", value=entry.layer),
         ]
+        purl = PackageURL(
+            entry.ecosystem,
+            namespace=entry.namespace or None,
+            name=entry.name,
+            version=entry.version,
+            qualifiers=dict(entry.qualifiers) or None,
+        )
         components.append(
             Component(
                 name=entry.name,
                 version=entry.version,
                 type=ComponentType.LIBRARY,
-                purl=PackageURL("pypi", name=entry.name, version=entry.version),
-                bom_ref=f"{entry.interpreter}:{entry.location}:{entry.name}@{entry.version}",
+                purl=purl,
+                bom_ref=_bom_ref(entry, purl.to_string()),
                 hashes=hashes,
                 properties=properties,
             )
@@ -178,6 +247,12 @@ def make_bom(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the library warns about optional fields left out
         return str(JsonV1Dot6(bom).output_as_string(indent=2)) + "\n"
+
+
+def _bom_ref(entry: Entry, purl: str) -> str:
+    if entry.ecosystem == "pypi":
+        return f"{entry.interpreter}:{entry.location}:{entry.name}@{entry.version}"
+    return purl
 
 
 def _serial(ref: str, found: Sequence[Entry]) -> uuid.UUID:
@@ -208,12 +283,15 @@ def image_sbom(target: ImageTarget, created: str) -> str:
 
     The installing layer is not known for an image built elsewhere, nor are lock hashes.
     """
+    snapshots = snapshot_image(target)
     found = [
         Entry(item.interpreter, dist.name, dist.version, dist.location, IMAGE_LAYER, ())
-        for item in snapshot_image(target)
+        for item in snapshots
         for dist in item.environment.distributions
     ]
-    found.sort(key=lambda e: (e.interpreter, e.name, e.location, e.version))
+    system = next((i.environment.system for i in snapshots if i.environment.system), None)
+    found += [replace(_os_entry(system, key, None), layer=IMAGE_LAYER) for key in _os_state(system)]
+    found.sort(key=_entry_key)
     name, _, tag = target.ref.rpartition(":")
     if "/" in tag or not name:  # a registry port, not a tag
         name, tag = target.ref, "latest"

@@ -50,6 +50,7 @@ try:
     from audit.core.lockformat import LockFormatError, Pin, parse_pins
     from audit.core.policy import Policy
     from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
+    from audit.core.system_rules import evaluate_system
     from audit.core.verdict import Scope, WaiverLedger, evaluate, evaluate_shadowed
 except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
     print(
@@ -122,7 +123,7 @@ def previous_environments(
 # ----------------------------------------------------------------------------- snapshots
 
 
-def snapshot_here() -> Environment:
+def snapshot_here(system: bool = True, libraries: Tuple[str, ...] = ()) -> Environment:
     """Snapshot this interpreter in-process: one Python start-up less per layer."""
     sys.path.insert(0, HERE)
     try:
@@ -130,16 +131,20 @@ def snapshot_here() -> Environment:
     finally:
         sys.path.remove(HERE)
     path = [p for p in sys.path if os.path.realpath(p or ".") != os.path.realpath(LIB)]
-    data = script.seal(script.snapshot(path, HERE))
+    data = script.seal(script.snapshot(path, HERE, system, libraries))
     return load_environments(data, f"snapshot of {sys.executable}")[0]
 
 
-def snapshot_other(interpreter: str) -> Environment:
+def snapshot_other(
+    interpreter: str, system: bool = True, libraries: Tuple[str, ...] = ()
+) -> Environment:
     """Snapshot another interpreter by running the snapshot script with it."""
     import subprocess
 
     script = os.path.join(HERE, "snapshot.py")
-    proc = subprocess.run([interpreter, "-B", script], capture_output=True, check=False)
+    argv = [interpreter, "-B", script] + ([] if system else ["--no-system"])
+    argv += ["--libraries=" + ",".join(libraries)] if libraries else []
+    proc = subprocess.run(argv, capture_output=True, check=False)
     if proc.returncode != 0:
         detail = proc.stderr.decode("utf-8", "replace").strip()[-800:]
         raise GuardError(f"{interpreter} {script} failed ({proc.returncode}): {detail}")
@@ -150,8 +155,16 @@ def same_interpreter(interpreter: str) -> bool:
     return os.path.abspath(interpreter) == os.path.abspath(sys.executable)
 
 
-def snapshot_all(interpreters: Sequence[str]) -> List[Environment]:
-    return [snapshot_here() if same_interpreter(i) else snapshot_other(i) for i in interpreters]
+def snapshot_all(interpreters: Sequence[str], libraries: Tuple[str, ...] = ()) -> List[Environment]:
+    """One snapshot per interpreter; the image's OS packages and native libraries (the CUDA
+    family's and the recipe's ``libraries``) are recorded with the first one only (they are the
+    same for every interpreter)."""
+    return [
+        snapshot_here(index == 0, libraries)
+        if same_interpreter(i)
+        else snapshot_other(i, index == 0, libraries)
+        for index, i in enumerate(interpreters)
+    ]
 
 
 def matching(before: Sequence[Environment], interpreter: str, index: int) -> Optional[Environment]:
@@ -242,7 +255,16 @@ def judge(
         markers=after.markers,
     )
     shadowed = evaluate_shadowed(before, after, policy, where=where, today=today)
-    return findings + shadowed
+    below = evaluate_system(
+        before.system if before is not None else None,
+        after.system,
+        policy,
+        where=where,
+        today=today,
+        scope=context.scope,
+        ledger=context.ledger,
+    )
+    return findings + shadowed + below
 
 
 @dataclass
@@ -328,10 +350,6 @@ def write_trail(
     write_file(os.path.join(trail, step + FINDINGS_SUFFIX), text.encode("utf-8"))
 
 
-def _change(finding: Finding) -> str:
-    return f"{finding.before or '(none)'} -> {finding.after or '(none)'}"
-
-
 def print_verdict(step: str, previous: str, found: Sequence[Finding]) -> None:
     errors = [f for f in found if f.fails]
     warnings = [f for f in found if f.severity == "warning"]
@@ -341,7 +359,7 @@ def print_verdict(step: str, previous: str, found: Sequence[Finding]) -> None:
     )
     for finding in found:
         if finding.severity != "info" or finding.waiver or finding.rule != "added":
-            print(f"  {finding.severity:7} {finding.rule:14} {finding.package} {_change(finding)}")
+            print(f"  {finding.severity:7} {finding.rule:14} {finding.summary()}")
     for finding in errors:
         marker = dict(finding.to_json(), step=step, compared_with=previous)
         print(VIOLATION + " " + json.dumps(marker, sort_keys=True), flush=True)
@@ -410,7 +428,8 @@ def run(args: GuardArgs) -> int:
     slug_key(args.step)
     config = read_json(args.config)
     previous, before = previous_environments(args.trail, args.step, args.base)
-    after = snapshot_all(config["interpreters"])
+    libraries = tuple(config["policy"].get("native_libraries", ()))
+    after = snapshot_all(config["interpreters"], libraries)
     pins = lock_pins(args.lock) if args.lock else []
     today = args.today or datetime.date.today()
     context = step_context(config, args.trail, args.step, pins)

@@ -6,8 +6,11 @@ after every layer, so it avoids ``importlib.metadata`` (slow) and reads only wha
 header block of each METADATA/PKG-INFO (up to the first blank line), INSTALLER, and the bytes of
 RECORD for the digest.
 
-Usage: ``python3 snapshot.py [--output FILE]``, or ``python3 - < snapshot.py`` (one sealed
-document on standard output; how a base image on another machine is snapshotted). The JSON
+Usage: ``python3 snapshot.py [--no-system] [--libraries=libfoo,...] [--output FILE]``, or
+``python3 - < snapshot.py``
+(one sealed document on standard output; how a base image on another machine is snapshotted).
+It also records what lies below Python (``system``: OS packages from the package database,
+CUDA-family native libraries and the copy the dynamic loader maps), unless ``--no-system``. The JSON
 format is documented in ``audit/snapshot.py``, which reads and verifies it.
 """
 
@@ -23,13 +26,20 @@ try:
     from _json import encode_basestring_ascii as _quote
 except ImportError:  # pragma: no cover - every CPython has _json
     from json.encoder import encode_basestring_ascii as _quote
+# RECORD digests are most of the bytes hashed (4 MB on a 178-distribution environment): OpenSSL's
+# SHA-256 (hardware-accelerated where the CPU has it) is 20x faster there than the builtin one,
+# and its import (the C module alone, not hashlib) costs less than it saves. Same digests either
+# way; the builtin serves Pythons built without OpenSSL. benchmarks/bench_snapshot.py measures it.
 try:
-    from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python <= 3.11
-except ImportError:
+    from _hashlib import openssl_sha256 as sha256  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - depends on how Python was built
     try:
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
-    except ImportError:  # pragma: no cover
-        from hashlib import sha256
+        from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:
+            from hashlib import sha256
 
 SCHEMA = "layer-audit.snapshot/2"
 _METADATA_SUFFIXES = {".dist-info": "dist-info", ".egg-info": "egg-info"}
@@ -248,13 +258,483 @@ def _sort_key(record: dict[str, object]) -> tuple[str, str, str]:
     return str(record["name"]), str(record["raw_name"]), str(record["version"])
 
 
-def distributions(sites: list[str]) -> list[dict[str, object]]:
-    """Every distribution in ``sites``, in path order, then by name within one site."""
+def described(sites: list[str]) -> list[tuple[dict[str, object], str]]:
+    """(record, metadata folder) of every distribution in ``sites``, in path order, then by
+    name within one site."""
     found = []
     for site in sites:
-        records = [describe(site, *entry) for entry in metadata_entries(site)]
-        found.extend(sorted(records, key=_sort_key))
+        pairs = [(describe(site, *entry), entry[0]) for entry in metadata_entries(site)]
+        found.extend(sorted(pairs, key=lambda pair: _sort_key(pair[0])))
     return found
+
+
+def distributions(sites: list[str]) -> list[dict[str, object]]:
+    """Every distribution in ``sites``, in path order, then by name within one site."""
+    return [record for record, _ in described(sites)]
+
+
+# ----------------------------------------------------------------------------- the system
+# OS packages and the CUDA-family native libraries, recorded once per snapshot under "system"
+# (see audit/core/system.py, which reads and judges it). Everything is read from files: no
+# dpkg, apk, rpm or ldconfig runs.
+
+DPKG_STATUS = "var/lib/dpkg/status"
+APK_INSTALLED = "lib/apk/db/installed"
+RPM_DATABASES = ("var/lib/rpm/rpmdb.sqlite", "usr/lib/sysimage/rpm/rpmdb.sqlite",
+                 "var/lib/rpm/Packages", "usr/lib/sysimage/rpm/Packages")  # fmt: skip
+_DPKG_FIELDS = ("Status", "Version", "Architecture", "Source")
+_GONE = ("not-installed", "config-files")
+# Library families whose copies are recorded and whose loading is resolved (file name prefixes).
+NATIVE_FAMILIES = ("libnccl", "libcublas", "libcudnn", "libcudart", "libnvshmem")
+_DEFAULT_LIB_DIRS = ("lib", "usr/lib", "lib64", "usr/lib64")
+LD_CACHE = "etc/ld.so.cache"
+_LD_CACHE_MAGIC = b"glibc-ld.so.cache1.1"
+
+
+def _block_field(block: str, key: str) -> str:
+    """The value of ``key`` in one dpkg/apk paragraph (at its start or after a newline)."""
+    if block.startswith(key):
+        start = len(key)
+    else:
+        start = block.find("\n" + key)
+        if start < 0:
+            return ""
+        start += len(key) + 1
+    end = block.find("\n", start)
+    return block[start : end if end >= 0 else len(block)].strip()
+
+
+def dpkg_packages(text: str) -> list[dict[str, str]]:
+    """Installed packages of a dpkg ``status`` file (name, version, architecture, source)."""
+    found = []
+    for block in text.split("\n\n"):
+        name = _block_field(block, "Package:")
+        status = _block_field(block, "Status:").split()
+        if not name or (status and status[-1] in _GONE):
+            continue
+        source = _block_field(block, "Source:").split(" ")[0]
+        found.append({
+            "name": name,
+            "version": _block_field(block, "Version:"),
+            "architecture": _block_field(block, "Architecture:"),
+            "source": source or name,
+        })  # fmt: skip
+    return found
+
+
+def apk_packages(text: str) -> list[dict[str, str]]:
+    """Installed packages of Alpine's ``installed`` database (P:, V:, A:, o: lines)."""
+    found = []
+    for block in text.split("\n\n"):
+        name = _block_field(block, "P:")
+        if name:
+            found.append({
+                "name": name,
+                "version": _block_field(block, "V:"),
+                "architecture": _block_field(block, "A:"),
+                "source": _block_field(block, "o:") or name,
+            })  # fmt: skip
+    return found
+
+
+def os_release(root: str) -> str:
+    """``debian-12``, ``ubuntu-24.04``, ``alpine-3.20.3``: ID and VERSION_ID of os-release."""
+    data = _read(root + "etc/os-release") or _read(root + "usr/lib/os-release") or b""
+    fields = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition("=")
+        fields[key.strip()] = value.strip().strip("\"'")
+    name, version = fields.get("ID", ""), fields.get("VERSION_ID", "")
+    return name + ("-" + version if name and version else "")
+
+
+def os_packages(root: str) -> dict[str, object]:
+    """``{"manager", "distro", "note", "packages"}`` of the first package database under
+    ``root``."""
+    distro = os_release(root)
+    for relpath, manager, reader in (
+        (DPKG_STATUS, "dpkg", dpkg_packages),
+        (APK_INSTALLED, "apk", apk_packages),
+    ):
+        data = _read(root + relpath)
+        if data is not None:
+            items = sorted(reader(data.decode("utf-8", "replace")), key=_package_key)
+            return {"manager": manager, "distro": distro, "note": "", "packages": items}
+    for relpath in RPM_DATABASES:
+        if os.path.exists(root + relpath):
+            note = "/%s: an RPM database; RPM packages are not read (not recorded)" % relpath
+            return {"manager": "rpm", "distro": distro, "note": note, "packages": []}
+    note = "no package database found"
+    return {"manager": "", "distro": distro, "note": note, "packages": []}
+
+
+def _package_key(item: dict[str, str]) -> tuple[str, str, str]:
+    return item["name"], item["architecture"], item["version"]
+
+
+def _unpack(fmt: str, data: bytes, offset: int) -> tuple[int, ...]:
+    import struct
+
+    return struct.unpack_from(fmt, data, offset)
+
+
+def _elf_header(head: bytes) -> tuple[str, bool, int, int, int] | None:
+    """(byte order, 64-bit?, program header offset, entry size, count) of an ELF file."""
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+        return None
+    order = "<" if head[5] == 1 else ">"
+    wide = head[4] == 2
+    if wide:
+        (phoff,) = _unpack(order + "Q", head, 32)
+        size, count = _unpack(order + "HH", head, 54)
+    else:
+        (phoff,) = _unpack(order + "I", head, 28)
+        size, count = _unpack(order + "HH", head, 42)
+    return order, wide, phoff, size, count
+
+
+def _segments(fd: int, header: tuple[str, bool, int, int, int]) -> list[tuple[int, ...]]:
+    """(type, offset, vaddr, filesz) of every program header."""
+    order, wide, phoff, size, count = header
+    table = os.pread(fd, size * count, phoff)
+    found: list[tuple[int, ...]] = []
+    for index in range(count):
+        at = index * size
+        if wide:
+            kind, _, offset, vaddr, _, filesz = _unpack(order + "IIQQQQ", table, at)
+        else:
+            kind, offset, vaddr, _, filesz = _unpack(order + "IIIII", table, at)
+        found.append((kind, offset, vaddr, filesz))
+    return found
+
+
+def _file_offset(segments: list[tuple[int, ...]], vaddr: int) -> int:
+    for kind, offset, start, filesz in segments:
+        if kind == 1 and start <= vaddr < start + filesz:  # PT_LOAD
+            return vaddr - start + offset
+    return -1
+
+
+def _dynamic_entries(
+    fd: int, order: str, wide: bool, segments: list[tuple[int, ...]]
+) -> list[tuple[int, int]]:
+    for kind, offset, _, filesz in segments:
+        if kind == 2:  # PT_DYNAMIC
+            data = os.pread(fd, filesz, offset)
+            step, fmt = (16, order + "qQ") if wide else (8, order + "iI")
+            return [_unpack(fmt, data, at) for at in range(0, len(data) - step + 1, step)]  # type: ignore[misc]
+    return []
+
+
+def elf_dynamic(path: str) -> dict[str, object] | None:
+    """SONAME, NEEDED, RPATH and RUNPATH of an ELF shared object (None: not ELF / unreadable).
+
+    Reads the headers, the dynamic segment and only the strings those entries name: a big
+    library's string table (libtorch_cpu.so's symbol names) is megabytes.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        header = _elf_header(os.pread(fd, 64, 0))
+        if header is None:
+            return None
+        segments = _segments(fd, header)
+        entries = _dynamic_entries(fd, header[0], header[1], segments)
+        values = {tag: value for tag, value in entries if tag in (5, 10)}
+        strtab = _file_offset(segments, values.get(5, -1))
+        if strtab < 0:
+            return None
+        return _dynamic_strings(fd, entries, strtab, values.get(10, 0))
+    except Exception:  # a damaged file is "not ELF", never a crash
+        return None
+    finally:
+        os.close(fd)
+
+
+_STRING_TAGS = {1: "needed", 14: "soname", 15: "rpath", 29: "runpath"}
+
+
+def _string_at(fd: int, start: int, offset: int, size: int) -> str:
+    """The NUL-terminated string at ``offset`` of the string table at file offset ``start``."""
+    data = b""
+    while offset + len(data) < size:
+        chunk = os.pread(fd, min(256, size - offset - len(data)), start + offset + len(data))
+        end = chunk.find(b"\0")
+        if end >= 0 or not chunk:
+            data += chunk[: end if end >= 0 else len(chunk)]
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _dynamic_strings(
+    fd: int, entries: list[tuple[int, int]], strtab: int, size: int
+) -> dict[str, object]:
+    needed: list[str] = []
+    found: dict[str, object] = {"soname": "", "needed": needed, "rpath": "", "runpath": ""}
+    for tag, value in entries:
+        if tag in _STRING_TAGS:
+            text = _string_at(fd, strtab, value, size)
+            if tag == 1:
+                needed.append(text)
+            else:
+                found[_STRING_TAGS[tag]] = text
+    return found
+
+
+def ld_cache(root: str) -> dict[str, list[str]]:
+    """soname -> paths, in the order of ``/etc/ld.so.cache`` (glibc's new format); {} if absent."""
+    data = _read(root + LD_CACHE)
+    start = data.find(_LD_CACHE_MAGIC) if data else -1
+    if data is None or start < 0:
+        return {}
+    count, _ = _unpack("=II", data, start + 20)
+    found: dict[str, list[str]] = {}
+    for index in range(count):
+        at = start + 48 + 24 * index
+        if at + 24 > len(data):
+            break
+        _, key, value = _unpack("=iII", data, at)
+        found.setdefault(_cstring(data, start + key), []).append(_cstring(data, start + value))
+    return found
+
+
+def _cstring(data: bytes, offset: int) -> str:
+    end = data.find(b"\0", offset)
+    return data[offset : end if end >= 0 else len(data)].decode("utf-8", "replace")
+
+
+def library_version(path: str, soname: str) -> str:
+    """``2.29.7`` of ``libnccl.so.2.29.7``: the digits after ``.so.`` beyond the SONAME's own
+    (a file named only by its SONAME tells no version: "")."""
+    name = os.path.basename(path)
+    if ".so." not in name or name == soname:
+        return ""
+    return name.split(".so.", 1)[1]
+
+
+def _family(name: str, families: tuple[str, ...]) -> bool:
+    return ".so" in name and name.startswith(families)
+
+
+def system_library_dirs(environ: dict[str, str], root: str = "/") -> list[tuple[str, str]]:
+    """(directory, origin) of every folder the loader searches: ``LD_LIBRARY_PATH``, the default
+    folders (``system``) and those ``/etc/ld.so.conf`` names (``ld.so.conf``)."""
+    dirs = [(d, "LD_LIBRARY_PATH") for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    machine = _uname()[3]
+    triplets = [machine + "-linux-gnu"] if machine else []
+    for base in _DEFAULT_LIB_DIRS:
+        dirs += [("/" + base + "/" + t, "system") for t in triplets] + [("/" + base, "system")]
+    return dirs + [(d, "ld.so.conf") for d in ld_so_conf_dirs(root)]
+
+
+def ld_so_conf_dirs(root: str) -> list[str]:
+    """The folders ``/etc/ld.so.conf`` lists, with its ``include``d ``ld.so.conf.d/*.conf``."""
+    found: list[str] = []
+    files = [root + "etc/ld.so.conf"]
+    try:
+        folder = root + "etc/ld.so.conf.d"
+        files += sorted(folder + "/" + n for n in os.listdir(folder) if n.endswith(".conf"))
+    except OSError:
+        pass
+    for path in files:
+        for line in (_read(path) or b"").decode("utf-8", "replace").splitlines():
+            entry = line.split("#", 1)[0].strip()
+            if entry.startswith("/") and entry not in found:
+                found.append(entry)
+    return found
+
+
+def _copies_in(
+    folder: str, origin: str, families: tuple[str, ...], seen: set[str]
+) -> list[dict[str, object]]:
+    found = []
+    try:
+        with os.scandir(folder) as entries:  # a system folder holds thousands of files
+            names = sorted(
+                e.name for e in entries if e.name.startswith(families) and ".so" in e.name
+            )
+    except OSError:
+        return []
+    for name in names:
+        path = folder + "/" + name
+        real = os.path.realpath(path)
+        if real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        found.append(_copy(real, origin, ""))
+    return found
+
+
+def _copy(real: str, origin: str, owner: str) -> dict[str, object]:
+    dynamic = elf_dynamic(real) or {}
+    soname = str(dynamic.get("soname") or os.path.basename(real))
+    return {"path": real, "origin": origin, "owner": owner, "soname": soname,
+            "version": library_version(real, soname)}  # fmt: skip
+
+
+def wheel_copies(
+    pairs: list[tuple[dict[str, object], str]], families: tuple[str, ...], seen: set[str]
+) -> list[dict[str, object]]:
+    """Library files that ``nvidia-*`` distributions installed (from their RECORD)."""
+    found = []
+    for dist, folder in pairs:
+        if not str(dist["name"]).startswith("nvidia-") or dist["metadata"] != "dist-info":
+            continue
+        owner = "%s %s" % (dist["name"], dist["version"])
+        site = str(dist["location"])
+        for relpath in _record_paths(site, folder):
+            if _family(relpath.rsplit("/", 1)[-1], families):
+                real = os.path.realpath(site + "/" + relpath)
+                if real not in seen and os.path.isfile(real):
+                    seen.add(real)
+                    found.append(_copy(real, "wheel", owner))
+    return found
+
+
+def _record_paths(site: str, folder: str) -> list[str]:
+    data = _read(site + "/" + folder + "/RECORD") if folder else None
+    lines = (data or b"").decode("utf-8", "replace").splitlines()
+    return [line.rsplit(",", 2)[0] for line in lines if ".so" in line]
+
+
+def _expand(entry: str, loader: str) -> list[str]:
+    origin = os.path.dirname(loader)
+    return [
+        d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in entry.split(":") if d
+    ]
+
+
+def resolve(
+    soname: str,
+    loader: dict[str, object] | None,
+    ld_path: list[str],
+    cache: dict[str, list[str]],
+    defaults: list[str],
+) -> str:
+    """The file the dynamic loader maps for ``soname`` needed by ``loader`` (None: a dlopen by
+    name from the interpreter): RPATH (when no RUNPATH), LD_LIBRARY_PATH, RUNPATH, the ld.so
+    cache, the default folders. "" when nothing matches."""
+    path = str(loader["path"]) if loader else ""
+    runpath = str(loader.get("runpath", "")) if loader else ""
+    rpath = "" if runpath or not loader else str(loader.get("rpath", ""))
+    for folder in _expand(rpath, path) + ld_path + _expand(runpath, path):
+        if os.path.isfile(folder + "/" + soname):
+            return os.path.realpath(folder + "/" + soname)
+    for candidate in cache.get(soname, []):
+        if os.path.isfile(candidate):
+            return os.path.realpath(candidate)
+    for folder in defaults:
+        if os.path.isfile(folder + "/" + soname):
+            return os.path.realpath(folder + "/" + soname)
+    return ""
+
+
+def loaders(sites: list[str], sonames: set[str]) -> list[dict[str, object]]:
+    """ELF files of Python packages (``<site>/<package>/lib/*.so*`` and ``<site>/<package>/*.so``)
+    that need one of ``sonames``: the libraries an ``import`` maps, with their search paths."""
+    found = []
+    for site in sites:
+        for folder in _package_lib_dirs(site):
+            for name in folder[1]:
+                dynamic = elf_dynamic(folder[0] + "/" + name)
+                if dynamic and sonames.intersection(dynamic["needed"]):  # type: ignore[arg-type]
+                    dynamic["path"] = folder[0] + "/" + name
+                    found.append(dynamic)
+    return found
+
+
+def _so_names(folder: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(folder) if ".so" in e.name and e.is_file())
+    except OSError:
+        return []
+
+
+def _package_lib_dirs(site: str) -> list[tuple[str, list[str]]]:
+    found = []
+    for entry in metadata_free_dirs(site):
+        for folder in (entry, entry + "/lib"):
+            names = _so_names(folder)
+            if names:
+                found.append((folder, names))
+    return found
+
+
+def metadata_free_dirs(site: str) -> list[str]:
+    """``site`` itself and its package folders (not metadata, not ``nvidia``: the wheels)."""
+    try:
+        with os.scandir(site) as entries:
+            names = [e.name for e in entries if e.is_dir() and "." not in e.name]
+    except OSError:
+        return []
+    skip = ("nvidia", "__pycache__")
+    return [site, *sorted(site + "/" + name for name in names if name not in skip)]
+
+
+class _Loader:
+    """What resolving a SONAME needs: the environment's search path, the cache, the defaults."""
+
+    def __init__(self, root: str, environ: dict[str, str]) -> None:
+        self.ld_path = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+        self.cache = ld_cache(root)
+        self.defaults = [d for d, origin in system_library_dirs({}, root) if origin == "system"]
+
+    def load(self, soname: str, loader: dict[str, object] | None) -> str:
+        return resolve(soname, loader, self.ld_path, self.cache, self.defaults)
+
+
+def native_libraries(
+    pairs: list[tuple[dict[str, object], str]],
+    root: str,
+    environ: dict[str, str],
+    families: tuple[str, ...],
+) -> list[dict[str, object]]:
+    """Per SONAME of the families: every copy and which one each package library needing it
+    (or, when none does, a dlopen by name from the interpreter) maps."""
+    seen: set[str] = set()
+    copies = wheel_copies(pairs, families, seen)
+    scanned: set[str] = set()
+    for folder, origin in system_library_dirs(environ, root):
+        real = os.path.realpath(folder)  # /lib is /usr/lib on a merged-/usr system
+        if real not in scanned:
+            scanned.add(real)
+            copies += _copies_in(folder, origin, families, seen)
+    by_soname: dict[str, list[dict[str, object]]] = {}
+    for copy in copies:
+        by_soname.setdefault(str(copy["soname"]), []).append(copy)
+    wheel_sonames = {str(c["soname"]) for c in copies if c["origin"] == "wheel"}
+    sites = sorted({str(dist["location"]) for dist, _ in pairs})
+    users = loaders(sites, wheel_sonames) if wheel_sonames else []
+    if not by_soname:
+        return []
+    loader = _Loader(root, environ)
+    return [_library(s, by_soname[s], users, loader) for s in sorted(by_soname)]
+
+
+def _library(
+    soname: str, copies: list[dict[str, object]], users: list[dict[str, object]], loader: _Loader
+) -> dict[str, object]:
+    needing = [u for u in users if soname in u["needed"]]  # type: ignore[operator]
+    contexts: list[tuple[str, dict[str, object] | None]] = [(str(u["path"]), u) for u in needing]
+    contexts = contexts or [("dlopen " + soname, None)]
+    loads = [{"by": by, "path": loader.load(soname, user)} for by, user in contexts]
+    return {"soname": soname, "copies": copies, "loads": loads}
+
+
+def system_facts(
+    pairs: list[tuple[dict[str, object], str]],
+    root: str = "/",
+    families: tuple[str, ...] = NATIVE_FAMILIES,
+) -> dict[str, object]:
+    """The ``system`` object of a snapshot: OS packages and native libraries."""
+    environ = dict(os.environ)
+    return {
+        "os": os_packages(root),
+        "native": native_libraries(pairs, root, environ, families),
+    }
 
 
 def libc_version() -> str:
@@ -265,18 +745,27 @@ def libc_version() -> str:
         return ""
 
 
-def snapshot(path: list[str], script_dir: str) -> dict[str, object]:
+def snapshot(
+    path: list[str], script_dir: str, system: bool = True, libraries: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """The document for this interpreter; ``system`` adds the OS packages and native libraries
+    (the guard leaves them out for its second and later interpreters: they are one image's);
+    ``libraries`` adds file name prefixes to the CUDA family's (a recipe's own libraries)."""
     sites = site_directories(path, script_dir)
+    pairs = described(sites)
     environment: dict[str, object] = {
         "interpreter": sys.executable,
         "python": python_version(),
         "markers": environment_markers(),
         "paths": sites,
-        "distributions": distributions(sites),
+        "distributions": [record for record, _ in pairs],
     }
     libc = libc_version()
     if libc:
         environment["libc"] = libc
+    if system:
+        families = NATIVE_FAMILIES + tuple(p for p in libraries if p not in NATIVE_FAMILIES)
+        environment["system"] = system_facts(pairs, "/", families)
     return {"schema": SCHEMA, "environments": [environment]}
 
 
@@ -327,11 +816,12 @@ def write_atomically(target: str, data: bytes) -> None:
         raise
 
 
-USAGE = "usage: snapshot.py [--output FILE]\n"
+USAGE = "usage: snapshot.py [--no-system] [--libraries=PREFIX,...] [--output FILE]\n"
 
 
 def parse_output(argv: list[str]) -> str | None:
-    """The ``--output`` file, or None for standard output; exits 2 on anything else."""
+    """The ``--output`` file, or None for standard output; exits 2 on anything else
+    (``--no-system`` is taken out first by :func:`main`)."""
     if not argv:
         return None
     if len(argv) == 2 and argv[0] == "--output":
@@ -357,10 +847,18 @@ def _script_dir() -> str:
     return sys.path[0] if sys.path else ""
 
 
+_LIBRARIES = "--libraries="
+
+
 def main(argv: list[str] | None = None) -> int:
-    output = parse_output(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    system = "--no-system" not in args
+    named = [arg[len(_LIBRARIES) :] for arg in args if arg.startswith(_LIBRARIES)]
+    libraries = tuple(p for text in named for p in text.split(",") if p)
+    rest = [arg for arg in args if arg != "--no-system" and not arg.startswith(_LIBRARIES)]
+    output = parse_output(rest)
     script_dir = _script_dir()
-    data = seal(snapshot(list(sys.path), script_dir))
+    data = seal(snapshot(list(sys.path), script_dir, system, libraries))
     if output:
         write_atomically(output, data)
     else:

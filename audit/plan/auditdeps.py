@@ -17,6 +17,7 @@ from pathlib import Path
 from audit.core.errors import UsageError
 from audit.core.findings import ERROR, Finding
 from audit.core.verdict import check_state
+from audit.plan import frontdoor
 from audit.plan.lock import Survey, survey_locks
 from audit.plan.lockfile import base_relpath
 from audit.plan.paths import find_root, list_images
@@ -32,6 +33,7 @@ from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.report import Report, Section
 from audit.plan.sources import DirectorySource, Source
+from audit.plan.unrecorded import never_recorded, not_audited
 
 MISSING_LOCK = "missing-lock"
 STALE_LOCK = "stale-lock"
@@ -45,6 +47,7 @@ class RecipeAudit:
     steps: tuple[PredictedStep, ...]
     findings: tuple[Finding, ...]
     sections: tuple[Section, ...]
+    recorded: bool = True  # False: never recorded, so nothing was predicted (no stage matrix)
 
     @property
     def failed(self) -> bool:
@@ -76,23 +79,44 @@ def audit_report(audits: Iterable[RecipeAudit], title: str = "audit-deps") -> Re
     return Report(title, tuple(section for audit in audits for section in audit.sections))
 
 
-def audit_recipes(names: Sequence[str], *, today: date, root: Path | None = None) -> Report:
+def audit_recipes(
+    names: Sequence[str], *, today: date, root: Path | None = None, strict: bool = False
+) -> Report:
     """Audit the named recipes (every recipe when none) of the working tree at ``root``
     (default: the project around the working folder)."""
-    return audit_report(recipe_audits(names, today=today, root=root))
+    return audit_report(recipe_audits(names, today=today, root=root, strict=strict))
 
 
 def recipe_audits(
-    names: Sequence[str], *, today: date, root: Path | None = None
+    names: Sequence[str], *, today: date, root: Path | None = None, strict: bool = False
 ) -> list[RecipeAudit]:
     """Each named recipe's audit (every recipe when none), in order: the report and the stage
-    matrix are both made from them."""
+    matrix are both made from them.
+
+    A recipe that was never recorded is "not audited": a warning when every recipe is
+    audited, an error when it is named or with ``strict``.
+    """
     root = root or find_root()
     source = DirectorySource(root)
     selected = list(names) or list_images(root)
     if not selected:
         raise UsageError(f"no recipes under {root / 'images'}", "add images/<name>/image.toml")
-    return [audit_recipe(source, load_recipe(source, name), today=today) for name in selected]
+    why = "named on the command line" if names else "--strict" if strict else ""
+    audits = []
+    for name in selected:
+        recipe = load_recipe(source, name)
+        if never_recorded(source, recipe):
+            audits.append(unrecorded_audit(recipe, fails=bool(why), why=why))
+        else:
+            audits.append(audit_recipe(source, recipe, today=today))
+    return audits
+
+
+def unrecorded_audit(recipe: Recipe, *, fails: bool, why: str) -> RecipeAudit:
+    """The audit of a recipe that was never recorded: one "not audited" finding, no steps."""
+    finding = not_audited(recipe, fails=fails, why=why)
+    section = Section(f"{recipe.name} not audited", (finding,))
+    return RecipeAudit(recipe, (), (finding,), (section,), recorded=False)
 
 
 def step_where(recipe: Recipe, predicted: PredictedStep) -> str:
@@ -144,14 +168,15 @@ def _base_findings(
 
 
 def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
-    hint = f"record the base and compile the locks: nox -s lock -- {recipe.name}"
+    hint = f"record the base and compile the locks: {frontdoor.command('lock', recipe.name)}"
     findings: list[Finding] = []
     if survey.base is None:
         relpath = base_relpath(recipe)
         reason = f"the base image {recipe.base_ref} was never recorded: nothing can be predicted"
         record = (
             f"on a machine that has {recipe.base_ref} (docker pull or docker load it): "
-            f"nox -s lock -- {recipe.name} --record-base, then commit locks/{recipe.name}/"
+            f"{frontdoor.command('lock', recipe.name + ' --record-base')}, "
+            f"then commit locks/{recipe.name}/"
         )
         missing = _lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record)
         findings.append(missing.located(recipe.name))

@@ -281,13 +281,15 @@ def labels(recipe: Recipe, provenance: Provenance, guard: bool) -> tuple[tuple[s
 
     Invariants: a pure function of its arguments (same commit and ``SOURCE_DATE_EPOCH`` give
     the same labels); an unknown fact leaves its label out rather than guessing (no local path
-    as ``source``); ``revision`` ends in ``-dirty`` when the built files are uncommitted.
+    as ``source``); ``revision`` ends in ``-dirty`` when the built files are uncommitted; a
+    ``title`` the recipe's ``[config] labels`` give is the user's and wins (provenance does not).
     """
     revision = provenance.revision
+    own = dict(recipe.config.labels)
     if revision and provenance.dirty:
         revision += DIRTY_SUFFIX
     found = {
-        f"{OCI}.title": recipe.repository,
+        f"{OCI}.title": own.get(f"{OCI}.title", recipe.repository),
         f"{OCI}.created": provenance.created,
         f"{OCI}.base.name": qualified_image(recipe.base),
         f"{LABEL_PREFIX}.image": recipe.name,
@@ -314,6 +316,7 @@ def stage_labels(recipe: Recipe, stage: str) -> tuple[tuple[str, str], ...]:
     """The labels that differ per stage: ``version`` (the stage) and a description."""
     said = recipe.stage(stage).description
     description = f"{recipe.name} {stage}" + (f": {said}" if said else "")
+    description = dict(recipe.config.labels).get(f"{OCI}.description", description)
     return (
         (f"{OCI}.description", redact(description)),
         (f"{OCI}.version", stage),

@@ -28,7 +28,11 @@ from types import MappingProxyType
 from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
-from audit.core.verdict import CHANGE_RULES, Scope, WaiverLedger, evaluate, waiver_matches
+from audit.core.rules import CHANGE_RULES
+from audit.core.system import System
+from audit.core.system_rules import evaluate_system
+from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
+from audit.plan import frontdoor
 from audit.plan.lock import LockState, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
@@ -51,6 +55,7 @@ from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage, Step
 from audit.plan.recipe_parse import load_all
 from audit.plan.report import Report, Section
 from audit.plan.sources import Source
+from audit.plan.unrecorded import not_audited, touched
 
 TITLE_SEPARATOR = ": "
 ADDED_BY_PR = "added by this pull request"
@@ -131,9 +136,12 @@ def gate(
     today: date,
     title: str = "dependency gate",
     strict_waivers: bool = False,
+    strict: bool = False,
 ) -> Report:
     """Compare every image at ``base`` with ``head`` (:func:`gate_result`'s report)."""
-    return gate_result(base, head, today=today, title=title, strict_waivers=strict_waivers).report
+    return gate_result(
+        base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
+    ).report
 
 
 def gate_result(
@@ -143,18 +151,24 @@ def gate_result(
     today: date,
     title: str = "dependency gate",
     strict_waivers: bool = False,
+    strict: bool = False,
 ) -> GateResult:
     """Compare every image at ``base`` with ``head``; the verdict follows the head's policy.
 
     Waivers the pull request adds or widens come first (every image's, before anything else)
     and fail the gate with ``strict_waivers``, so that a waiver lands through its own reviewed
-    pull request. A recipe whose base snapshot is missing at either side is bad input.
+    pull request. An image with no base record at the head is "not audited": a warning when
+    the pull request does not touch it, an error when it does or with ``strict``. An image
+    whose record the pull request adds is compared as if it were new.
     """
     old = {recipe.name: recipe for recipe in load_all(base)}
     new = {recipe.name: recipe for recipe in load_all(head)}
     sections: list[Section] = []
     matrices: list[ImageMatrices] = []
     for name in sorted(set(old) | set(new)):
+        if name in new and not head.exists(base_relpath(new[name])):
+            sections.append(_not_audited(new[name], base, head, strict=strict))
+            continue
         found, matrix = _image(
             name, old.get(name), new.get(name), base, head, today=today, strict=strict_waivers
         )
@@ -196,7 +210,8 @@ def _image(
     """:func:`image_sections` and the image's matrices (None when the head removes it)."""
     if new is None:
         return [_removed_image(name)], None
-    old_side = read_side(base, old) if old else ABSENT
+    recorded_before = old is not None and base.exists(base_relpath(old))
+    old_side = read_side(base, old) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
     base_section, base_keys = _base_section(name, old_side, new_side, today)
@@ -209,7 +224,16 @@ def _image(
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
-    return kept, image_matrices(name, old_side if old else None, new_side, found, today)
+    return kept, image_matrices(name, old_side if recorded_before else None, new_side, found, today)
+
+
+def _not_audited(recipe: Recipe, base: Source, head: Source, *, strict: bool) -> Section:
+    """An image with no base record at the head: nothing to predict. It fails where the pull
+    request touches the image (its recipe, requirements, files or locks) or with ``strict``."""
+    changed = touched(base, head, recipe.name)
+    why = "this pull request changes it" if changed else "--strict" if strict else ""
+    finding = not_audited(recipe, fails=changed or strict, why=why)
+    return Section(section_title(recipe.name, "not audited"), (finding,))
 
 
 def image_matrices(
@@ -257,7 +281,7 @@ def read_side(source: Source, recipe: Recipe) -> Side:
         raise LockError(
             f"{source.describe(relpath)}: missing: {recipe.name} has no base snapshot at this "
             "ref, so its environments cannot be compared",
-            f"record it and commit it: nox -s lock -- {recipe.name} --record-base",
+            f"record it and commit it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
         )
     record = survey.base[0]
     base_env = base_environment(record, recipe, source)
@@ -290,7 +314,7 @@ def lock_findings(new: Side, old: Side) -> list[Finding]:
     judged by what it changes, so a lock that was missing before it only warns.
     """
     assert new.recipe is not None  # the head side of an image the head has
-    hint = f"recompile the locks and commit them: nox -s lock -- {new.recipe.name}"
+    hint = f"recompile the locks and commit them: {frontdoor.command('lock', new.recipe.name)}"
     before = _unfresh(old.lock_states)
     return [
         _lock_finding(new.recipe, state, hint, key in before).located(
@@ -341,9 +365,18 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
         return Section(title, tuple(f.located(name) for f in pair)), set()
     where = f"{name} base image"
     found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
+    found += evaluate_system(
+        _recorded_system(old), _recorded_system(new), new.recipe.policy, where=where, today=today
+    )
     identity = _base_identity(old, new, where)
     located = tuple(f.located(name) for f in (identity, *found))
     return Section(title, located), {finding_key(f) for f in found}
+
+
+def _recorded_system(side: Side) -> System | None:
+    """The OS packages and native libraries the side's base record holds (None: not recorded)."""
+    envs = side.base_record.environments if side.base_record else ()
+    return envs[0].system if envs else None
 
 
 def _stale_base(name: str, side: Side) -> Finding | None:
@@ -360,7 +393,8 @@ def _stale_base(name: str, side: Side) -> Finding | None:
         f"{recipe.source.as_posix()} names base {recipe.base}, but "
         f"locks/{recipe.name}/base.json records {record.image}: the base snapshot is stale",
         where=f"{name} base image",
-        hint=f"re-record it and recompile the locks: nox -s lock -- {recipe.name} --record-base",
+        hint="re-record it and recompile the locks: "
+        + frontdoor.command("lock", f"{recipe.name} --record-base"),
     )
 
 
@@ -455,7 +489,7 @@ def _run_finding(name: str, step: Step) -> Finding:
         None,
         f"{NOT_PREDICTABLE}: {step.layer.command}",
         where=f"{name} {step.label}",
-        hint="build the image (nox -s build-image) to see what this command changes",
+        hint=f"build the image ({frontdoor.command('build')}) to see what this command changes",
     ).located(name, step.stage.name, step.position)
 
 

@@ -16,11 +16,19 @@ from collections.abc import Iterable
 
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.redact import redact
+from audit.core.rules import CHANGE_RULES
 from audit.plan.gate import BASE_IMAGE_RULE, NEEDS_REVIEW, WAIVER_RULE, ImageMatrices, image_of
 from audit.plan.matrix import matrix_markdown
-from audit.plan.report import DETAILS_AFTER, SEVERITY_ICON, Report, ordered
+from audit.plan.report import (
+    DETAILS_AFTER,
+    SEVERITY_ICON,
+    Report,
+    not_audited_images,
+    ordered,
+)
 
-CHANGE_RULES = ("added", "removed", "upgraded", "downgraded", "variant", "rebuilt", "shadowed")
+# Changes whose row says it all (an unparsable version's note says why it is one).
+PLAIN_CHANGES = CHANGE_RULES - {"unparsable-version"}
 MATRIX_ROWS = 60  # rows per matrix: a job summary or comment has a size limit
 HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|---|---|")
 
@@ -28,7 +36,7 @@ HEADER = ("| | change | package | version | where | note |", "|---|---|---|---|-
 def gate_markdown(report: Report, matrices: Iterable[ImageMatrices] = ()) -> str:
     """The whole comment: heading, one-line verdict, the waivers that need owner review, then
     a part per image (in the report's order, each image once), led by its matrices."""
-    lines = [f"## {_escape(report.title)}", "", _verdict(report), ""]
+    lines = [f"## {_escape(report.title)}", "", _verdict(report), "", *_not_audited(report)]
     lines += _owner_review(report)
     by_image: dict[str, list[Finding]] = {}
     for section in report.sections:
@@ -55,6 +63,15 @@ def _owner_review(report: Report) -> list[str]:
     lines = [f"### ⚠️ {NEEDS_REVIEW.capitalize()}", "", *HEADER]
     lines += [_row(image, finding) for image, finding in waivers]
     return [*lines, ""]
+
+
+def _not_audited(report: Report) -> list[str]:
+    """One line naming the images nothing was predicted for (no base record)."""
+    names = not_audited_images(report)
+    if not names:
+        return []
+    listed = ", ".join(f"`{_escape(name)}`" for name in names)
+    return [f"⚠️ **Not audited** (no base record: rendered, not recorded): {listed}", ""]
 
 
 def _verdict(report: Report) -> str:
@@ -125,7 +142,7 @@ def _version(finding: Finding) -> str:
 def _note(finding: Finding) -> str:
     if finding.waiver:
         return f"waived: {finding.waiver}"
-    return "" if finding.rule in CHANGE_RULES else finding.message
+    return "" if finding.rule in PLAIN_CHANGES else finding.message
 
 
 def _tally(findings: list[Finding]) -> str:

@@ -8,7 +8,8 @@ Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing
     _guard/base.json       locks/<image>/base.json: what the first layer is compared with
                            (absent until ``lock`` recorded it; the guard then refuses)
     _guard/lib/audit/core/ the pure core modules (errors, findings, policy, snapshot, diff,
-                           verdict: PURE_CORE)
+                           verdict, and below Python debversion, system,
+                           system_rules: PURE_CORE)
     _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
 
 The folder is mounted with ``RUN --mount=type=bind,source=_guard,target=GUARD_MOUNT``, so none
@@ -33,7 +34,8 @@ from audit.plan.recipe import PipLayer, Recipe
 GUARD_DIR = "_guard"
 GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
 PURE_CORE = (
-    "errors", "findings", "lockformat", "policy", "presets", "snapshot", "diff", "verdict",
+    "errors", "findings", "lockformat", "policy", "presets", "rules", "snapshot", "diff",
+    "verdict", "debversion", "system", "system_rules",
 )  # fmt: skip
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent

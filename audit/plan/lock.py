@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from audit.core.errors import LockError, UsageError
 from audit.core.lockformat import Pin
 from audit.core.snapshot import Distribution, canonical_name
+from audit.plan import frontdoor
 from audit.plan.lockfile import (
     LOCK_FORMAT,
     BaseRecord,
@@ -172,7 +173,9 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
     relpath = base_relpath(recipe)
     if not source.exists(relpath):
         return None
-    data = read_file(source, relpath, "re-record it: nox -s lock -- IMAGE --record-base")
+    data = read_file(
+        source, relpath, f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+    )
     return parse_base(data, source.describe(relpath)), sha256(data)
 
 
@@ -182,7 +185,7 @@ def _state_of(
     step, relpath = inputs.step, inputs.relpath
     if not source.exists(relpath):
         return LockState(step, relpath, "missing", "no lock yet"), None
-    data = read_file(source, relpath, "compile it: nox -s lock -- IMAGE")
+    data = read_file(source, relpath, f"compile it: {frontdoor.command('lock', 'IMAGE')}")
     lock = parse_lock(data, source.describe(relpath))
     if earlier_stale:
         return LockState(step, relpath, "stale", earlier_stale), lock
@@ -251,7 +254,7 @@ def base_constraints(record: BaseRecord, interpreter: str, where: str) -> list[C
     found = ", ".join(env.interpreter for env in record.environments) or "none"
     raise LockError(
         f"{where}: no snapshot of {interpreter} (found: {found})",
-        "re-record the base: nox -s lock -- IMAGE --record-base",
+        f"re-record the base: {frontdoor.command('lock', 'IMAGE --record-base')}",
     )
 
 
@@ -259,7 +262,7 @@ def _from_distribution(dist: Distribution, where: str) -> Constraint:
     if dist.requires_dist is None:
         raise LockError(
             f"{where}: recorded without requirement metadata (an older layer-audit wrote it)",
-            "re-record the base: nox -s lock -- IMAGE --record-base",
+            f"re-record the base: {frontdoor.command('lock', 'IMAGE --record-base')}",
         )
     name = dist.raw_name or dist.name
     return Constraint(dist.name, dist.version, BASE_ORIGIN, dist.requires_dist,

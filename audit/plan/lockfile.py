@@ -41,6 +41,7 @@ from audit.core.errors import LockError, SnapshotError
 from audit.core.lockformat import LockFormatError, Pin
 from audit.core.lockformat import parse_pins as parse_body
 from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
+from audit.plan import frontdoor
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
 
@@ -149,8 +150,8 @@ def render_base(record: BaseRecord) -> str:
 def _refuse(where: str, problem: str) -> LockError:
     return LockError(
         f"{where}: {problem}",
-        "never edit a lock by hand: re-create it with nox -s lock -- IMAGE (git restore it first"
-        " if the edit was an accident)",
+        f"never edit a lock by hand: re-create it with {frontdoor.command('lock', 'IMAGE')} "
+        "(git restore it first if the edit was an accident)",
     )
 
 
@@ -257,7 +258,7 @@ def read_file(source: Source, relpath: str, hint: str) -> bytes:
 
 
 def read_lock(source: Source, relpath: str) -> Lock:
-    data = read_file(source, relpath, "compile it: nox -s lock -- IMAGE")
+    data = read_file(source, relpath, f"compile it: {frontdoor.command('lock', 'IMAGE')}")
     return parse_lock(data, source.describe(relpath))
 
 
@@ -274,7 +275,7 @@ def parse_base(data: bytes, where: str) -> BaseRecord:
 
 
 def _verify_base(data: bytes, where: str) -> BaseRecord:
-    hint = "re-record it: nox -s lock -- IMAGE --record-base"
+    hint = f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
     try:
         document: Any = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -302,7 +303,9 @@ def _optional(value: Any) -> str | None:
 
 
 def read_base(source: Source, relpath: str) -> BaseRecord:
-    data = read_file(source, relpath, "record it: nox -s lock -- IMAGE --record-base")
+    data = read_file(
+        source, relpath, f"record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+    )
     return parse_base(data, source.describe(relpath))
 
 

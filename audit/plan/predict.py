@@ -23,6 +23,7 @@ from audit.core.errors import LockError
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution, Environment
 from audit.core.verdict import Scope, WaiverLedger, evaluate
+from audit.plan import frontdoor
 from audit.plan.lockfile import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
@@ -79,7 +80,7 @@ def base_environment(record: BaseRecord, recipe: Recipe, source: Source) -> Inst
         found = ", ".join(env.interpreter for env in record.environments) or "none"
         raise LockError(
             f"{where}: no snapshot of {recipe.interpreters[0]} (found: {found})",
-            f"re-record it: nox -s lock -- {recipe.name} --record-base",
+            f"re-record it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
         )
     return {name: _bare(dist) for name, dist in environment.winners().items()}
 

@@ -50,6 +50,9 @@ class RunLayer:
     """A shell step. The guard checks the environment after it like after a pip layer."""
 
     command: str
+    # a file of the recipe folder fed to the command's standard input (a Dockerfile heredoc,
+    # kept as a file: the file is bind-mounted for this step only, never left in a layer)
+    stdin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,15 @@ class CopyLayer:
 
     src: str
     dest: str
+    mode: str | None = None  # octal, e.g. "0755": COPY --chmod
+    owner: str | None = None  # user[:group], names or ids: COPY --chown
+
+
+@dataclass(frozen=True)
+class WorkdirLayer:
+    """Change the working folder for the layers after it (and the image): WORKDIR."""
+
+    path: str  # absolute
 
 
 @dataclass(frozen=True)
@@ -65,9 +77,45 @@ class EnvLayer:
     """Set environment variables (never secrets: those are BuildKit secrets)."""
 
     values: tuple[tuple[str, str], ...]
+    # values may name variables set before (``${PATH}``): Docker expands them at build time
+    expand: bool = False
 
 
-Layer = PipLayer | RunLayer | CopyLayer | EnvLayer
+Layer = PipLayer | RunLayer | CopyLayer | EnvLayer | WorkdirLayer
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    """HEALTHCHECK of the final image: a command (exec list or shell string) and its timing,
+    or ``disable`` (HEALTHCHECK NONE: switch off one the base image has)."""
+
+    command: tuple[str, ...] | str | None = None
+    interval: str | None = None
+    timeout: str | None = None
+    start_period: str | None = None
+    retries: int | None = None
+    disable: bool = False
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """How the final image starts (``[config]``): rendered at the end of the last stage.
+
+    A list is the exec form (rendered as a JSON array), a string the shell form; nothing here
+    holds a newline or control character (the parser refuses them)."""
+
+    cmd: tuple[str, ...] | str | None = None
+    entrypoint: tuple[str, ...] | str | None = None
+    user: str | None = None
+    expose: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    healthcheck: Healthcheck | None = None
+    stopsignal: str | None = None
+    shell: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self == ImageConfig()
 
 
 @dataclass(frozen=True)
@@ -127,6 +175,7 @@ class Recipe:
     # PEP 668: pip layers install into an externally managed interpreter (Debian/Ubuntu system
     # Python) with PIP_BREAK_SYSTEM_PACKAGES=1; off, pip refuses and the build says so (exit 2)
     break_system_packages: bool = False
+    config: ImageConfig = ImageConfig()  # CMD, ENTRYPOINT, USER … of the last stage
 
     @property
     def source(self) -> Path:

@@ -23,9 +23,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from audit.core import presets
+from audit.core import presets, rules
 from audit.core.errors import RecipeError, UsageError
 from audit.core.policy import ACTIONS, FAIL, WARN, LockstepGroup, Policy, Waiver
+from audit.core.redact import redact
 from audit.core.suggest import did_you_mean, one_of
 from audit.plan.recipe import (
     DEFAULT_INDEX_URL,
@@ -33,17 +34,20 @@ from audit.plan.recipe import (
     DEFAULT_TAG_PATTERN,
     CopyLayer,
     EnvLayer,
+    Healthcheck,
+    ImageConfig,
     Index,
     Layer,
     PipLayer,
     Recipe,
     RunLayer,
     Stage,
+    WorkdirLayer,
 )
 from audit.plan.requirements_in import RequirementsFile, parse_requirements, url_problem
 from audit.plan.sources import Source
 
-TOP_KEYS = ("image", "indexes", "stage", "policy")
+TOP_KEYS = ("image", "indexes", "stage", "policy", "config")
 IMAGE_KEYS = (
     "base", "base_digest", "platform", "cuda", "interpreters", "repository",
     "tag_pattern", "latest_tag_pattern", "index_url", "resolver", "break_system_packages",
@@ -52,8 +56,14 @@ RESOLVER_NAMES = ("pip-tools", "uv")
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
 STAGE_KEYS = ("name", "description", "smoke", "layer")
 LAYER_OPTIONS: dict[str, tuple[str, ...]] = {
-    "pip": ("index", "pre", "no_deps", "override"), "run": (), "copy": (), "env": (),
+    "pip": ("index", "pre", "no_deps", "override"), "run": ("stdin",), "copy": (),
+    "env": ("expand",), "workdir": (),
 }  # fmt: skip
+COPY_KEYS = ("src", "dest", "mode", "owner")
+CONFIG_KEYS = (
+    "cmd", "entrypoint", "user", "expose", "labels", "healthcheck", "stopsignal", "shell",
+)  # fmt: skip
+HEALTHCHECK_KEYS = ("cmd", "interval", "timeout", "start_period", "retries", "disable")
 POLICY_ACTIONS = {
     "downgrade": FAIL,
     "removal": FAIL,
@@ -62,14 +72,11 @@ POLICY_ACTIONS = {
     "shadowed": WARN,
 }
 POLICY_KEYS = (
-    *POLICY_ACTIONS, "cuda_suffix", "require", "forbid", "lockstep", "waiver", "preset",
-    "preset_skip",
+    *POLICY_ACTIONS, "native_shadowed", "native_libraries", "cuda_suffix", "require", "forbid",
+    "lockstep", "waiver", "preset", "preset_skip",
 )  # fmt: skip
 WAIVER_KEYS = ("package", "from", "to", "reason", "expires", "rule", "stage", "layer")
-WAIVER_RULES = (
-    "downgraded", "removed", "variant", "rebuilt", "shadowed", "unparsable-version",
-    "lockstep", "cuda-suffix", "requirement", "forbidden",
-)  # fmt: skip
+WAIVER_RULES = rules.WAIVABLE
 
 UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -85,10 +92,20 @@ INTERPRETER = re.compile(r"/[A-Za-z0-9._+/-]+")
 SIMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PACKAGE_GLOB = re.compile(r"[A-Za-z0-9*?][A-Za-z0-9._*?-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY", re.IGNORECASE)
+# a word of the name (split at _) says it holds a secret: HF_TOKEN, DB_PASSWORD, not TOKENIZERS_…
+SECRET_NAME = re.compile(
+    r"(?:^|_)(?:TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIALS?|API_?KEY)S?(?:_|$)", re.IGNORECASE
+)
 PIP_SOURCE_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
 CONTAINER_PATH = re.compile(r"/[\w.+@:/=,-]*")
-HEREDOC = re.compile(r"<<-?\s*['\"]?[A-Za-z_]")
+HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*['\"]?[A-Za-z_]")  # not the here-string <<<
+FILE_MODE = re.compile(r"0?[0-7]{3}")
+OWNER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]*)?")
+PORT = re.compile(r"[0-9]{1,5}(?:/(?:tcp|udp|sctp))?")
+LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+SIGNAL = re.compile(r"SIG[A-Z0-9+-]+|[0-9]{1,2}")
+DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|ms|s|m|h))+")
+ENV_REFERENCE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 TOML_POSITION = re.compile(r"\(at (?:line (\d+), column \d+|end of document)\)$")
 TOML_HEADER = re.compile(r"\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
 FORMAT_HINT = "fix the value: docs/recipes.md describes every key"
@@ -220,6 +237,13 @@ class _Node:
             )
         if not value.strip():
             raise self.error(key, "must not be empty")
+        if redact(value) != value:
+            raise self.error(
+                key,
+                f"holds a credential: {redact(value)!r}",
+                "a recipe is committed and its values land in Dockerfiles, labels and reports: "
+                "give credentials to pip as BuildKit secrets and to registries with docker login",
+            )
         return value
 
     def optional_text(self, key: str) -> str | None:
@@ -297,6 +321,7 @@ def _recipe(source: Source, image: str, root: _Node) -> Recipe:
         policy=_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
         resolver=_resolver(head),
         break_system_packages=head.boolean("break_system_packages", False),
+        config=_config(root.table("config")) if "config" in root.data else ImageConfig(),
     )
 
 
@@ -449,6 +474,7 @@ def _layer(node: _Node, context: _Context) -> Layer:
             raise node.error(key, f"not an option of a {kind} layer", "see docs/recipes.md")
     builders: dict[str, Callable[[_Node, _Context], Layer]] = {
         "pip": _pip_layer, "run": _run_layer, "copy": _copy_layer, "env": _env_layer,
+        "workdir": _workdir_layer,
     }  # fmt: skip
     return builders[kind](node, context)
 
@@ -548,19 +574,34 @@ def _run_layer(node: _Node, context: _Context) -> RunLayer:
         raise node.error(
             "run",
             "heredocs ('<<') are not supported in run layers",
-            "put the script in a file and add it with a copy layer",
+            'put the heredoc in a file and name it with stdin = "FILE" on this layer',
         )
-    return RunLayer(command)
+    stdin = _own_file(node, "stdin", context) if "stdin" in node.data else None
+    return RunLayer(command, stdin)
+
+
+def _own_file(node: _Node, key: str, context: _Context) -> str:
+    """A file or folder of the recipe folder that is the user's own (not the recipe itself)."""
+    path = _recipe_file(node, key, context)
+    if path in ("image.toml", ".") or path.startswith("templates"):
+        raise node.error(key, "name a file or folder of your own, not the recipe itself")
+    return path
 
 
 def _copy_layer(node: _Node, context: _Context) -> CopyLayer:
     table = node.table("copy")
-    table.check_keys(("src", "dest"), required=("src", "dest"))
-    src = _recipe_file(table, "src", context)
-    if src in ("image.toml", ".") or src.startswith("templates"):
-        raise table.error("src", "copy a file or folder of your own, not the recipe itself")
+    table.check_keys(COPY_KEYS, required=("src", "dest"))
+    src = _own_file(table, "src", context)
     dest = table.matching("dest", CONTAINER_PATH, "an absolute path inside the image")
-    return CopyLayer(src, dest)
+    mode = _maybe(table, "mode", FILE_MODE, "an octal mode like '0755'")
+    owner = _maybe(table, "owner", OWNER, "user[:group] (names or ids)")
+    return CopyLayer(src, dest, mode, owner)
+
+
+def _workdir_layer(node: _Node, context: _Context) -> WorkdirLayer:
+    return WorkdirLayer(
+        node.matching("workdir", CONTAINER_PATH, "an absolute path inside the image")
+    )
 
 
 def _env_layer(node: _Node, context: _Context) -> EnvLayer:
@@ -569,7 +610,22 @@ def _env_layer(node: _Node, context: _Context) -> EnvLayer:
         raise node.error("env", 'needs at least one NAME = "value"')
     for name in table.data:
         _check_env_name(table, name)
-    return EnvLayer(tuple((name, table.text(name)) for name in table.data))
+    expand = node.boolean("expand", False)
+    values = tuple((name, _line(table, name)) for name in table.data)
+    for name, value in values if expand else ():
+        if "$" in ENV_REFERENCE.sub("", value):
+            raise table.error(
+                name,
+                "with expand = true, every '$' starts a reference: ${NAME} or $NAME",
+                "write $$ nowhere: set expand = false for literal values",
+            )
+    return EnvLayer(values, expand)
+
+
+def _line(node: _Node, key: str) -> str:
+    """A one-line string that may be empty (``ENV A=`` and ``LABEL a=`` are real)."""
+    value: str = node.value(key, str, "a string")
+    return node.text(key) if value else value
 
 
 def _check_env_name(table: _Node, name: str) -> None:
@@ -589,6 +645,84 @@ def _check_env_name(table: _Node, name: str) -> None:
         )
 
 
+# --- the final image's configuration --------------------------------------------------------
+
+
+def _config(node: _Node) -> ImageConfig:
+    """``[config]``: CMD, ENTRYPOINT, USER, EXPOSE, LABEL, HEALTHCHECK, STOPSIGNAL, SHELL."""
+    node.check_keys(CONFIG_KEYS)
+    return ImageConfig(
+        cmd=_command(node, "cmd"),
+        entrypoint=_command(node, "entrypoint"),
+        user=_maybe(node, "user", OWNER, "user[:group] (names or ids)"),
+        expose=tuple(_each_matching(node, "expose", PORT, "a port like '8000' or '8000/tcp'")),
+        labels=_labels(node.table("labels")) if "labels" in node.data else (),
+        healthcheck=_healthcheck(node.table("healthcheck")) if "healthcheck" in node.data else None,
+        stopsignal=_maybe(node, "stopsignal", SIGNAL, "a signal like 'SIGTERM' or '15'"),
+        shell=tuple(node.texts("shell")),
+    )
+
+
+def _command(node: _Node, key: str) -> tuple[str, ...] | str | None:
+    """A list of strings (exec form) or one shell line; neither may continue a line."""
+    if key not in node.data:
+        return None
+    if isinstance(node.data[key], list):
+        items = node.texts(key)
+        if not items:
+            raise node.error(key, "an exec form needs at least the program")
+        return tuple(items)
+    text = node.text(key)
+    if text.rstrip().endswith("\\") or text.lstrip().startswith("["):
+        raise node.error(key, "a shell form may not start with '[' nor end with '\\'",
+                         'write the exec form as a list: ["prog", "arg"]')  # fmt: skip
+    return text
+
+
+def _maybe(node: _Node, key: str, pattern: re.Pattern[str], what: str) -> str | None:
+    """``node.matching(key, …)`` when the key is there, else None."""
+    return node.matching(key, pattern, what) if key in node.data else None
+
+
+def _each_matching(node: _Node, key: str, pattern: re.Pattern[str], what: str) -> list[str]:
+    items = node.texts(key)
+    for index, item in enumerate(items, start=1):
+        if not pattern.fullmatch(item):
+            raise node.error(f"{key}[{index}]", f"not {what}: {item!r}")
+    return items
+
+
+def _labels(table: _Node) -> tuple[tuple[str, str], ...]:
+    for name in table.data:
+        if not LABEL_KEY.fullmatch(name):
+            raise table.error(name, "label keys use letters, digits, '.', '_', '/' and '-'")
+    return tuple((name, _line(table, name)) for name in table.data)
+
+
+def _healthcheck(node: _Node) -> Healthcheck:
+    node.check_keys(HEALTHCHECK_KEYS)
+    if node.boolean("disable", False):
+        if len(node.data) > 1:
+            raise node.error("disable", "disable = true takes no other key", "remove the others")
+        return Healthcheck(disable=True)
+    if "cmd" not in node.data:
+        raise node.error("cmd", "required key is missing", "or disable = true")
+    what = "a duration like '30s' or '1m30s'"
+    timing = {
+        key: _maybe(node, key, DURATION, what) for key in ("interval", "timeout", "start_period")
+    }
+    retries = node.value("retries", int, "an integer") if "retries" in node.data else None
+    if retries is not None and (type(retries) is not int or not 0 <= retries <= 1000):
+        raise node.error("retries", "must be an integer from 0 to 1000")
+    return Healthcheck(
+        _command(node, "cmd"),
+        interval=timing["interval"],
+        timeout=timing["timeout"],
+        start_period=timing["start_period"],
+        retries=retries,
+    )
+
+
 # --- the policy -----------------------------------------------------------------------------
 
 
@@ -602,6 +736,10 @@ def _policy(node: _Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
         **actions,
         cuda=recipe_cuda,
         cuda_suffix=node.boolean("cuda_suffix", True),
+        native_shadowed=_action(node, "native_shadowed", "")
+        if "native_shadowed" in node.data
+        else None,
+        native_libraries=_library_prefixes(node),
         lockstep=_lockstep(node.table("lockstep")) if "lockstep" in node.data else (),
         requirements=_requirement_list(node, "require"),
         forbidden=_requirement_list(node, "forbid"),
@@ -646,6 +784,23 @@ def _action(node: _Node, key: str, default: str) -> str:
             f"use {one_of(ACTIONS)}",
         )
     return value
+
+
+LIBRARY_PREFIX = re.compile(r"lib[A-Za-z0-9_+-]+")
+
+
+def _library_prefixes(node: _Node) -> tuple[str, ...]:
+    """``native_libraries``: file name prefixes of shared libraries (``libmooncake``)."""
+    found = []
+    for index, text in enumerate(node.texts("native_libraries"), start=1):
+        if not LIBRARY_PREFIX.fullmatch(text):
+            raise node.error(
+                f"native_libraries[{index}]",
+                f"{text!r} is not a library file name prefix",
+                "name it as its files start, e.g. 'libmooncake' for libmooncake.so.1",
+            )
+        found.append(text)
+    return tuple(dict.fromkeys(found))
 
 
 def _requirement_list(node: _Node, key: str) -> tuple[str, ...]:

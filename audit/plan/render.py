@@ -22,7 +22,18 @@ from jinja2.loaders import split_template_path
 from audit.core.errors import BadInput, RecipeError, UsageError
 from audit.core.suggest import did_you_mean
 from audit.plan.paths import PACKAGE_DIR, PACKAGE_TEMPLATES, image_dir, locks_dir
-from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, Recipe, RunLayer, Stage, Step
+from audit.plan.recipe import (
+    CopyLayer,
+    EnvLayer,
+    Healthcheck,
+    ImageConfig,
+    PipLayer,
+    Recipe,
+    RunLayer,
+    Stage,
+    Step,
+    WorkdirLayer,
+)
 from audit.plan.requirements_in import parse_requirements
 from audit.plan.sources import DirectorySource, check_inside, read_project_file
 
@@ -30,6 +41,7 @@ RECIPE_SCHEMA = 1
 MANIFEST = ".layer-audit-render.json"
 LOCK_TARGET = "/tmp/layer-audit/lock.txt"  # noqa: S108 - a path inside the image, not here
 REQUIREMENTS_TARGET = "/tmp/layer-audit/requirements"  # noqa: S108 - inside the image
+STDIN_TARGET = "/tmp/layer-audit/stdin"  # noqa: S108 - inside the image
 BREAK_SYSTEM_PACKAGES = "PIP_BREAK_SYSTEM_PACKAGES"
 PIP_CACHE_MOUNT = "--mount=type=cache,target=/root/.cache/pip"
 FILE_MODE = 0o644
@@ -149,8 +161,9 @@ def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, Con
     folder = image_dir(root, recipe.name)
     files: dict[str, ContextFile] = {}
     for step in steps:
-        if isinstance(step.layer, CopyLayer):
-            for path in _walk(folder, folder / step.layer.src, recipe, step):
+        src = _context_source(step)
+        if src is not None:
+            for path in _walk(folder, folder / src, recipe, step):
                 mode = EXECUTABLE_MODE if os.access(path, os.X_OK) else FILE_MODE
                 rel = path.relative_to(folder).as_posix()
                 data = read_project_file(root, path.relative_to(root).as_posix())
@@ -158,10 +171,21 @@ def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, Con
     return files
 
 
+def _context_source(step: Step) -> str | None:
+    """The recipe-folder path a layer brings into the build context: a copy layer's source,
+    a run layer's standard input."""
+    if isinstance(step.layer, CopyLayer):
+        return step.layer.src
+    if isinstance(step.layer, RunLayer):
+        return step.layer.stdin
+    return None
+
+
 def _walk(folder: Path, start: Path, recipe: Recipe, step: Step) -> Iterator[Path]:
     """Entries at or under ``start`` that are not folders, sorted, refusing links that leave
     the recipe folder (FIFOs and devices are yielded, so that reading them refuses them)."""
-    where = f"{recipe.source.as_posix()}: {step.key_path}.copy.src"
+    key = "copy.src" if isinstance(step.layer, CopyLayer) else "stdin"
+    where = f"{recipe.source.as_posix()}: {step.key_path}.{key}"
     hint = "copy the file into the recipe folder instead of linking it"
     try:
         check_inside(folder, start, str(start.relative_to(folder)))
@@ -189,6 +213,7 @@ def stage_views(
     steps = list(recipe.steps(until=stages[-1].name))
     views = []
     for number, stage in enumerate(stages, start=1):
+        last = stage is recipe.stages[-1]
         views.append(
             {
                 "name": stage.name,
@@ -197,6 +222,8 @@ def stage_views(
                 "description": stage.description,
                 "origin": f"{recipe.source.as_posix()} stage[{number}] ({stage.name})",
                 "steps": [step_view(recipe, s, layers) for s in steps if s.stage is stage],
+                "config": config_instructions(recipe.config) if last else [],
+                "config_origin": f"{recipe.source.as_posix()} [config]",
             }
         )
     return views
@@ -214,14 +241,64 @@ def step_view(recipe: Recipe, step: Step, layers: LayerFiles) -> dict[str, Any]:
         view |= {"mounts": mounts, "commands": pip_commands(recipe, layer, lock)}
     elif isinstance(layer, RunLayer):
         view |= {"kind": "run", "origin": f"{origin} run", "commands": [layer.command]}
+        view |= {"stdin": STDIN_TARGET if layer.stdin else None}
+        if layer.stdin:
+            view["mounts"] = [f"--mount=type=bind,source=files/{layer.stdin},target={STDIN_TARGET}"]
     elif isinstance(layer, CopyLayer):
-        arguments = json.dumps([f"files/{layer.src}", layer.dest])
-        view |= {"kind": "copy", "origin": f"{origin} copy {layer.src}", "arguments": arguments}
+        view |= {"kind": "copy", "origin": f"{origin} copy {layer.src}"}
+        view["arguments"] = copy_arguments(layer)
+    elif isinstance(layer, WorkdirLayer):
+        view |= {"kind": "workdir", "origin": f"{origin} workdir", "path": layer.path}
     else:
         names = " ".join(name for name, _ in layer.values)
         view |= {"kind": "env", "origin": f"{origin} env {names}"}
-        view["assignments"] = [f"{name}={env_quote(value)}" for name, value in layer.values]
+        quote = env_expanding if layer.expand else env_quote
+        view["assignments"] = [f"{name}={quote(value)}" for name, value in layer.values]
     return view
+
+
+def copy_arguments(layer: CopyLayer) -> str:
+    """``--chmod=… --chown=… ["files/src", "/dest"]`` (JSON form: paths may hold spaces)."""
+    flags = [f"--chmod={layer.mode}"] if layer.mode else []
+    flags += [f"--chown={layer.owner}"] if layer.owner else []
+    return " ".join([*flags, json.dumps([f"files/{layer.src}", layer.dest])])
+
+
+def config_instructions(config: ImageConfig) -> list[str]:
+    """The final image's configuration as Dockerfile instructions, in the order Docker needs:
+    SHELL first (a shell-form CMD is stored with the SHELL in force), ENTRYPOINT before CMD.
+    Exec forms are JSON arrays; every value was checked to be one line by the parser."""
+    lines = [f"SHELL {json.dumps(list(config.shell))}"] if config.shell else []
+    lines += [f"USER {config.user}"] if config.user else []
+    lines += [f"EXPOSE {' '.join(config.expose)}"] if config.expose else []
+    labels = [f"{env_quote(key)}={env_quote(value)}" for key, value in config.labels]
+    lines += [f"LABEL {' '.join(labels)}"] if labels else []
+    lines += [f"STOPSIGNAL {config.stopsignal}"] if config.stopsignal else []
+    lines += [healthcheck_instruction(config.healthcheck)] if config.healthcheck else []
+    lines += [f"ENTRYPOINT {command_form(config.entrypoint)}"] if config.entrypoint else []
+    lines += [f"CMD {command_form(config.cmd)}"] if config.cmd else []
+    return lines
+
+
+def command_form(command: tuple[str, ...] | str | None) -> str:
+    """A JSON array (exec form) for a list, the line itself (shell form) for a string."""
+    return (
+        json.dumps(list(command), ensure_ascii=False)
+        if isinstance(command, tuple)
+        else str(command)
+    )
+
+
+def healthcheck_instruction(check: Healthcheck) -> str:
+    if check.disable:
+        return "HEALTHCHECK NONE"
+    options = [
+        f"--{name.replace('_', '-')}={value}"
+        for name, value in (("interval", check.interval), ("timeout", check.timeout),
+                            ("start_period", check.start_period), ("retries", check.retries))
+        if value is not None
+    ]  # fmt: skip
+    return " ".join(["HEALTHCHECK", *options, "CMD", command_form(check.command)])
 
 
 def pip_mounts(lock: str | None, requirements: tuple[str, ...]) -> list[str]:
@@ -275,6 +352,13 @@ def break_system_packages(recipe: Recipe) -> list[str]:
     return [f"{BREAK_SYSTEM_PACKAGES}=1"] if recipe.break_system_packages else []
 
 
+def env_expanding(value: str) -> str:
+    """A Dockerfile ENV value whose ``${NAME}`` references Docker expands: double-quoted, with
+    \\ and " escaped (the parser allowed ``$`` only as the start of a reference)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
 def env_quote(value: str) -> str:
     """A Dockerfile ENV value taken literally: double-quoted, with \\, " and $ escaped."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
@@ -304,6 +388,7 @@ def describe_recipe(
         "latest_tag": recipe.latest_tag(),
         "index_url": recipe.index_url,
         "indexes": {index.name: index.url for index in recipe.indexes},
+        "config": config_instructions(recipe.config),
         "stages": [
             {
                 "name": stage.name,
@@ -324,11 +409,15 @@ def layer_data(step: Step, layers: LayerFiles) -> dict[str, Any]:
         data |= {"kind": "pip", "requirements": layer.requirements, "index": layer.index}
         data |= {"pre": layer.pre, "lock": layers.lock(step)}
     elif isinstance(layer, RunLayer):
-        data |= {"kind": "run", "command": layer.command}
+        data |= {"kind": "run", "command": layer.command, "stdin": layer.stdin}
     elif isinstance(layer, CopyLayer):
         data |= {"kind": "copy", "src": layer.src, "dest": layer.dest}
+        data |= {"mode": layer.mode, "owner": layer.owner}
     elif isinstance(layer, EnvLayer):
         data |= {"kind": "env", "values": [list(pair) for pair in layer.values]}
+        data["expand"] = layer.expand
+    elif isinstance(layer, WorkdirLayer):
+        data |= {"kind": "workdir", "path": layer.path}
     return data
 
 

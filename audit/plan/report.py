@@ -33,6 +33,7 @@ RULE_ORDER = (
     "downgraded", "removed", "variant", "waiver-expired", "requirement", "lockstep",
     "cuda-suffix", "forbidden", "rebuilt", "shadowed", "unparsable-version", "upgraded", "added",
 )  # fmt: skip
+NOT_AUDITED = "not-audited"  # an image with no base record: see audit.plan.unrecorded
 DETAILS_AFTER = 10  # Markdown tables longer than this fold into <details>
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
 SEVERITY_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
@@ -82,12 +83,21 @@ def report_exit_code(report: Report) -> int:
     return EXIT_VIOLATION if report.failed else EXIT_OK
 
 
+def not_audited_images(report: Report) -> list[str]:
+    """The images ``report`` calls not audited (no base record), in report order, each once."""
+    names = [f.image or f.where for f in report.findings if f.rule == NOT_AUDITED]
+    return list(dict.fromkeys(names))
+
+
 def summary_line(report: Report) -> str:
     counts = report.counts
     verdict = "FAIL" if report.failed else "PASS"
     tally = ", ".join(
         f"{counts[s]} {s}{'s' if counts[s] != 1 and s != INFO else ''}" for s in SEVERITIES
     )
+    unaudited = not_audited_images(report)
+    if unaudited:
+        tally += f"; {len(unaudited)} not audited: {', '.join(unaudited)}"
     return f"{report.title}: {verdict} ({tally})"
 
 
@@ -170,6 +180,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "title": report.title,
         "verdict": "fail" if report.failed else "pass",
         "counts": report.counts,
+        **({"not_audited": not_audited_images(report)} if not_audited_images(report) else {}),
         "sections": [
             {
                 "title": section.title,

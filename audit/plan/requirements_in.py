@@ -32,7 +32,7 @@ OPTION_HINTS = {
     "--pre": "set pre = true on the pip layer in image.toml instead",
     "--editable": "editable installs cannot be locked: use a 'name @ https://…' requirement",
     "-e": "editable installs cannot be locked: use a 'name @ https://…' requirement",
-    "--hash": "hashes belong in the lock (nox -s lock writes them), not in the .in file",
+    "--hash": "hashes belong in the lock (the lock command writes them), not in the .in file",
 }
 DECLARE_HINT = (
     "declare the index under [indexes] in image.toml and name it on this pip layer with "

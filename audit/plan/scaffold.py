@@ -15,18 +15,20 @@ from dataclasses import dataclass
 from enum import Enum
 
 from audit.core.errors import UsageError
+from audit.plan.lock import layer_inputs, pip_steps, read_base_digest, resolver_label
+from audit.plan.lockfile import render_lock
 from audit.plan.paths import PACKAGE_DIR
+from audit.plan.recipe_parse import load_recipe
 
 SKELETON = PACKAGE_DIR / "skeleton"
 DEFAULT_IMAGE = "example"
-DEFAULT_SPEC = "layer-audit"
 GITIGNORE = ".gitignore"
 # build output and sessions; lock's file lock beside the locks; atomic writes' temporaries a
 # killed run left (the next run removes them: audit.engines.atomic)
 GITIGNORE_ENTRIES = ("build/", ".nox/", "locks/*/.lock", ".*.audit-*.tmp")
 IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # a pip requirement spec: no quotes, $ or backticks (it lands in YAML and Python strings)
-SPEC_TEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._\-\[\],=<>!~@:/+]*$")
+SPEC_TEXT = re.compile(r"^[A-Za-z0-9./][A-Za-z0-9 ._\-\[\],=<>!~@:/+]*$")
 
 
 class Action(Enum):
@@ -58,13 +60,53 @@ def skeleton(image: str, spec: str) -> dict[str, bytes]:
         f"images/{image}/image.toml": "image/image.toml.tmpl",
         f"images/{image}/requirements/v1.in": "image/requirements/v1.in.tmpl",
         ".github/workflows/dependency-gate.yml": "dependency-gate.yml.tmpl",
+        ".github/workflows/dependency-gate-comment.yml": "dependency-gate-comment.yml.tmpl",
         ".pre-commit-config.yaml": "pre-commit-config.yaml.tmpl",
     }
     files = {}
     for relpath, name in sorted(sources.items()):
         text = (SKELETON / name).read_text(encoding="utf-8")
         files[relpath] = text.replace("@IMAGE@", image).replace("@SPEC@", spec).encode()
-    return files
+    files |= example_record(files, image)
+    return dict(sorted(files.items()))
+
+
+def example_record(files: dict[str, bytes], image: str) -> dict[str, bytes]:
+    """The example's ``locks/<image>/``: the shipped base snapshot and its one layer's lock,
+    whose inputs are those of the files just planned (so ``lock --check`` finds it fresh and
+    the gate audits the example from the first pull request)."""
+    base = f"locks/{image}/base.json"
+    source = _Files({**files, base: (SKELETON / "image/base.json.tmpl").read_bytes()})
+    recipe = load_recipe(source, image)
+    found = read_base_digest(source, recipe)
+    assert found is not None  # just added
+    [step] = pip_steps(recipe)  # the skeleton has one pip layer: its body ships beside it
+    inputs = layer_inputs(source, recipe, step, found[1], {})
+    body = (SKELETON / "image/v1.lock-body.txt.tmpl").read_text(encoding="utf-8")
+    lock = render_lock(recipe.name, step, resolver_label(recipe), inputs.digests, body)
+    return {base: source.read_bytes(base), inputs.relpath: lock.encode()}
+
+
+class _Files:
+    """A :class:`audit.plan.sources.Source` over planned files (nothing written yet)."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+
+    def read_bytes(self, relpath: str) -> bytes:
+        if relpath not in self.files:
+            raise FileNotFoundError(2, "not in the scaffold", relpath)
+        return self.files[relpath]
+
+    def exists(self, relpath: str) -> bool:
+        return relpath in self.files or bool(self.listdir(relpath))
+
+    def listdir(self, relpath: str) -> list[str]:
+        prefix = relpath.rstrip("/") + "/"
+        return sorted({k[len(prefix) :].split("/")[0] for k in self.files if k.startswith(prefix)})
+
+    def describe(self, relpath: str) -> str:
+        return relpath
 
 
 def check_inputs(image: str, spec: str) -> None:

@@ -2,8 +2,9 @@
 
 Pairs the environments of the two files (one interpreter named, the only one in each file, or
 every interpreter of the newer file with the same one in the older), applies the policy's
-change and shadowing rules to each pair, and reports one section per interpreter. Reads only
-the two files and, with a recipe name, that recipe: no process, no Docker.
+change and shadowing rules to each pair, and reports one section per interpreter, then one for
+what lies below Python (OS package changes, shadowed native libraries) when the files hold it.
+Reads only the two files and, with a recipe name, that recipe: no process, no Docker.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from audit.core.errors import UsageError
 from audit.core.findings import Finding
 from audit.core.policy import Policy
 from audit.core.snapshot import Environment, read_snapshot
+from audit.core.system_rules import evaluate_system
 from audit.core.verdict import evaluate, evaluate_shadowed
 from audit.plan import paths
 from audit.plan.recipe_parse import load_recipe
@@ -79,4 +81,21 @@ def diff_report(
         Section(new.interpreter, tuple(_findings(old, new, policy, f"{after}", today)))
         for old, new in pairs
     )
-    return Report(f"diff {before} -> {after}", sections)
+    return Report(
+        f"diff {before} -> {after}", sections + _system_section(pairs, policy, after, today)
+    )
+
+
+SYSTEM_TITLE = "below Python (OS packages, native libraries)"
+
+
+def _system_section(
+    pairs: list[tuple[Environment, Environment]], policy: Policy, after: Path, today: date
+) -> tuple[Section, ...]:
+    """OS package changes and shadowed native libraries, when both files recorded them."""
+    old = next((o.system for o, _ in pairs if o.system is not None), None)
+    new = next((n.system for _, n in pairs if n.system is not None), None)
+    if new is None:
+        return ()
+    found = evaluate_system(old, new, policy, where=f"{after}", today=today)
+    return (Section(SYSTEM_TITLE, tuple(found)),)

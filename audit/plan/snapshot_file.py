@@ -46,7 +46,7 @@ def match_interpreters(
     A lone document stands for a lone recipe interpreter whatever path it ran as (``python3``
     on the PATH may be ``/opt/venv/bin/python3`` for a recipe naming ``/opt/venv/bin/python``).
     """
-    by_path = {environment.interpreter: environment for environment in environments}
+    by_path = one_per_interpreter(environments, where)
     if len(environments) == 1 and len(recipe.interpreters) == 1:
         by_path = {recipe.interpreters[0]: environments[0]}
     missing = [path for path in recipe.interpreters if path not in by_path]
@@ -58,6 +58,30 @@ def match_interpreters(
     return tuple(
         dataclasses.replace(by_path[path], interpreter=path) for path in recipe.interpreters
     )
+
+
+def one_per_interpreter(environments: Sequence[Environment], where: str) -> dict[str, Environment]:
+    """Interpreter path -> its environment; the same snapshot twice counts once.
+
+    Two different snapshots of one path (a bookworm and a bullseye document in one file) are
+    refused: recording either would put one image's packages under the other's identity.
+    """
+    found: dict[str, Environment] = {}
+    for environment in environments:
+        earlier = found.setdefault(environment.interpreter, environment)
+        if earlier != environment:
+            raise UsageError(
+                f"{where}: two different snapshots of {environment.interpreter}: "
+                f"{_summary(earlier)} and {_summary(environment)}",
+                "keep one document per interpreter, taken in the image the recipe names",
+            )
+    return found
+
+
+def _summary(environment: Environment) -> str:
+    """``Python 3.11.2 with 12 distributions``: enough to tell two snapshots apart."""
+    count = len(environment.distributions)
+    return f"Python {environment.python} with {count} distribution{'s' * (count != 1)}"
 
 
 def checked_identity(

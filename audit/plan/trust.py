@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from audit.core.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError
+from audit.plan import frontdoor
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.recipe import Recipe, Step
 
@@ -60,8 +61,9 @@ EXTERNALLY_MANAGED = "externally-managed-environment"  # pip's error name (PEP 6
 def record_hint(image: str) -> str:
     """The command that re-records a base record (and the one for a base that lives elsewhere)."""
     return (
-        f"re-record it: nox -s lock -- {image} --record-base (or, without the image here, "
-        f"--record-base --from-snapshot FILE: see the README), then nox -s lock -- {image}"
+        f"re-record it: {frontdoor.command('lock', image + ' --record-base')} (or, without the "
+        "image here, --record-base --from-snapshot FILE: see the README), then "
+        f"{frontdoor.command('lock', image)}"
     )
 
 
@@ -93,7 +95,8 @@ def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
     if not problems:
         return None
     found = "; ".join(problems)
-    return f"{base_relpath(recipe)} is stale: {found} (nox -s lock -- {recipe.name} --record-base)"
+    command = frontdoor.command("lock", f"{recipe.name} --record-base")
+    return f"{base_relpath(recipe)} is stale: {found} ({command})"
 
 
 def _mismatches(recipe: Recipe, record: BaseRecord) -> list[str]:
@@ -127,7 +130,7 @@ def stale_locks_failure(recipe: Recipe, states: Sequence[LockState]) -> BuildFai
         return None
     lines = "\n".join(f"  {check_line(state)}" for state in bad)
     stale_base = any(f"{base_relpath(recipe)} is stale" in state.reason for state in bad)
-    command = f"nox -s lock -- {recipe.name}" + (" --record-base" if stale_base else "")
+    command = frontdoor.command("lock", recipe.name + (" --record-base" if stale_base else ""))
     return BuildFailed(
         f"{recipe.name}: {len(bad)} of {len(states)} locks are not fresh; the build would not "
         f"install what the recipe asks for:\n{lines}",
@@ -171,9 +174,9 @@ def drift_failure(
     lines += [f"    {change}" for change in changes] or ["    (same distributions)"]
     return BuildFailed(
         "\n".join(lines),
-        f"if the new base is intended, re-record it and re-lock: nox -s lock -- {recipe.name} "
-        "--record-base; else point the tag back (a base_digest pin keeps it); "
-        "no layer was built and no tag was moved",
+        "if the new base is intended, re-record it and re-lock: "
+        f"{frontdoor.command('lock', recipe.name + ' --record-base')}; else point the tag back "
+        "(a base_digest pin keeps it); no layer was built and no tag was moved",
         exit_code=EXIT_VIOLATION,
     )
 

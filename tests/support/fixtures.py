@@ -51,7 +51,7 @@ class Wheelhouse:
         *,
         requires: Sequence[str] = (),
         tag: str = "py3-none-any",
-        files: Mapping[str, str] | None = None,
+        files: Mapping[str, str | bytes] | None = None,
     ) -> Path:
         return make_wheel(self.path, name, version, requires=requires, tag=tag, files=files)
 

@@ -60,16 +60,22 @@ def wheel_contents(
     *,
     requires: Sequence[str] = (),
     tag: str = "py3-none-any",
-    files: Mapping[str, str] | None = None,
+    files: Mapping[str, str | bytes] | None = None,
 ) -> dict[str, bytes]:
     """Every archive member of the wheel except RECORD, path -> bytes, in archive order."""
     module = canonicalize_name(name).replace("-", "_")
     info = f"{wheel_stem(name, version)}.dist-info"
-    members = {f"{module}/__init__.py": f'__version__ = "{Version(version)}"\n'}
+    members: dict[str, str | bytes] = {
+        f"{module}/__init__.py": f'__version__ = "{Version(version)}"\n'
+    }
     members.update(files or {})
     members[f"{info}/METADATA"] = _metadata(name, version, requires)
     members[f"{info}/WHEEL"] = _wheel_info(tag)
-    return {path: text.encode() for path, text in members.items()}
+    return {path: _bytes(data) for path, data in members.items()}
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data if isinstance(data, bytes) else data.encode()
 
 
 def make_wheel(
@@ -79,11 +85,11 @@ def make_wheel(
     *,
     requires: Sequence[str] = (),
     tag: str = "py3-none-any",
-    files: Mapping[str, str] | None = None,
+    files: Mapping[str, str | bytes] | None = None,
 ) -> Path:
     """Write a wheel into directory ``dest`` and return its path.
 
-    ``files`` adds or replaces archive members (path inside the wheel -> text), e.g. a
+    ``files`` adds or replaces archive members (path inside the wheel -> text or bytes), e.g. a
     different module body to make a same-version rebuild.
     """
     members = wheel_contents(name, version, requires=requires, tag=tag, files=files)

@@ -1,0 +1,1 @@
+print("patched: NoPE sparse-MLA on sm_12x")

@@ -1,0 +1,74 @@
+"""Hints name the command the user has: ``nox -s lock -- IMAGE`` in a nox project (a noxfile
+with those sessions at the project root), ``layer-audit lock IMAGE`` with the CLI alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from audit.cli.main import main
+from audit.core.errors import EXIT_VIOLATION
+from audit.plan import frontdoor
+from audit.plan.scaffold import skeleton
+from tests.support.project import ProjectSpec, pip_recipe_toml, system_base, write_project
+
+NOXFILE = """import nox
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    session.run("layer-audit", "lock", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none", name="build-image")
+def build_image(session: nox.Session) -> None:
+    session.run("layer-audit", "build", *session.posargs, external=True)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A recipe with a recorded base and no locks yet: audit-deps fails with a lock hint."""
+    base = system_base({"pip": "24.0"})
+    spec = ProjectSpec("shop", pip_recipe_toml(["v1"], base="example/base:1"), {"v1.in": "a\n"})
+    write_project(tmp_path, ProjectSpec(spec.image, spec.recipe, spec.requirements, base))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_cli_alone_names_the_console_script(project: Path) -> None:
+    assert frontdoor.command("lock", "shop") == "layer-audit lock shop"
+    assert frontdoor.command("build") == "layer-audit build"
+
+
+def test_a_nox_project_names_its_sessions(project: Path) -> None:
+    (project / "noxfile.py").write_text(NOXFILE)
+    assert frontdoor.command("lock", "shop --record-base") == "nox -s lock -- shop --record-base"
+    assert frontdoor.command("build") == "nox -s build-image"
+    assert frontdoor.command("audit-deps") == "layer-audit audit-deps"  # no such session here
+
+
+def test_init_s_noxfile_is_a_nox_front_door(project: Path) -> None:
+    (project / "noxfile.py").write_bytes(skeleton("x", "layer-audit==0.1.0")["noxfile.py"])
+    names = frontdoor.nox_sessions(project)
+    assert {"lock", "audit-deps", "build-image", "gate", "render"} <= names
+
+
+@pytest.mark.parametrize(
+    ("noxfile", "expected"),
+    [(None, "layer-audit lock shop"), (NOXFILE, "nox -s lock -- shop")],
+)
+def test_a_real_hint_says_the_right_command(
+    project: Path, capsys: pytest.CaptureFixture[str], noxfile: str | None, expected: str
+) -> None:
+    if noxfile is not None:
+        (project / "noxfile.py").write_text(noxfile)
+    assert main(["lock", "shop", "--check"]) == EXIT_VIOLATION
+    assert main(["audit-deps", "shop"]) == EXIT_VIOLATION
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert f"locks need: {expected}" in text
+    assert f"record the base and compile the locks: {expected}" in text
+    other = "nox -s lock" if noxfile is None else "layer-audit lock"
+    assert other not in text

@@ -1,0 +1,114 @@
+"""An ``override`` entry for a package the layer does not install or move: a warning.
+
+Decision (docs/recipes.md): an override that changes nothing is a warning (exit 0), not an
+error: the upstream fix that makes it unnecessary should not break a build, but a reviewer must
+see that the entry is dead (a typo, or a re-pin an upgrade made moot). It used to be accepted
+silently. Judged on the real vLLM 0.33.0 arm64 metadata (tests/data/real_stacks/).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.cli import main as cli
+from audit.core.errors import EXIT_OK
+from audit.core.findings import WARNING, Finding
+from audit.core.policy import Policy
+from audit.core.snapshot import Distribution
+from audit.core.verdict import evaluate
+from audit.engines import process as commands
+from tests.support.project import ProjectSpec, system_base
+from tests.support.project import write_project as write_project_files
+
+STACK = Path(__file__).resolve().parent / "data" / "real_stacks" / "vllm-0.33.0-arm64-py312.json"
+TODAY = dt.date(2026, 12, 1)
+Env = dict[str, Distribution]
+
+
+def vendor() -> tuple[Env, dict[str, str]]:
+    data: dict[str, Any] = json.loads(STACK.read_text())
+    env = {
+        name: Distribution(name, entry["version"], requires_dist=tuple(entry["requires_dist"]))
+        for name, entry in data["packages"].items()
+    }
+    return env, data["markers"]
+
+
+def overrides(before: Env, after: Env, *names: str) -> list[Finding]:
+    _, markers = vendor()
+    found = evaluate(before, after, Policy(cuda="cu130"), where="v2 layer 1", today=TODAY,
+                     declared=names, markers=markers)  # fmt: skip
+    return [f for f in found if f.rule == "override"]
+
+
+def test_an_override_of_a_package_nothing_asks_to_move_changes_nothing() -> None:
+    before, _ = vendor()
+    rich = Distribution("rich-click", "1.9.0", requires_dist=())
+    (finding,) = overrides(before, {**before, "rich-click": rich}, "nvidia-nccl-cu13")
+    assert finding.severity == WARNING
+    assert finding.message == (
+        "nvidia-nccl-cu13 2.30.7: the override changes nothing: the step does not move it and "
+        "no installed package requires another version"
+    )
+    assert "remove nvidia-nccl-cu13 from the layer's override list" in finding.hint
+
+
+def test_an_override_of_a_package_that_is_not_installed_changes_nothing() -> None:
+    before, _ = vendor()
+    (finding,) = overrides(before, before, "nvidia-ncl-cu13")
+    assert finding.severity == WARNING and finding.after is None
+    assert "the override changes nothing: this step leaves it uninstalled" in finding.message
+
+
+def test_an_override_that_holds_a_package_back_is_still_reported_as_what_it_breaks() -> None:
+    """The field's fix: the nightly torch wants NCCL 2.29.7, the override keeps 2.30.7."""
+    before, _ = vendor()
+    torch = before["torch"]
+    wants = tuple(r.replace("nvidia-nccl-cu13==2.30.7", "nvidia-nccl-cu13==2.29.7")
+                  for r in torch.requires_dist or ())  # fmt: skip
+    nightly = Distribution("torch", "2.13.0", requires_dist=wants)
+    after = {**before, "torch": nightly}
+    (finding,) = overrides(before, after, "nvidia-nccl-cu13")
+    assert finding.message.startswith("nvidia-nccl-cu13 kept at 2.30.7 on purpose (override)")
+    assert "torch 2.13.0 has requirement nvidia-nccl-cu13==2.29.7" in finding.message
+
+
+def test_without_recorded_metadata_nothing_is_claimed() -> None:
+    before, _ = vendor()
+    blind = {**before, "rich-click": Distribution("rich-click", "1.9.0")}  # requires unknown
+    assert overrides(before, blind, "nvidia-nccl-cu13") == []
+
+
+RECIPE = """\
+[image]
+base = "example/base:1"
+platform = "linux/amd64"
+cuda = "cpu"
+interpreters = ["/usr/bin/python3"]
+repository = "local/x"
+
+[[stage]]
+name = "v1"
+  [[stage.layer]]
+  pip = "requirements/v1.in"
+  override = ["gamma==1.0"]
+"""
+
+
+def test_audit_deps_warns_and_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    base = system_base({"alpha": "1.0", "pip": "25.2"})
+    spec = ProjectSpec.locked("x", RECIPE, base, {"v1": {"beta": "2.0"}})
+    write_project_files(tmp_path, spec)
+    output = tmp_path / "report.json"
+    assert cli.main(["audit-deps", "--format", "json", "--output", str(output)]) == EXIT_OK
+    report = json.loads(output.read_text())
+    found = [f for s in report["sections"] for f in s["findings"] if f["rule"] == "override"]
+    assert [(f["package"], f["severity"]) for f in found] == [("gamma", "warning")]
+    assert "changes nothing" in found[0]["message"]

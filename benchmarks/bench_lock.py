@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from audit.cli import lock as cmd_lock  # noqa: E402
-from audit.cli import lock_fast as lock_stamp  # noqa: E402
-from audit.engines import console  # noqa: E402
+from audit.engines import console, lock_stamp  # noqa: E402
 from audit.engines import process as commands  # noqa: E402
-from audit.engines.lock_compile import CompileJob, run_compile  # noqa: E402
+from audit.engines.resolvers.job import CompileJob  # noqa: E402
+from audit.engines.resolvers.piptools import host_target, image_target, run_compile  # noqa: E402
 from audit.plan.lock import (  # noqa: E402
     base_constraints,
     existing_pins,
@@ -139,8 +139,10 @@ def compile_first_layer(root: Path, image: str, host: bool) -> Callable[[], obje
     inputs = layer_inputs(source, recipe, step, digest, {})
     installed = {c.name: c for c in base_constraints(record, recipe.interpreters[0], "base")}
     job = CompileJob(inputs, existing_pins(installed), standin_wheels(installed))
-    options = cmd_lock.LockOptions(image, None, False, False, host, None)
-    target = cmd_lock._target(recipe, record, options)
+    if host:
+        target = host_target(recipe.platform, record, recipe.interpreters[0])
+    else:
+        target = image_target(recipe, record)
 
     def compile_once() -> None:
         if run_compile(target, job).returncode != 0:

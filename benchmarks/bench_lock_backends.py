@@ -69,7 +69,7 @@ def lock(project: Path, name: str, cache: Path, *extra: str) -> float:
 def empty_package_caches(cache: Path) -> None:
     """Keep the installed tools, drop what pip and uv downloaded."""
     for path in cache.rglob("*"):
-        if path.is_dir() and path.name in ("uv-cache", ".cache", "tmp"):
+        if path.is_dir() and path.name in ("uv-cache", ".cache", "http", "metadata", "tmp"):
             shutil.rmtree(path, ignore_errors=True)
 
 

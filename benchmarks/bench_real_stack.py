@@ -114,7 +114,7 @@ def scratch() -> Path:
 
 
 def bare_uv(project: Path, cache: Path) -> float:
-    from audit.engines.uv_compile import uv_binary
+    from audit.engines.resolvers.uv import uv_binary
 
     env = {"PATH": os.defpath, "HOME": str(cache), "UV_CACHE_DIR": str(cache / "uv")}
     env["SSL_CERT_FILE"] = os.environ.get("SSL_CERT_FILE", "")

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from audit.cli import lock_fast as lock_stamp
 from audit.core.snapshot import Distribution
-from audit.engines import atomic
+from audit.engines import atomic, lock_stamp
 from audit.engines import process as commands
 from audit.plan.lockfile import parse_lock
 from tests.support.cli import REPO, run_lock, spawn_audit
@@ -322,6 +321,10 @@ def test_an_index_that_fails_is_an_environment_problem_naming_it(
     err = capsys.readouterr().err
     assert "the index did not answer" in err and url.rsplit("/simple", 1)[0] in err
     assert ("HTTP 503" in err) == (which == "503")
+    shown = err[err.index("error:") :]  # what the command printed (not the index's own noise)
+    assert "Traceback" not in shown and 'File "' not in shown  # pip's word, not pip-tools' frames
+    last = next(line for line in shown.splitlines() if "last:" in line)
+    assert "ERROR:" in last or "WARNING:" in last, err
     assert "full log: build/.layer-audit/lock-logs/t/v1-01.log" in err
     assert (root / "build/.layer-audit/lock-logs/t/v1-01.log").is_file()
     assert not (root / "locks/t/v1-01.txt").exists()

@@ -10,20 +10,23 @@ from audit.core.errors import LockError
 from audit.core.lockformat import Pin
 from audit.core.policy import Policy, Waiver
 from audit.core.snapshot import Distribution, Environment
-from audit.engines.lock_compile import ambient_ca_bundle
+from audit.engines.lock_run import known_metadata
+from audit.engines.resolvers.job import ambient_ca_bundle
 from audit.plan.lock import (
     BASE_ORIGIN,
     Constraint,
+    Upgrade,
     check_locks,
     existing_pins,
     installed_before,
     moved_pins,
     pin_blocks,
     pip_steps,
+    preferred_pins,
     via_parents,
     who_asks,
 )
-from audit.plan.lockfile import BaseRecord, Lock, lock_relpath
+from audit.plan.lockfile import BaseRecord, Lock, PinMetadata, lock_relpath
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
 from audit.plan.sources import DirectorySource
 from tests.support.project import write_base, write_fresh_locks, write_text
@@ -136,6 +139,23 @@ def test_installed_before_holds_the_base_then_each_earlier_lock_in_order() -> No
     assert existing_pins(installed) == "alpha==2.0\nbeta==1.1\npip==23.0\n"
 
 
+def test_preferred_pins_carry_the_previous_locks_hashes_so_unmoved_pins_are_not_rehashed() -> None:
+    installed = {"pip": Constraint("pip", "23.0", BASE_ORIGIN)}
+    previous = Lock("x", "d", {
+        "alpha": Pin("alpha", "2.0", ("sha256:aa", "sha256:bb")),
+        "beta": Pin("beta", "1.0", ("sha256:cc",), 'sys_platform == "linux"'),
+    })  # fmt: skip
+    text = preferred_pins(installed, previous, Upgrade())
+    assert text == (
+        "alpha==2.0 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n"
+        'beta==1.0 ; sys_platform == "linux" \\\n    --hash=sha256:cc\n'
+        "pip==23.0\n"
+    )
+    moving = preferred_pins(installed, previous, Upgrade(packages={"alpha": None}))
+    assert "alpha" not in moving and "sha256:cc" in moving
+    assert preferred_pins(installed, previous, Upgrade(everything=True)) == "pip==23.0\n"
+
+
 def test_only_what_a_layer_installs_or_moves_is_pinned() -> None:
     installed = {
         "torch": Constraint("torch", "2.9.0+cu130", BASE_ORIGIN),
@@ -192,3 +212,12 @@ def test_the_ambient_ca_bundle_is_the_first_named_file_that_exists(tmp_path: Pat
     assert ambient_ca_bundle({"PIP_CERT": str(second), "SSL_CERT_FILE": str(first)}) == first
     assert ambient_ca_bundle({"SSL_CERT_FILE": gone, "REQUESTS_CA_BUNDLE": str(second)}) == second
     assert ambient_ca_bundle({"SSL_CERT_FILE": gone}) is None
+
+
+def test_a_previous_locks_metadata_is_known_by_name_and_version() -> None:
+    previous = Lock(
+        "x", "d", {"alpha": Pin("alpha", "2.0", ("sha256:aa",))},
+        metadata={"alpha": PinMetadata(("beta>=1",), ">=3.9")},
+    )  # fmt: skip
+    assert known_metadata(previous) == {("alpha", "2.0"): (("beta>=1",), ">=3.9")}
+    assert known_metadata(None) == {}

@@ -6,19 +6,21 @@ test compiles: a run that had to compile would fail for want of an index, and sa
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar, cast
 
 import pytest
 
-from audit.cli import lock as cmd_lock
-from audit.cli import lock_fast as lock_stamp
+from audit.cli import lock_quick
 from audit.cli import main as cli
 from audit.core.snapshot import Distribution
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.engines import lock_stamp, lock_workflow
+from audit.engines.base_record import BaseOptions
+from audit.plan import recipe_parse
+from audit.plan.sources import DirectorySource, Source
 from tests.support.lock_stamp import HEAVY, STAMP, imported, project, spawn
 from tests.support.project import base_record, write_base
 
@@ -29,13 +31,13 @@ __all__ = ["project"]  # the fixture, from tests/support/lock_stamp.py
 def full_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each time the lock command took the full path (parsed the recipe)."""
     looks: list[str] = []
-    parse = load_recipe  # what the lock command calls
+    parse = recipe_parse.load_recipe
 
     def spy(source: object, image: str) -> object:
         looks.append(image)
         return parse(source, image)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cmd_lock, "load_recipe", spy)
+    monkeypatch.setattr(lock_workflow, "load_recipe", spy)
     return looks
 
 
@@ -59,7 +61,7 @@ def test_a_fresh_run_writes_the_stamp_and_the_next_process_imports_no_parser(
         assert again.returncode == 0, again.stderr
         assert again.stdout == answer + "\n"
         loaded = imported(again.stderr)
-        assert "audit.cli.lock_fast" in loaded
+        assert "audit.engines.lock_stamp" in loaded
         assert not [name for name in loaded if name.split(".")[0] in HEAVY or name in HEAVY]
 
 
@@ -161,7 +163,7 @@ def other_code(text: str) -> str:
         doctor("stage", {"v1": "1"}),
         doctor("exists", {"images/t/nothing-here": "1"}),
         doctor("read", {"images/t/requirements/v2.in": "0" * 64}),
-        lambda text: text.replace("layer-audit.lock-state/1", "layer-audit.lock-state/0"),
+        lambda text: text.replace(lock_stamp.SCHEMA, "layer-audit.lock-state/0"),
         lambda text: text.replace("\tlocks/", "locks/", 1),
         lambda text: text.removesuffix("end\n"),
     ],
@@ -232,9 +234,9 @@ def test_an_unknown_stage_misses_and_gets_the_full_paths_error(
 
 def test_record_base_never_takes_the_quick_path(project: Path) -> None:
     assert lock("t") == 0
-    options = cmd_lock.LockOptions("t", None, False, True, False, None)
-    assert cmd_lock._stamped_answer(project, options) is None
-    assert lock_stamp.quick_exit(["lock", "t", "--record-base"]) is None
+    options = lock_workflow.LockOptions("t", base=BaseOptions(record=True))
+    assert lock_workflow._stamped_answer(project, options) is None
+    assert lock_quick.quick_exit(["lock", "t", "--record-base"]) is None
 
 
 @pytest.mark.parametrize(
@@ -243,10 +245,10 @@ def test_record_base_never_takes_the_quick_path(project: Path) -> None:
         (["lock", "t"], 0),
         (["lock", "t", "--stage=v1", "--check", "--docker", "/usr/bin/docker"], 0),
         (["lock", "t", "--check=yes"], None),
-        (["lock", "t", "--chec"], None),
+        (["lock", "t", "--chec"], 0),  # argparse's abbreviation, read the same on both paths
         (["lock", "t", "--stage"], None),
         (["lock", "t", "--stage", "--check"], None),
-        (["lock", "t", "--stage", "v1", "--stage", "v2"], None),
+        (["lock", "t", "--stage", "v1", "--stage", "v2"], 0),  # the last one, as argparse reads it
         (["lock", "t", "u"], None),
         (["lock", "--check"], None),
         (["lock", "t", "-h"], None),
@@ -255,38 +257,90 @@ def test_record_base_never_takes_the_quick_path(project: Path) -> None:
         (["gate", "t"], None),
     ],
 )
-def test_only_plain_lock_command_lines_are_answered_before_argparse(
+def test_only_plain_lock_command_lines_are_answered_from_the_stamp(
     project: Path, argv: list[str], answer: int | None
 ) -> None:
     assert lock("t") == 0
-    assert lock_stamp.quick_exit(argv) == answer
+    assert lock_quick.quick_exit(argv) == answer
 
 
-def test_the_quick_paths_grammar_is_the_lock_parsers(project: Path) -> None:
-    """Every option of ``lock`` is one the quick path reads the same way, or one it refuses."""
-    subparsers = argparse.ArgumentParser().add_subparsers()
-    cmd_lock.register(subparsers)
-    actions = subparsers.choices["lock"]._actions
-    arities = {option: action.nargs for action in actions for option in action.option_strings}
-    refused = {"-h", "--help", "--record-base", "--from-snapshot", "--image-id", "--repo-digest"}
-    refused |= {"--resolver", "--upgrade", "--upgrade-package"}  # work to do: the full path
-    assert set(arities) == {*lock_stamp._UNKEYED_FLAGS, *lock_stamp._VALUED_OPTIONS, *refused}
-    assert all(arities[flag] == 0 for flag in lock_stamp._UNKEYED_FLAGS)
-    assert all(arities[option] is None for option in lock_stamp._VALUED_OPTIONS)
+def test_work_asking_options_never_take_the_quick_path(project: Path) -> None:
+    """The quick path reads the lock parser itself; options that ask for work go the full way."""
     assert lock("t") == 0
-    assert lock_stamp.quick_exit(["lock", "t"]) == 0
-    for flag in refused:
-        assert lock_stamp.quick_exit(["lock", "t", flag]) is None
+    assert lock_quick.quick_exit(["lock", "t"]) == 0
+    for extra in (
+        ["--record-base"], ["--upgrade"], ["--upgrade-package", "alpha"], ["--resolver", "uv"],
+        ["--format", "json"], ["--from-snapshot", "x.json"], ["--image-id", "sha256:a"], ["-h"],
+    ):  # fmt: skip
+        assert lock_quick.quick_exit(["lock", "t", *extra]) is None, extra
 
 
 def test_outside_a_project_the_quick_path_steps_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert lock_stamp.quick_exit(["lock", "t"]) is None
+    assert lock_quick.quick_exit(["lock", "t"]) is None
 
 
 def test_an_unwritable_state_folder_costs_the_stamp_not_the_run(project: Path) -> None:
     (project / "build").write_text("a file where the folder should be")
     assert lock("t") == 0
     assert (project / "build").is_file()
+
+
+class _Watched(lock_stamp.RecordingSource):
+    """The recording source, remembered so the test can compare what it saw."""
+
+    made: ClassVar[list[lock_stamp.RecordingSource]] = []
+
+    def __init__(self, inner: Source) -> None:
+        super().__init__(inner)
+        _Watched.made.append(self)
+
+
+_WATCH: dict[str, object] = {"root": None, "opened": [], "listed": []}
+
+
+def _hook(event: str, args: tuple[object, ...]) -> None:
+    """Every open (for reading) and listing of a path under the watched project folder."""
+    root = _WATCH["root"]
+    if root is None or event not in {"open", "os.listdir", "os.scandir"} or not args:
+        return
+    path = args[0]
+    if not isinstance(path, (str, os.PathLike)):
+        return
+    full = os.path.realpath(os.fspath(path))
+    if not full.startswith(f"{root}{os.sep}"):
+        return
+    relpath = os.path.relpath(full, str(root))
+    if relpath == STAMP:
+        return  # the stamp itself: the tool's state, not an input of the check
+    if event == "open":
+        mode = str(args[1]) if len(args) > 1 and args[1] is not None else "r"
+        if not any(flag in mode for flag in "wax+"):
+            cast(list[str], _WATCH["opened"]).append(relpath)
+    else:
+        cast(list[str], _WATCH["listed"]).append(relpath)
+
+
+def test_the_full_check_reads_the_project_only_through_the_recording_source(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stamp is sound only if every read of the freshness check (and of the policy
+    judgment after it) is one the recording source saw: an audit hook sees every other one."""
+    monkeypatch.setattr(lock_workflow, "RecordingSource", _Watched)
+    _Watched.made.clear()
+    sys.addaudithook(_hook)
+    _WATCH.update(root=os.path.realpath(project), opened=[], listed=[])
+    try:
+        assert lock("t", "--check") == 0
+    finally:
+        _WATCH["root"] = None
+    seen_read = {path for source in _Watched.made for path in source.read}
+    seen_listed = {path for source in _Watched.made for path in source.listed}
+    opened = set(cast(list[str], _WATCH["opened"]))
+    listed = set(cast(list[str], _WATCH["listed"]))
+    assert opened, "the hook saw no read at all: it is not watching"
+    assert opened <= seen_read, f"read around the recording source: {opened - seen_read}"
+    assert listed <= seen_listed, f"listed around the recording source: {listed - seen_listed}"
+    assert (project / STAMP).is_file()

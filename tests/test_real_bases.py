@@ -226,9 +226,14 @@ def test_a_waiver_is_a_verdict_not_an_input_and_audit_deps_applies_it(
     assert code == 0
     waived = [f for f in findings(report) if f["waiver"]]
     assert {f["rule"] for f in waived} == {"downgraded", "requirement", "lockstep"}
-    # without the waivers the locks stay fresh (pip resolves the same) and audit-deps fails
+    # without the waivers the locks stay fresh (pip resolves the same), and lock --check and
+    # audit-deps both fail on today's verdict
     make_field_project(root, index, {"v1": "", "v2": OVERRIDE, "v3": ""})
-    assert cli.main(["lock", "field", "--check"]) == 0
+    capsys.readouterr()
+    assert cli.main(["lock", "field", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "stale" not in out and "missing" not in out
+    assert "policy: field v3 layer 1 (requirements/v3.in): downgraded: nvidia-nccl-cu13" in out
     code, report = audit_json(root, capsys)
     assert code == 1
     failing = [f for f in findings(report) if f["severity"] == "error"]

@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from audit.cli.options import add_report_arguments
 from audit.core.errors import UsageError
 from audit.engines import atomic, console
 from audit.engines.image_audit import ImageTarget, audit_images, load_named_recipe
@@ -33,7 +34,6 @@ from audit.plan.matrix import (
 from audit.plan.report import (
     FORMATS,
     Report,
-    add_report_arguments,
     check_output,
     render_text,
     report_exit_code,

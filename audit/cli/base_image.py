@@ -9,8 +9,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from audit.cli.options import add_client_option
 from audit.core.errors import EXIT_OK, UsageError
-from audit.engines import baseimage, console, docker_host, replica
+from audit.engines import baseimage, console, replica
 from audit.plan import base_image
 
 
@@ -63,7 +64,7 @@ def register(subparsers: Any) -> None:
         help="with --replica: a snapshot file of the real image; its requirements stand in for "
         "distributions the index does not carry (vendor builds, +cu130 local versions)",
     )
-    docker_host.add_client_option(parser)
+    add_client_option(parser)
     parser.set_defaults(handler=handle)
 
 

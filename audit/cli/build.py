@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from audit.cli.options import add_client_option
 from audit.core.errors import EXIT_OK
 from audit.core.redact import redact_json
-from audit.engines import console, docker_host
+from audit.engines import console
 from audit.engines.build_run import build_image
 from audit.plan import paths
 from audit.plan.build import NETWORK_AUTO, BuildOptions
@@ -73,7 +74,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="hand the build to this existing buildx builder, e.g. a remote BuildKit",
     )
-    docker_host.add_client_option(parser)
+    add_client_option(parser)
     parser.add_argument(
         "--network",
         default=NETWORK_AUTO,

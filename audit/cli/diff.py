@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from audit.cli.options import add_report_arguments
 from audit.engines import console
 from audit.engines.reports import write_report
-from audit.plan.report import add_report_arguments, check_output, report_exit_code, summary_line
+from audit.plan.report import check_output, report_exit_code, summary_line
 from audit.plan.snapshot_diff import diff_report
 
 

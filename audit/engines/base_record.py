@@ -1,4 +1,4 @@
-"""``lock``'s base-record options: a base from elsewhere, a record of another base, PEP 668.
+"""``lock``'s base record: recorded in the image, from a snapshot file, another base, PEP 668.
 
 :func:`add_options` adds ``--from-snapshot FILE``, ``--image-id`` and ``--repo-digest`` to
 ``lock``; :func:`before_lock` runs once the recipe is loaded and either answers the run (an
@@ -19,14 +19,14 @@ Invariant: a refusal writes nothing.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from audit.core.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
-from audit.core.snapshot import SNAPSHOT_LIMIT, read_bounded
+from audit.core.snapshot import SNAPSHOT_LIMIT, Environment, read_bounded
 from audit.engines import atomic, console, docker_host
+from audit.engines.run_label import run_labels
 from audit.plan import frontdoor, paths
 from audit.plan.lock import read_base_digest
 from audit.plan.lockfile import BaseRecord, base_changes, base_relpath, render_base
@@ -34,6 +34,8 @@ from audit.plan.recipe import Recipe
 from audit.plan.snapshot_file import record_from_snapshot
 from audit.plan.sources import Source
 from audit.plan.trust import base_record_mismatch, record_hint
+
+SNAPSHOT_TARGET = "/opt/layer-audit/snapshot.py"
 
 # Prints 1 when the interpreter is externally managed (PEP 668), as pip decides it: not a
 # virtual environment, and the marker file in its standard library folder.
@@ -43,59 +45,39 @@ PEP668_PROBE = (
 )
 
 
-class _Recording(argparse.Action):
-    """Stores the value and marks the run as recording the base (``record_base``), so that
-    ``lock``'s verified-fresh stamp never answers a command line that asks to record."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, values)
-        namespace.record_base = True
-
-
-def add_options(parser: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class SnapshotFile:
     """``--from-snapshot FILE`` and the identity of the image it was taken in."""
-    parser.add_argument(
-        "--from-snapshot",
-        type=Path,
-        action=_Recording,
-        metavar="FILE",
-        help="record base.json (implies --record-base) from the snapshot script's output taken "
-        "on the machine that has the image (see the README); needs no image here",
-    )
-    parser.add_argument(
-        "--image-id",
-        action=_Recording,
-        metavar="sha256:…",
-        help="with --from-snapshot: the image's id",
-    )
-    parser.add_argument(
-        "--repo-digest",
-        action=_Recording,
-        metavar="[REPO@]sha256:…",
-        help="with --from-snapshot: the image's repository digest (default: base_digest)",
-    )
+
+    path: Path
+    image_id: str | None = None
+    repo_digest: str | None = None
 
 
-def before_lock(root: Path, source: Source, recipe: Recipe, args: argparse.Namespace) -> int | None:
+@dataclass(frozen=True)
+class BaseOptions:
+    """What the command line asks of the base record."""
+
+    check: bool = False
+    record: bool = False  # --record-base (implied by --from-snapshot)
+    snapshot: SnapshotFile | None = None
+    identity_without_file: bool = False  # --image-id / --repo-digest without --from-snapshot
+
+
+def before_lock(root: Path, source: Source, recipe: Recipe, options: BaseOptions) -> int | None:
     """Answer ``--from-snapshot`` or refuse a record of another base; None lets ``lock`` go on."""
-    if args.from_snapshot is not None:
-        return record_snapshot_file(root, source, recipe, args)
-    if args.image_id or args.repo_digest:
+    if options.snapshot is not None:
+        return record_snapshot_file(root, source, recipe, options.snapshot, check=options.check)
+    if options.identity_without_file:
         raise UsageError("--image-id and --repo-digest go with --from-snapshot FILE")
-    if args.check:
+    if options.check:
         return None
     base = read_base_digest(source, recipe)
-    if base is not None and not args.record_base:
+    if base is not None and not options.record:
         stale = base_record_mismatch(recipe, base[0])
         if stale:
             raise LockError(stale, record_hint(recipe.name))
-    if base is None or args.record_base:
+    if base is None or options.record:
         from audit.engines.registry import ensure_image  # printed, by digest when pinned
 
         ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
@@ -105,22 +87,22 @@ def before_lock(root: Path, source: Source, recipe: Recipe, args: argparse.Names
 
 
 def record_snapshot_file(
-    root: Path, source: Source, recipe: Recipe, args: argparse.Namespace
+    root: Path, source: Source, recipe: Recipe, snapshot: SnapshotFile, *, check: bool = False
 ) -> int:
-    """Write ``base.json`` from ``args.from_snapshot``; print what changed and what is next."""
-    if args.check:
+    """Write ``base.json`` from ``snapshot``; print what changed and what is next."""
+    if check:
         raise UsageError(
             "--from-snapshot records the base: it does not go with --check",
             frontdoor.command(
                 "lock", f"{recipe.name} --record-base --from-snapshot FILE --image-id ID"
             ),
         )
-    path: Path = args.from_snapshot
+    path = snapshot.path
     try:
         data = read_bounded(path, SNAPSHOT_LIMIT)  # a FIFO or a 200 MB file: exit 2
     except OSError as exc:
         raise UsageError(f"--from-snapshot {path}: cannot read ({exc.strerror})") from exc
-    record = record_from_snapshot(recipe, data, str(path), args.image_id, args.repo_digest)
+    record = record_from_snapshot(recipe, data, str(path), snapshot.image_id, snapshot.repo_digest)
     write_record(root, source, recipe, record)
     console.stderr.print(
         f"next: {frontdoor.command('lock', recipe.name)} (add --host where this machine matches "
@@ -131,16 +113,57 @@ def record_snapshot_file(
 
 def write_record(root: Path, source: Source, recipe: Recipe, record: BaseRecord) -> None:
     """Replace ``base.json`` atomically under the image's file lock; print what changed."""
+    with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
+        replace_record(root, source, recipe, record)
+
+
+def replace_record(root: Path, source: Source, recipe: Recipe, record: BaseRecord) -> None:
+    """Replace ``base.json`` atomically (the caller holds the file lock); print what changed."""
     from rich.markup import escape
 
     try:
         old = read_base_digest(source, recipe)
     except LockError:  # a damaged record is what re-recording repairs: no "before" to show
         old = None
-    with atomic.exclusive(paths.locks_dir(root, recipe.name) / ".lock"):
-        atomic.write_text(root / base_relpath(recipe), render_base(record))
+    atomic.write_text(root / base_relpath(recipe), render_base(record))
     for line in base_changes(old[0] if old else None, record) or ["no change"]:
         console.stdout.print(f"base: {escape(line)}")
+
+
+def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
+    """Snapshot every interpreter inside the base image; write base.json (the caller holds the
+    file lock); print what changed."""
+    from audit.engines.registry import ensure_image, repository_digest
+    from audit.plan.trust import base_source
+
+    ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
+    console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
+    info = docker_host.image_info(recipe.base_ref)
+    environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
+    digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
+    record = BaseRecord(recipe.base, info.id, digest, environments, base_source(info.labels))
+    replace_record(root, source, recipe, record)
+    return record
+
+
+def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
+    from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
+
+    mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
+    try:
+        out = docker_host.run_in_image(
+            recipe.base_ref,
+            [interpreter, SNAPSHOT_TARGET],
+            mounts=[mount],
+            network="none",
+            platform=recipe.platform,
+            timeout=600,
+            labels=run_labels(),
+        )
+    except EnvironmentProblem as exc:
+        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
+    found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.base_ref}")
+    return dataclasses.replace(found[0], interpreter=interpreter)
 
 
 _NOT_THERE = ("no such file or directory", "executable file not found", "not found in $path")
@@ -170,6 +193,7 @@ def refuse_externally_managed(recipe: Recipe) -> None:
             [interpreter, "-c", PEP668_PROBE],
             network="none",
             platform=recipe.platform,
+            labels=run_labels(),
         )
     except EnvironmentProblem as exc:
         raise missing_interpreter(recipe, interpreter, exc) or exc from exc

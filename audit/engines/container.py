@@ -59,7 +59,8 @@ class ContainerSettings(TypedDict, total=False):
 
     ``mounts`` bind mounts [none]; ``network`` a network mode [``"none"``]; ``platform``
     (e.g. ``linux/arm64``, emulated when foreign) [the image's]; ``environment`` [empty];
-    ``user`` [the image's]; ``workdir`` [the image's].
+    ``user`` [the image's]; ``workdir`` [the image's]; ``labels`` (so a later run can find a
+    container a killed run left) [none].
     """
 
     mounts: Sequence[BindMount]
@@ -68,6 +69,7 @@ class ContainerSettings(TypedDict, total=False):
     environment: Mapping[str, str] | None
     user: str | None
     workdir: str | None
+    labels: Mapping[str, str]
 
 
 # ----------------------------------------------------------------------------- the daemon
@@ -157,6 +159,7 @@ class Container:
             "environment": dict(settings.get("environment") or {}),
             "user": settings.get("user") or "",
             "working_dir": settings.get("workdir"),
+            "labels": dict(settings.get("labels") or {}),
             "detach": True,
         }
         self._handle: Any = None

@@ -17,7 +17,6 @@ client without buildx refuses BuildKit builds).
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,6 @@ __all__ = [  # BindMount, ContainerResult and daemon live in audit.engines.conta
     "ContainerOptions",
     "ContainerResult",
     "ImageInfo",
-    "add_client_option",
     "client_env",
     "daemon",
     "detect_client",
@@ -148,15 +146,6 @@ def detect_client(preferred: str | None = None) -> DockerClient:
         if client := _legacy_client(probe):
             return client
     raise _refusal(probes, tried)
-
-
-def add_client_option(parser: argparse.ArgumentParser) -> None:
-    """The ``--docker PATH`` option of every command that runs a docker client."""
-    parser.add_argument(
-        "--docker",
-        metavar="PATH",
-        help=f"the docker client program, a path or a name (default: ${DOCKER_ENV}, else detected)",
-    )
 
 
 def client_env(client: DockerClient, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """GET requests to a package index, counted, with one error rule for the network.
 
 Every request goes through :func:`get`: it uses the TLS context it is given (the project's,
-:func:`audit.engines.lock_compile.tls_context`, by default), counts itself and the bytes of its
+:func:`audit.engines.resolvers.job.tls_context`, by default), counts itself and the bytes of its
 body in a :class:`FetchStats`, and turns a network failure (no answer, a reset, a body cut short)
 into :class:`EnvironmentProblem` (exit 3) naming the redacted URL and the reason. HTTP status
 codes are answers, not failures: the caller decides what a 404 or a 416 means. A caller may

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from audit.core.errors import EnvironmentProblem
 from audit.core.redact import redact
 from audit.core.snapshot import canonical_name
-from audit.engines.lock_compile import tls_context
+from audit.engines.resolvers.job import tls_context
 from audit.plan.pylock import IndexFile
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.5"

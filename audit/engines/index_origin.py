@@ -24,7 +24,7 @@ from typing import Any
 from audit.core.errors import EnvironmentProblem, ResolutionConflict
 from audit.core.redact import redact
 from audit.core.snapshot import canonical_name
-from audit.engines.lock_compile import tls_context
+from audit.engines.resolvers.job import tls_context
 
 _HASH_IN_LINK = re.compile(r"sha256=([0-9a-f]{64})")
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.5"

@@ -1,12 +1,13 @@
 """The lock runner: walk a recipe's pip layers in build order and compile the stale ones.
 
 The mirror of the build runner. Each stale layer is resolved the way ``pip install`` would
-resolve it inside the environment the layers before it leave (:mod:`audit.engines.lock_compile`
-with stand-in wheels for everything installed and that as pip-compile's preferred pins), then
-judged by the policy exactly as audit-deps and the build guard judge it (one waiver ledger for
-the whole walk, no_deps re-pins as overrides). Every violation of one layer is reported in one
-run (exit 1) and nothing is written for it; a clean layer's lock is written atomically and
-holds only what the layer installs or moves.
+resolve it inside the environment the layers before it leave (a resolver of
+:mod:`audit.engines.resolvers`, with stand-in wheels for everything installed and that as the
+resolver's preferred pins), then judged by the policy exactly as audit-deps and the build guard
+judge it (one waiver ledger for the whole walk, no_deps re-pins as overrides). Every violation
+of one layer is reported in one run (exit 1) and nothing is written for it; a clean layer's lock
+is written atomically and holds only what the layer installs or moves. A kept (fresh) lock is
+judged the same way, under today's waivers.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.core.findings import Finding
@@ -24,22 +25,9 @@ from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import Distribution, canonical_name
 from audit.engines import atomic, console
 from audit.engines.index_origin import refuse_confusion
-from audit.engines.lock_compile import (
-    CompileJob,
-    CompileTarget,
-    OnLine,
-    Outcome,
-    clean_body,
-    explain_failure,
-    run_compile,
-    yanked_pins,
-)
 from audit.engines.lock_progress import LockProgress
-from audit.engines.uv_compile import RESOLVER as UV_RESOLVER
-from audit.engines.uv_compile import UvTarget, run_uv
-from audit.plan.lock import (
-    RESOLVER as PIP_TOOLS_RESOLVER,
-)
+from audit.engines.resolvers import Resolver
+from audit.engines.resolvers.job import CompileJob, Outcome, clean_body
 from audit.plan.lock import (
     Constraint,
     LockState,
@@ -63,45 +51,6 @@ from audit.plan.sources import Source
 from audit.plan.standins import standin_wheels
 
 
-class Backend(Protocol):
-    """A resolver: runs one layer's :class:`CompileJob` and says what it is (lock inputs)."""
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def merges_indexes(self) -> bool:
-        """True when the resolver takes a package from whichever index has the highest
-        version (pip): the run then checks where each moved file came from."""
-        ...
-
-    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome: ...
-
-
-@dataclass(frozen=True)
-class PipToolsBackend:
-    """pip-compile inside the base image (emulated when foreign) or on a matching host."""
-
-    target: CompileTarget
-    label: str = PIP_TOOLS_RESOLVER
-    merges_indexes: bool = True
-
-    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
-        return run_compile(self.target, job, on_line)
-
-
-@dataclass(frozen=True)
-class UvBackend:
-    """uv on this machine, for the base's Python and platform: no image, no emulation."""
-
-    target: UvTarget
-    label: str = UV_RESOLVER
-    merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
-
-    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
-        return run_uv(self.target, job, on_line)
-
-
 @dataclass
 class LockRun:
     """Walks the layers in order, keeping what each earlier layer pinned and the verdicts."""
@@ -113,7 +62,7 @@ class LockRun:
     base_digest: str
     fresh_locks: Mapping[str, Lock]  # step slug -> the lock the survey parsed
     judge: StepJudge
-    backend: Backend
+    backend: Resolver
     upgrade: Upgrade = field(default_factory=Upgrade)
     earlier: list[tuple[Step, Lock]] = field(default_factory=list)
     moves: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
@@ -121,11 +70,13 @@ class LockRun:
     current: Installed | None = None  # what the layers visited so far leave installed
 
     def visit(self, state: LockState) -> None:
-        """Keep a fresh lock, compile a stale or missing one; judge both (the ledger)."""
+        """Keep a fresh lock, compile a stale or missing one; judge both (the ledger) under
+        today's policy and waivers: a kept lock that no longer passes stops the run (exit 1)."""
         before = self.environment()
         if state.status == "fresh" and not self.upgrade.active:
             lock = self.fresh_locks[state.step.slug]
-            self.judge_layer(state.step, before, lock, {})
+            installed = installed_before(self.base_pins, self.earlier)
+            self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
             self.done.append((state, "kept"))
         else:
             lock = self.compile(state.step, before)
@@ -157,13 +108,14 @@ class LockRun:
             layer.override,
             preferred_pins(installed, previous, self.upgrade),
             upgrade_constraints(self.upgrade),
+            known_metadata(previous),
         )
         with LockProgress(f"{step.label} ({self.backend.label})") as progress:
             outcome = self.backend.compile(job, progress.feed)
         log_path = self.save_log(step, outcome.log)
         if outcome.returncode != 0:
-            raise explain_failure(outcome.log, inputs, installed, log_path)
-        _warn_yanked(step, outcome.log)
+            raise self.backend.explain(outcome.log, inputs, installed, log_path)
+        _warn_yanked(step, self.backend.yanked(outcome.log))
         if self.backend.merges_indexes and inputs.extra_index_url:
             chosen = chosen_files(outcome.report, step)
             refuse_confusion(step.label, inputs.extra_index_url, chosen)
@@ -205,6 +157,17 @@ class LockRun:
         return found
 
 
+def known_metadata(lock: Lock | None) -> dict[tuple[str, str], tuple[tuple[str, ...], str]]:
+    """What a layer's previous lock recorded of each pin, by (canonical name, version)."""
+    if lock is None:
+        return {}
+    return {
+        (name, pin.version): (meta.requires_dist, meta.requires_python)
+        for name, pin in lock.pins.items()
+        if (meta := lock.metadata.get(name)) is not None
+    }
+
+
 def _as_distribution(constraint: Constraint) -> Distribution:
     return Distribution(
         name=constraint.name,
@@ -215,8 +178,8 @@ def _as_distribution(constraint: Constraint) -> Distribution:
     )
 
 
-def _warn_yanked(step: Step, log: str) -> None:
-    for pin in yanked_pins(log):
+def _warn_yanked(step: Step, pins: list[str]) -> None:
+    for pin in pins:
         console.stderr.print(
             f"[yellow]warning:[/] {escape(step.label)}: pins {escape(pin)}, a "
             "yanked release (pinned exactly in the requirements, so pip allows it): move off it "

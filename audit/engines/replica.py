@@ -34,7 +34,7 @@ from audit.engines import atomic, console, docker_host
 from audit.engines import process as commands
 from audit.engines import wheel_metadata as wm
 from audit.engines.baseimage import ensure_base_image
-from audit.engines.lock_compile import cache_root
+from audit.engines.resolvers.job import cache_root
 from audit.plan import replica as plan
 from audit.plan.base_image import ARCHES, LABEL_PREFIX, VENV
 from audit.plan.build import build_command

@@ -45,8 +45,8 @@ from audit.core.errors import EnvironmentProblem, MetadataUnavailable
 from audit.core.redact import redact
 from audit.engines import atomic
 from audit.engines.http_fetch import FetchStats, get, unreachable
-from audit.engines.lock_compile import tls_context
 from audit.engines.remote_zip import NotAZip, read_member
+from audit.engines.resolvers.job import tls_context
 from audit.engines.simple_index import IndexFile, project_files
 
 __all__ = [

@@ -46,7 +46,7 @@ from audit.plan.trust import base_record_mismatch
 PIP_TOOLS_VERSION = "7.6.2"
 PIP_VERSION = "25.2"
 RESOLVER = f"pip-tools=={PIP_TOOLS_VERSION} pip=={PIP_VERSION}"
-UV_VERSION = "0.13.9"  # audit.engines.uv_compile installs exactly this one
+UV_VERSION = "0.13.9"  # audit.engines.resolvers.uv installs exactly this one
 RESOLVERS = {"pip-tools": RESOLVER, "uv": f"uv=={UV_VERSION}"}
 
 
@@ -424,14 +424,24 @@ def parse_upgrade_package(text: str) -> tuple[str, str | None]:
 def preferred_pins(
     installed: Mapping[str, Constraint], previous: Lock | None, upgrade: Upgrade
 ) -> str:
-    """pip-compile's existing output for one layer: what is installed, then what the layer's
-    previous lock pinned (unless ``--upgrade``), without the packages to upgrade."""
-    preferred = {name: c.version for name, c in installed.items()}
+    """The resolver's existing output for one layer: what is installed, then what the layer's
+    previous lock pinned (unless ``--upgrade``) with its hashes, without the packages to
+    upgrade. The hashes let pip-compile's ``--reuse-hashes`` keep every pin that did not move
+    without fetching or hashing its files again."""
+    preferred: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
+        name: (c.version, None, ()) for name, c in installed.items()
+    }
     if previous is not None and not upgrade.everything:
-        preferred |= {name: pin.version for name, pin in previous.pins.items()}
+        preferred |= {n: (p.version, p.marker, p.hashes) for n, p in previous.pins.items()}
     for name in upgrade.packages:
         preferred.pop(name, None)
-    return "".join(f"{name}=={_normal(v)}\n" for name, v in sorted(preferred.items()))
+    return "".join(_preferred_line(name, *pin) for name, pin in sorted(preferred.items()))
+
+
+def _preferred_line(name: str, version: str, marker: str | None, hashes: tuple[str, ...]) -> str:
+    """``name==version [; marker]`` with one ``--hash`` continuation line per hash."""
+    line = f"{name}=={_normal(version)}" + (f" ; {marker}" if marker else "")
+    return line + "".join(f" \\\n    --hash={digest}" for digest in hashes) + "\n"
 
 
 def _normal(version: str) -> str:

@@ -12,7 +12,6 @@ waiver_index, and where known image, stage and layer (``audit/schemas/report.sch
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -274,26 +273,6 @@ def render_text(report: Report, fmt: str, width: int = 100) -> str:
         print_report(report, console)
         return redact(buffer.getvalue())
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
-
-
-def add_report_arguments(
-    parser: argparse.ArgumentParser, extra_formats: tuple[str, ...] = ()
-) -> None:
-    """``--format`` (into ``fmt``) and ``--output FILE``, worded alike for every command;
-    ``extra_formats`` are formats only this command renders (audit-deps: ``html``)."""
-    parser.add_argument(
-        "--format",
-        dest="fmt",
-        choices=(*FORMATS, *extra_formats),
-        default="table",
-        help="report format (default: table)",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        metavar="FILE",
-        help="write the report to FILE (atomically) instead of stdout",
-    )
 
 
 def check_output(output: Path | None, option: str = "--output") -> None:

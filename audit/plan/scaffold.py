@@ -23,7 +23,9 @@ from audit.plan.recipe_parse import load_recipe
 SKELETON = PACKAGE_DIR / "skeleton"
 DEFAULT_IMAGE = "example"
 GITIGNORE = ".gitignore"
-GITIGNORE_ENTRIES = ("build/", ".nox/")
+# build output and sessions; lock's file lock beside the locks; atomic writes' temporaries a
+# killed run left (the next run removes them: audit.engines.atomic)
+GITIGNORE_ENTRIES = ("build/", ".nox/", "locks/*/.lock", ".*.audit-*.tmp")
 IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # a pip requirement spec: no quotes, $ or backticks (it lands in YAML and Python strings)
 SPEC_TEXT = re.compile(r"^[A-Za-z0-9./][A-Za-z0-9 ._\-\[\],=<>!~@:/+]*$")

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from audit.core.errors import AuditError
-from audit.engines.lock_compile import CACHE_ENV, TOOLS_INDEX_ENV
+from audit.engines.resolvers.job import CACHE_ENV, TOOLS_INDEX_ENV
 from tests.support import toolhouse
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from audit.engines.lock_compile import DEFAULT_TOOLS_INDEX, TOOLS_INDEX_ENV, ambient_ca_bundle
+from audit.engines.resolvers.job import DEFAULT_TOOLS_INDEX, TOOLS_INDEX_ENV, ambient_ca_bundle
 from audit.plan.lock import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION
 
 # Pythons of the base images a lock may run in (bullseye 3.9, bookworm 3.11, ...): their

@@ -6,8 +6,10 @@ everything installed as find-links, the installed versions as the existing outpu
 prefers while they satisfy), plus ``--python-version`` and ``--python-platform`` taken from the
 base record (``python``, ``platform_machine``, ``libc``), so an arm64 / Python 3.12 lock is made
 on an amd64 host and carries aarch64 wheel hashes. Overrides and no_deps pins are compiled with
-``--no-deps --generate-hashes``; the metadata of what moves comes from ``uv pip install
---target --no-deps`` of exactly those pins, read from their ``METADATA``.
+``--no-deps --generate-hashes``; the metadata of what moves is read from the indexes without
+downloading payloads (:mod:`audit.engines.wheel_metadata`: PEP 658 metadata files, else range
+requests into the wheel), and only a pin with no wheel for the target is downloaded (``uv pip
+install --target --no-deps``), counted and reported.
 
 Index semantics differ from pip's on purpose: uv's default ``first-index`` strategy takes a
 package from the first index that has it, and a layer's declared extra index comes first, so a
@@ -23,31 +25,43 @@ from __future__ import annotations
 import email.parser
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.core.errors import EnvironmentProblem
+from audit.core.errors import EnvironmentProblem, LockError
+from audit.core.redact import redact
 from audit.core.snapshot import canonical_name
 from audit.engines import atomic
 from audit.engines import process as commands
-from audit.engines.lock_compile import (
+from audit.engines.http_fetch import FetchStats
+from audit.engines.lock_progress import STEP_MARK
+from audit.engines.resolvers.job import (
     CONSTRAINTS,
     OUTPUT,
     STANDINS,
+    WORK_PREFIX,
     CompileJob,
     OnLine,
     Outcome,
     ambient_ca_bundle,
     cache_root,
     clean_body,
+    disk_full,
+    meaningful_lines,
+    network_failure,
     prepare_work,
+    probe_indexes,
     tools_index,
+    unreachable_index,
 )
-from audit.engines.lock_progress import STEP_MARK
-from audit.plan.lock import RESOLVERS, UV_VERSION
+from audit.engines.run_label import work_prefix
+from audit.engines.wheel_metadata import Metadata, fetch_many, target_tags
+from audit.plan.lock import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.plan.lockfile import BaseRecord
 
 RESOLVER = RESOLVERS["uv"]
@@ -107,9 +121,9 @@ def _install_uv(venv: Path) -> None:
     )
     if done.returncode != 0:
         raise EnvironmentProblem(
-            f"could not install uv {UV_VERSION} from {tools_index()}",
-            "check the network and the CA bundle (SSL_CERT_FILE), or lock with "
-            "--resolver pip-tools",
+            f"could not install uv {UV_VERSION} from {redact(tools_index())}",
+            "check the network and the CA bundle (SSL_CERT_FILE), or set "
+            'resolver = "pip-tools" under [image] in image.toml',
         )
     partial.rename(venv)
 
@@ -162,7 +176,7 @@ def moved_lines(job: CompileJob, compiled: str, requirements: str) -> list[str]:
 def run_uv(target: UvTarget, job: CompileJob, on_line: OnLine = print) -> Outcome:
     """One layer's job with uv in a fresh work folder; the folder is always removed. Output
     lines and step announcements go to ``on_line`` as they come."""
-    work = Path(tempfile.mkdtemp(prefix="layer-audit-uv-"))
+    work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
     try:
         prepare_work(work, job)
         return _run(work, target, job, on_line)
@@ -192,6 +206,11 @@ class _Session:
         self.log.append(done.stderr + done.stdout)
         return done.returncode
 
+    def note(self, text: str) -> None:
+        """A line of this layer's own (progress and the kept log)."""
+        self.on_line(f"{STEP_MARK}{text}")
+        self.log.append(f"layer-audit: {text}")
+
     def failed(self, code: int) -> Outcome:
         return Outcome(code or 1, "", "", "\n".join(self.log))
 
@@ -210,7 +229,7 @@ def _run(work: Path, target: UvTarget, job: CompileJob, on_line: OnLine) -> Outc
     requirements = (work / "recipe" / job.inputs.requirements).read_text()
     moved = moved_lines(job, compiled, requirements)
     repins = _repins(session, job, moved)
-    report = _metadata(session, moved) if repins is not None else None
+    report = _metadata(session, job, target, moved) if repins is not None else None
     if repins is None or report is None:
         return session.failed(1)
     return Outcome(0, compiled, report, "\n".join(session.log), repins)
@@ -230,26 +249,153 @@ def _repins(session: _Session, job: CompileJob, moved: list[str]) -> str | None:
     return clean_body((session.work / REPINS).read_text())
 
 
-def _metadata(session: _Session, moved: list[str]) -> str | None:
-    """pip's --report shape (``install[].metadata``) for the moved pins, from their METADATA."""
+def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[str]) -> str | None:
+    """pip's --report shape (``install[].metadata``) for the moved pins: their published
+    metadata read from the indexes without payloads (PEP 658 files, else range requests into
+    the wheel: :mod:`audit.engines.wheel_metadata`); only a pin the indexes hold no wheel of for
+    the target (an sdist-only release) is downloaded, and the run says how many were."""
     if not moved:
         return json.dumps({"install": []})
-    (session.work / "moved.txt").write_text("".join(f"{line}\n" for line in moved))
-    target = session.work / "meta"
-    argv = ["pip", "install", "--target", str(target), "--no-deps", "-r", "../moved.txt",
+    stats = FetchStats()
+    pins = [_key(m) for m in moved]
+    unknown = [pin for pin in pins if pin not in job.known]
+    found, missing = metadata_from_indexes(job.inputs, target, unknown, stats)
+    reused = len(pins) - len(unknown)
+    session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock): "
+                 f"{stats.summary()}")  # fmt: skip
+    items = [_item(name, version, *job.known[name, version])
+             for name, version in pins if (name, version) in job.known]  # fmt: skip
+    items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
+              for meta in found]  # fmt: skip
+    if missing:
+        names = ", ".join(sorted(missing))
+        session.note(f"no wheel for the target on the indexes: downloading {names} (metadata)")
+        downloaded = _downloaded(session, [m for m in moved if _key(m)[0] in missing])
+        if downloaded is None:
+            return None
+        items += downloaded
+    return json.dumps({"install": items})
+
+
+def metadata_from_indexes(
+    inputs: LayerInputs, target: UvTarget, pins: list[tuple[str, str]], stats: FetchStats
+) -> tuple[list[Metadata], set[str]]:
+    """(metadata found, canonical names no index has a wheel of), asking the indexes in uv's
+    order: the layer's extra index first (``first-index``), then the primary one."""
+    machine, _, libc = target.python_platform.partition("-manylinux_")
+    tags = target_tags(machine, target.python_version, libc.replace("_", ".") or "2.28")
+    cache = cache_root() / "host" / "metadata"
+    indexes = [url for url in (inputs.extra_index_url, inputs.index_url) if url]
+    found: list[Metadata] = []
+    wanted = list(pins)
+    for index in indexes:
+        if not wanted:
+            break
+        answers = fetch_many(index, wanted, tags=tags, stats=stats, cache=cache)
+        found += [got for got in answers.values() if isinstance(got, Metadata)]
+        wanted = [pin for pin in wanted if not isinstance(answers.get(pin[0]), Metadata)]
+    return found, {name for name, _ in wanted}
+
+
+def _item(name: str, version: str, requires: Sequence[str], python: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires),
+                         "requires_python": python}}  # fmt: skip
+
+
+def _downloaded(session: _Session, pins: list[str]) -> list[dict[str, object]] | None:
+    """The fallback: ``uv pip install --target --no-deps`` of exactly ``pins``, METADATA read."""
+    (session.work / "moved.txt").write_text("".join(f"{line}\n" for line in pins))
+    folder = session.work / "meta"
+    argv = ["pip", "install", "--target", str(folder), "--no-deps", "-r", "../moved.txt",
             "--quiet", "--find-links", f"../{STANDINS}"]  # fmt: skip
     if session.uv(argv):
         return None
-    return json.dumps({"install": [_read_metadata(p) for p in sorted(target.glob("*.dist-info"))]})
+    return [_read_metadata(p) for p in sorted(folder.glob("*.dist-info"))]
 
 
 def _read_metadata(folder: Path) -> dict[str, object]:
     message = email.parser.Parser().parsestr((folder / "METADATA").read_text(errors="replace"))
-    return {
-        "metadata": {
-            "name": message.get("Name", ""),
-            "version": message.get("Version", ""),
-            "requires_dist": message.get_all("Requires-Dist") or [],
-            "requires_python": message.get("Requires-Python") or "",
-        }
-    }
+    return _item(
+        message.get("Name", ""),
+        message.get("Version", ""),
+        message.get_all("Requires-Dist") or [],
+        message.get("Requires-Python") or "",
+    )
+
+
+# -- the resolver -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Uv:
+    """uv on this machine, for the base's Python and platform: no image, no emulation."""
+
+    target: UvTarget
+    label: str = RESOLVER
+    merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
+
+    def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
+        return run_uv(self.target, job, on_line)
+
+    def explain(
+        self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str
+    ) -> LockError | EnvironmentProblem:
+        return explain_uv_failure(log, inputs, log_path)
+
+    def yanked(self, log: str) -> list[str]:
+        return yanked_pins(log)
+
+
+# -- uv's failures, in uv's words ---------------------------------------------------------------
+
+_UV_YANKED = re.compile(
+    r"`(?P<name>[^`=]+)==(?P<version>[^`]+)` is yanked(?: \(reason: \"(?P<reason>[^\"]*)\"\))?"
+)
+_UV_NOT_FOUND = re.compile(r"Because (?P<name>\S+) was not found in the package registry")
+_UV_NO_SOLUTION = "No solution found when resolving dependencies"
+
+
+def yanked_pins(log: str) -> list[str]:
+    """'name version (reason)' for every yanked release uv warned about."""
+    return [
+        f"{m['name']} {m['version']} ({m['reason'] or 'no reason given'})"
+        for m in _UV_YANKED.finditer(log)
+    ]
+
+
+def explain_uv_failure(
+    log: str, inputs: LayerInputs, log_path: str = ""
+) -> LockError | EnvironmentProblem:
+    """A failed uv run as one clear error: the machine (exit 3), a name no index has, or uv's
+    own account of why no resolution exists (its "Because ..." lines), never pip's regexes."""
+    where = inputs.step.label
+    saved = f" (full log: {log_path})" if log_path else ""
+    error = disk_full(where, log) or _uv_explained(where, log, inputs)
+    return type(error)(error.message, error.hint + saved)
+
+
+def _uv_explained(where: str, log: str, inputs: LayerInputs) -> LockError | EnvironmentProblem:
+    if network_failure(log):
+        return unreachable_index(where, log, (inputs.index_url, inputs.extra_index_url))
+    missing = _UV_NOT_FOUND.search(log)
+    if missing:
+        return probe_indexes(inputs, log) or LockError(
+            f"{where}: no version of {missing['name']} on the recipe's indexes",
+            "check the name and version, or declare the index that has it in image.toml",
+        )
+    lines = [redact(line.strip(" ×╰─▶│")) for line in meaningful_lines(log)]
+    if any(_UV_NO_SOLUTION in line for line in lines):
+        why = [line for line in lines if line and _UV_NO_SOLUTION not in line][-6:]
+        return LockError(
+            f"{where}: uv found no resolution:\n" + "\n".join(f"  | {line}" for line in why),
+            "relax the requirement uv names, or move what the earlier layers install "
+            "(--upgrade-package NAME)",
+        )
+    last = next(
+        (line for line in reversed(lines) if line.startswith("error:")),
+        lines[-1] if lines else "no output",
+    )
+    return LockError(
+        f"{where}: uv pip compile failed: {last}",
+        "fix the requirements file, or check that the recipe's indexes are reachable",
+    )

@@ -1,9 +1,10 @@
 """A content-addressed "verified fresh" stamp: ``lock`` on unchanged inputs without the parsers.
 
-A run that finds (or makes) locks fresh records every observation its freshness check made of
-the project tree through a :class:`RecordingSource` (the sha256 of each file read, each
-existence test, each folder listing), the sha256 of the tool code that ran (every loaded
-``audit`` and ``packaging`` module), the interpreter, and the answer per ``--stage``, in
+A run that finds (or makes) locks fresh, and judges them clean under the recipe's policy,
+records every observation its check made of the project tree through a :class:`RecordingSource`
+(the sha256 of each file read, each existence test, each folder listing), the sha256 of the tool
+code that ran (every loaded ``audit`` and ``packaging`` module), the interpreter, today's date
+(waivers expire by it) and the answer per ``--stage``, in
 ``build/.layer-audit/lock-state/<image>.stamp``. The next run replays those observations with
 sha256 and os only: when every one still holds, the full check would read the same bytes with
 the same code and so must give the same answer. Any difference, a missing or malformed stamp,
@@ -11,13 +12,15 @@ or an option the stamp does not key (``--record-base``) sends the run down the f
 re-verifies everything and rewrites the stamp. A hand-edited lock is a changed digest, so the
 full path sees it and refuses it.
 
-``python -m audit`` imports this module before anything else (see ``__main__``) and on a hit it
-is all the process runs, so it imports only os, sys and the built-in sha256: os rather than
-pathlib, and a line format rather than json (json brings re and enum: 3-4 ms on an interpreter
-whose site has not loaded them already, a quarter of a hit). The format, one record a line::
+``python -m audit`` reaches this module through the lock command's own parser before anything
+else (see :mod:`audit.cli.entry`) and on a hit that is all the process runs, so it imports only
+os, sys, time and the built-in sha256: os rather than pathlib, and a line format rather than
+json (json brings re and enum: 3-4 ms on an interpreter whose site has not loaded them already).
+The format, one record a line::
 
-    layer-audit.lock-state/1
+    layer-audit.lock-state/2
     python<TAB>sys.version<TAB>sys.executable
+    today<TAB>YYYY-MM-DD<TAB>
     image<TAB>IMAGE<TAB>
     stage<TAB>STAGE (empty: every stage)<TAB>how many locks are fresh up to it
     read<TAB>project-relative path<TAB>sha256 hex
@@ -27,7 +30,7 @@ whose site has not loaded them already, a quarter of a hit). The format, one rec
     end
 """
 
-# ruff: noqa: PTH103, PTH111, PTH105, PTH107, PTH109, PTH110, PTH112, PTH118, PTH120, PTH123, PTH208
+# ruff: noqa: PTH103, PTH105, PTH109, PTH111, PTH107, PTH110, PTH112, PTH118, PTH120, PTH123, PTH208
 
 from __future__ import annotations
 
@@ -43,14 +46,12 @@ TYPE_CHECKING = False  # typing itself costs import time this module exists to a
 if TYPE_CHECKING:
     from audit.plan.sources import Source
 
-SCHEMA = "layer-audit.lock-state/1"
+SCHEMA = "layer-audit.lock-state/2"
 END = "end"
 STATE_DIR = ("build", ".layer-audit", "lock-state")
 CODE_PACKAGES = ("audit", "packaging")  # what decides freshness, besides the interpreter
-KINDS = ("python", "image", "stage", "read", "exists", "listed", "code")
+KINDS = ("python", "today", "image", "stage", "read", "exists", "listed", "code")
 ALL_STAGES = ""  # the stage key of a run without --stage
-_UNKEYED_FLAGS = ("--check", "--host")  # --host/--docker only matter when something compiles
-_VALUED_OPTIONS = ("--stage", "--docker")
 
 Stamp = dict[str, dict[str, str]]  # kind -> key -> value, as the lines say
 
@@ -104,66 +105,16 @@ def _unsafe(text: str) -> bool:
 # -- reading: the quick path ----------------------------------------------------------------
 
 
-def quick_exit(argv: list[str]) -> int | None:
-    """Answer ``lock IMAGE [--check] [--stage S] [--host] [--docker D]`` from its stamp: exit 0.
-
-    None (take the full path) for any other command line, outside a project, or on a miss.
-    """
-    argv, project = _peel_project(argv)
-    options = _lock_options(argv)
-    root = _find_root() if project is None else _project_root(project)
-    if options is None or root is None:
-        return None
-    image, stage, check = options
-    answer = fresh_answer(root, image, stage, check=check)
-    if answer is None:
-        return None
-    print(answer, flush=True)
-    return 0
-
-
-def _lock_options(argv: list[str]) -> tuple[str, str | None, bool] | None:
-    """(image, stage, check) from the plainest spellings only; None for anything else."""
-    if argv[:1] != ["lock"]:
-        return None
-    words = iter(argv[1:])
-    found: dict[str, str] = {}
-    for word in words:
-        name, equals, value = word.partition("=")
-        if word in _UNKEYED_FLAGS:
-            value = "yes"
-        elif name in _VALUED_OPTIONS:
-            value = value if equals else next(words, "")
-        elif word.startswith("-"):
-            return None  # --record-base, --help, abbreviations: argparse's, on the full path
-        else:
-            name, value = "image", word
-        if name in found or not value or value.startswith("-"):
-            return None  # repeated, or a value argparse would read otherwise
-        found[name] = value
-    if "image" not in found:
-        return None
-    return found["image"], found.get("--stage"), "--check" in found
-
-
-def _peel_project(argv: list[str]) -> tuple[list[str], str | None]:
-    """``argv`` without its one ``--project DIR`` (or ``--project=DIR``), and DIR."""
-    for index, word in enumerate(argv):
-        if word == "--project" and index + 1 < len(argv):
-            return argv[:index] + argv[index + 2 :], argv[index + 1]
-        if word.startswith("--project="):
-            return argv[:index] + argv[index + 1 :], word.partition("=")[2]
-    return argv, None
-
-
-def _project_root(folder: str) -> str | None:
-    """``--project``'s folder when it holds ``images/``; None sends the run to the full path."""
+def project_root(folder: str | None) -> str | None:
+    """``--project``'s folder, or the nearest folder at or above the working folder, holding
+    ``images/`` (as :func:`audit.plan.paths.find_root` decides); None: take the full path."""
+    if folder is None:
+        return _find_root()
     here = os.path.realpath(os.path.expanduser(folder)) if folder else ""
     return here if here and os.path.isdir(os.path.join(here, "images")) else None
 
 
 def _find_root() -> str | None:
-    """The nearest folder at or above the working folder holding ``images/``, as paths does."""
     here = os.path.realpath(os.getcwd())
     while True:
         if os.path.isdir(os.path.join(here, "images")):
@@ -181,6 +132,8 @@ def fresh_answer(root: str, image: str, stage: str | None, *, check: bool) -> st
     stamp = _load(stamp_path(root, image))
     if stamp is None or stamp["image"] != {image: ""} or stamp["python"] != _interpreter():
         return None
+    if stamp["today"] != _today():
+        return None  # waivers expire by the day: the verdict may differ from yesterday's
     count = stamp["stage"].get(ALL_STAGES if stage is None else stage, "")
     if not count.isdigit() or not _still_holds(root, stamp):
         return None
@@ -194,6 +147,13 @@ def _plain_name(image: str) -> bool:
 def _interpreter() -> dict[str, str]:
     """The interpreter's identity: its standard library (tomllib, json) decides freshness too."""
     return {sys.version.replace("\n", " "): sys.executable}
+
+
+def _today() -> dict[str, str]:
+    """Today's date (local, as ``date.today()``): the policy's waivers expire by it."""
+    import time
+
+    return {time.strftime("%Y-%m-%d", time.localtime()): ""}
 
 
 def _load(path: str) -> Stamp | None:
@@ -277,6 +237,7 @@ def write_stamp(
         return False
     stamp: Stamp = {
         "python": _interpreter(),
+        "today": _today(),
         "image": {image: ""},
         "stage": {ALL_STAGES if stage is None else stage: str(n) for stage, n in stages},
         "read": source.read,

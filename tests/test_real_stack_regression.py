@@ -79,8 +79,10 @@ def _errors(report: dict[str, object]) -> list[dict[str, object]]:
 def test_audit_deps_fails_on_the_nccl_downgrade(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["lock", IMAGE, "--check"]) == 0  # the lock is fresh: only the audit can tell
-    capsys.readouterr()
+    # the lock is fresh, and lock --check judges it under today's policy all the same
+    assert main(["lock", IMAGE, "--check"]) == EXIT_VIOLATION
+    checked = capsys.readouterr()
+    assert "nvidia-nccl-cu13" in checked.out + checked.err and "2.29.7" in checked.out + checked.err
     code = main(["audit-deps", IMAGE, "--format", "json"])
     report = json.loads(capsys.readouterr().out)
     assert code == EXIT_VIOLATION

@@ -577,20 +577,27 @@ def asking_for(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:
     """``other version requires <requirement>`` for each installed distribution whose recorded
     requirement on ``name`` (for these markers, no extras) has a version specifier that the
     installed version satisfies."""
+    return [
+        f"{other.raw_name or other.name} {other.version} requires {text}"
+        for other, text, requirement, dist in _requirements_on(env, name, markers)
+        if str(requirement.specifier)
+        and requirement.specifier.contains(dist.version, prereleases=True)
+    ]
+
+
+def _requirements_on(
+    env: Env, name: str, markers: Mapping[str, str]
+) -> Iterator[tuple[Distribution, str, Requirement, Distribution]]:
+    """(requirer, its requirement text, the parsed requirement, ``name``'s installed
+    distribution) for every recorded requirement on ``name`` that applies under ``markers``."""
     dist = env.get(name)
     if dist is None:
-        return []
-    found = []
+        return
     for other in sorted(env.values(), key=lambda d: d.name):
         for text in other.requires_dist or ():
             requirement = _requirement_on(text, name, markers)
-            if (
-                requirement is not None
-                and str(requirement.specifier)
-                and (requirement.specifier.contains(dist.version, prereleases=True))
-            ):
-                found.append(f"{other.raw_name or other.name} {other.version} requires {text}")
-    return found
+            if requirement is not None:
+                yield other, text, requirement, dist
 
 
 def _override(
@@ -634,21 +641,12 @@ def _no_op(name: str, version: str | None, why: str, where: str) -> Finding:
 def broken_requirements(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:
     """What ``pip check`` would say about ``name`` in ``env``: every installed distribution
     whose recorded ``Requires-Dist`` (for these markers, no extras) excludes its version."""
-    dist = env.get(name)
-    if dist is None:
-        return []
-    found = []
-    for other in sorted(env.values(), key=lambda d: d.name):
-        for text in other.requires_dist or ():
-            requirement = _requirement_on(text, name, markers)
-            if requirement is not None and not requirement.specifier.contains(
-                dist.version, prereleases=True
-            ):
-                found.append(
-                    f"{other.raw_name or other.name} {other.version} has requirement "
-                    f"{requirement}, but you have {dist.raw_name or name} {dist.version}"
-                )
-    return found
+    return [
+        f"{other.raw_name or other.name} {other.version} has requirement "
+        f"{requirement}, but you have {dist.raw_name or name} {dist.version}"
+        for other, _, requirement, dist in _requirements_on(env, name, markers)
+        if not requirement.specifier.contains(dist.version, prereleases=True)
+    ]
 
 
 def _requirement_on(text: str, name: str, markers: Mapping[str, str]) -> Requirement | None:

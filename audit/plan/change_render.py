@@ -30,7 +30,7 @@ from audit.plan.change_view import (
     severity_of,
     view_json,
 )
-from audit.plan.matrix import CSS, StageMatrix, html_matrix, matrix_tables
+from audit.plan.matrix import CSS, StageMatrix, html_matrix, matrix_tables, page_head
 from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
@@ -165,12 +165,7 @@ def gate_html(report: Report, views: Iterable[ImageView], matrices: Iterable[Sta
     verdict = "fail" if report.failed else "pass"
     tables = {matrix.image: matrix for matrix in matrices}
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta http-equiv="Content-Security-Policy" '
-        "content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        f"<title>layer-audit: {_h(report.title)}</title>",
-        f"<style>{CSS}{VIEW_CSS}</style></head><body>",
+        *page_head(report.title, CSS + VIEW_CSS),
         f"<h1>{_h(report.title)}</h1>",
         f'<p class="verdict-{verdict}">{_h(summary_line(report))}</p>',
     ]

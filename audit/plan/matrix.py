@@ -421,16 +421,23 @@ table.findings td { white-space: normal; font-family: system-ui, sans-serif; }
 """
 
 
-def matrix_html(matrices: Iterable[StageMatrix], report: Report) -> str:
-    """One self-contained HTML page: a matrix per image, then every finding."""
-    verdict = "fail" if report.failed else "pass"
-    parts = [
+def page_head(title: str, css: str) -> list[str]:
+    """The start of a self-contained page: no external asset, and a CSP that allows none."""
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta http-equiv="Content-Security-Policy" '
         "content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        f"<title>layer-audit: {_h(report.title)}</title>",
-        f"<style>{CSS}</style></head><body>",
+        f"<title>layer-audit: {_h(title)}</title>",
+        f"<style>{css}</style></head><body>",
+    ]
+
+
+def matrix_html(matrices: Iterable[StageMatrix], report: Report) -> str:
+    """One self-contained HTML page: a matrix per image, then every finding."""
+    verdict = "fail" if report.failed else "pass"
+    parts = [
+        *page_head(report.title, CSS),
         f"<h1>layer-audit {_h(report.title)}: stage matrix</h1>",
         f'<p class="verdict-{verdict}">{_h(summary_line(report))}</p>',
         _legend(),

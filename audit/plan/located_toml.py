@@ -38,11 +38,12 @@ def read_toml(source: Source, relpath: str) -> Node:
     except OSError as exc:  # a directory or an unreadable file where the recipe should be
         raise RecipeError(where, f"cannot read ({exc.strerror})", "make it a plain file") from exc
     try:
-        return Node(where, "", tomllib.loads(text))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(where, text, str(exc)) from exc
     except RecursionError as exc:  # tomllib recurses once per nested array or inline table
         raise RecipeError(where, "values are nested too deeply", "see docs/recipes.md") from exc
+    return Node(where, "", data)
 
 
 def _toml_error(where: str, text: str, message: str) -> RecipeError:

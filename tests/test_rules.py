@@ -20,7 +20,7 @@ import pytest
 
 from audit.core import presets, rules
 from audit.core.policy import ACTIONS
-from audit.plan import recipe_parse
+from audit.plan import policy_parse, recipe_parse
 from audit.plan.report import RULE_ORDER
 
 AUDIT = Path(__file__).resolve().parents[1] / "audit"
@@ -75,7 +75,7 @@ def test_the_scan_sees_real_findings() -> None:
 
 
 def test_lists_come_from_the_registry() -> None:
-    assert recipe_parse.WAIVER_RULES == rules.WAIVABLE
+    assert policy_parse.WAIVER_RULES == rules.WAIVABLE
     assert set(RULE_ORDER) <= set(rules.NAMES)
     assert set(rules.of_kind(rules.CHANGE)) == rules.CHANGE_RULES
     assert len(set(rules.NAMES)) == len(rules.NAMES)
@@ -99,8 +99,8 @@ def properties(node: dict[str, Any]) -> tuple[str, ...]:
         ("top", recipe_parse.TOP_KEYS),
         ("image", recipe_parse.IMAGE_KEYS),
         ("stage", recipe_parse.STAGE_KEYS),
-        ("policy", recipe_parse.POLICY_KEYS),
-        ("waiver", recipe_parse.WAIVER_KEYS),
+        ("policy", policy_parse.POLICY_KEYS),
+        ("waiver", policy_parse.WAIVER_KEYS),
     ],
 )
 def test_schema_keys_match_the_parser(where: str, keys: tuple[str, ...]) -> None:
@@ -130,5 +130,5 @@ def test_schema_values_match_the_parser() -> None:
     assert policy["preset"]["enum"] == list(presets.NAMES)
     skip = {rule_id for name in presets.NAMES for rule_id in presets.rule_ids(name)}
     assert set(policy["preset_skip"]["items"]["enum"]) == skip
-    for action, default in recipe_parse.POLICY_ACTIONS.items():
+    for action, default in policy_parse.POLICY_ACTIONS.items():
         assert policy[action]["default"] == default

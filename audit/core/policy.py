@@ -1,7 +1,7 @@
 """The policy of one recipe: which changes fail, lockstep groups, CUDA suffix, floors, waivers.
 
 PURE CORE: stdlib + ``packaging`` only, Python 3.9 syntax (the guard runs it inside images).
-The recipe parser (``audit.plan.recipe_parse``) builds :class:`Policy` from ``[policy]`` in
+The recipe parser (``audit.plan.policy_parse``) builds :class:`Policy` from ``[policy]`` in
 ``image.toml``; the guard reads it back from JSON with :meth:`Policy.from_json`.
 Evaluation (findings from changes) lives in ``audit.core.verdict``.
 """

@@ -4,11 +4,11 @@ PURE CORE: the standard library only, Python 3.9 syntax (vendored into images fo
 
 A preset is data: change actions, the CUDA-suffix switch, lockstep groups, floors and bans,
 each with the reason it is there. The recipe parser merges it under the recipe's own
-``[policy]`` (:func:`audit.plan.recipe_parse`): a key the recipe sets wins, a lockstep group of
-the same name replaces the preset's (an empty list drops it), a ``require``/``forbid`` entry
-on the same package replaces the preset's entry for it. What survives is listed in
-``Policy.preset_rules`` by rule id, so every finding a preset rule raises starts with
-``preset cuda-ml: lockstep cutlass-dsl: …`` (:func:`label`).
+``[policy]`` (:func:`audit.plan.policy_parse.parse_policy`): a key the recipe sets wins, a
+lockstep group of the same name replaces the preset's (an empty list drops it), a
+``require``/``forbid`` entry on the same package replaces the preset's entry for it. What
+survives is listed in ``Policy.preset_rules`` by rule id, so every finding a preset rule raises
+starts with ``preset cuda-ml: lockstep cutlass-dsl: …`` (:func:`label`).
 
 Rule ids: ``lockstep <group>``, ``require <package>``, ``forbid <package>``, and the change
 actions and ``cuda-suffix`` by their key (``variant``, ``cuda_suffix``).

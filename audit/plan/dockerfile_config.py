@@ -14,7 +14,8 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from audit.plan.recipe_parse import DURATION, LABEL_KEY, OWNER, PORT, SIGNAL, UNSAFE_TEXT
+from audit.plan.located_toml import UNSAFE_TEXT
+from audit.plan.recipe_parse import DURATION, LABEL_KEY, OWNER, PORT, SIGNAL
 
 CONFIG_KINDS = (
     "CMD",

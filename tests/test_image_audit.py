@@ -134,7 +134,8 @@ def test_image_audit_finds_the_venv_and_the_system_python(
     code, report = run_json(tmp_path, "--image", old)
     assert code == EXIT_OK
     titles = [section["title"] for section in report["sections"]]
-    assert titles == [f"{old} /usr/bin/python3", f"{old} /opt/venv/bin/python"]
+    assert titles[:2] == [f"{old} /usr/bin/python3", f"{old} /opt/venv/bin/python"]
+    assert titles[2:] == [f"{old} below Python (OS packages, native libraries)"]
 
 
 @pytest.mark.docker

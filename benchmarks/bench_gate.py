@@ -89,7 +89,7 @@ class Shape:
         per_image = {
             ("upgraded", "info"): PROPOSED * self.stages,
             ("added", "info"): self.stages,
-            ("downgraded", "info"): 1,
+            ("downgraded", "warning"): 1,  # waived: a warning with its reason
             ("waiver-added", "warning"): 1,
         }
         return Counter({key: count * self.images for key, count in per_image.items()})

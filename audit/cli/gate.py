@@ -135,7 +135,9 @@ def handle(args: argparse.Namespace) -> int:
         )
     finally:
         frontdoor.use_root(None)
-    markdown = gate_markdown(result.report, result.matrices, result.views)
+    # the Markdown (and its head stage matrix tables) only when something prints or keeps it
+    wanted = options.fmt == "markdown" or options.markdown or options.summary
+    markdown = gate_markdown(result.report, result.matrices, result.views) if wanted else ""
     _print(result, options.fmt, markdown)
     _write_files(result, options, markdown)
     return report_exit_code(result.report)

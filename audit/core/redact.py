@@ -27,6 +27,7 @@ images with the rest of ``audit.core``).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -70,9 +71,26 @@ _ASSIGNMENT = re.compile(
 
 
 def redact(text: str) -> str:
-    """``text`` without URL userinfo, known token shapes or secret query values."""
+    """``text`` without URL userinfo, known token shapes or secret query values.
+
+    Pure, so short texts are remembered (a report repeats package names, versions and rule
+    words thousands of times); a long text is redacted afresh each time."""
     if not text:
         return text
+    if len(text) <= _CACHED_LENGTH:
+        return _redact_cached(text)
+    return _redact(text)
+
+
+_CACHED_LENGTH = 200  # a log's long lines are not worth remembering
+
+
+@lru_cache(maxsize=1 << 14)
+def _redact_cached(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     text = _USERINFO.sub(_without_userinfo, text)
     text = _TOKENS.sub(MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group("kind") + MASK, text)

@@ -1,10 +1,15 @@
 """The change view (:mod:`audit.plan.change_view`) in a terminal (rich) and as an HTML page.
 
-Both say what the Markdown says, row for row: per image and stage, the rows a reviewer must
-read (a waived change as a warning with its waiver's reason and expiry), each lockstep group as
-one block naming its members, and the folded counts. The terminal follows with the change
-matrix; the HTML page is self-contained (inline CSS, no script, no external asset: its
-Content-Security-Policy forbids every load). Package names are never shortened.
+The HTML page says what the Markdown says, row for row: per image and stage, the rows a
+reviewer must read (a waived change as a warning with its waiver's reason and expiry), each
+lockstep group as one block naming its members, and the folded counts. The terminal is for a
+reviewer reading a fleet: per stage it shows the error and warning rows and the lockstep
+blocks, and folds routine info rows (a plain upgrade, an override-free addition) behind a count
+in the stage's title; a stage with nothing left to read is its title line alone (no table).
+Its change matrix keeps the alarming rows (downgraded, removed, waived, ...) and folds the rest
+behind a count; the Markdown, JSON and HTML keep every row. The HTML page is self-contained
+(inline CSS, no script, no external asset: its Content-Security-Policy forbids every load).
+Package names are never shortened.
 Pure: the same inputs render the same text.
 """
 
@@ -30,7 +35,14 @@ from audit.plan.change_view import (
     severity_of,
     view_json,
 )
-from audit.plan.matrix import CSS, StageMatrix, html_matrix, matrix_tables, page_head
+from audit.plan.matrix import (
+    CSS,
+    StageMatrix,
+    alarming_only,
+    html_matrix,
+    matrix_tables,
+    page_head,
+)
 from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
@@ -54,16 +66,32 @@ def gate_json(report: Report, views: Iterable[ImageView]) -> str:
 def print_views(
     report: Report, views: Iterable[ImageView], matrices: Iterable[StageMatrix], console: Console
 ) -> None:
-    """Per image its stages' tables and its change matrix (split to fit), then the fixes and
-    the summary line."""
+    """Per image its stages (a table where a row is left to read, else the title line) and
+    its change matrix's alarming rows (split to fit), then the fixes and the summary line.
+    Routine rows fold behind counts: no rich table is built for them."""
     tables = {matrix.image: matrix for matrix in matrices}
     for view in views:
         for table in view_tables(view):
             console.print(table)
         if view.image in tables:
-            for matrix in matrix_tables(tables[view.image], console.width):
-                console.print(matrix)
+            _print_matrix(tables[view.image], console)
     print_footer(report, console)
+
+
+def _print_matrix(matrix: StageMatrix, console: Console) -> None:
+    """The alarming rows as tables that fit; the routine rows as one count line."""
+    shown = alarming_only(matrix)
+    folded = len(matrix.rows) - len(shown.rows)
+    if shown.rows:
+        for table in matrix_tables(shown, console.width):
+            console.print(table)
+    if folded:
+        rows = "row" if folded == 1 else "rows"
+        console.print(
+            f"{escape(matrix.image)}: stage matrix: {folded} routine {rows} folded "
+            "(--format markdown or --html shows them)",
+            highlight=False,
+        )
 
 
 def render_views(
@@ -76,9 +104,10 @@ def render_views(
     return redact(buffer.getvalue())
 
 
-def view_tables(view: ImageView) -> list[Table]:
-    """The owner review first (as the Markdown), then a table per stage with rows."""
-    review = [_review_table(view)] if view.review else []
+def view_tables(view: ImageView) -> list[Table | str]:
+    """The owner review first (as the Markdown), then per stage with rows a table of what a
+    reviewer must read, or only its title line when every row is routine (folded)."""
+    review: list[Table | str] = [_review_table(view)] if view.review else []
     return review + [_stage_table(view, stage) for stage in view.stages if _has_rows(stage)]
 
 
@@ -86,9 +115,16 @@ def _has_rows(stage: StageView) -> bool:
     return bool(stage.rows or stage.groups or stage.added)
 
 
-def _title(view: ImageView, stage: StageView) -> str:
+def _routine(row: Row) -> bool:
+    """An info row outside a lockstep group: folded in the terminal."""
+    return severity_of(row.finding) == INFO
+
+
+def _title(view: ImageView, stage: StageView, routine: int) -> str:
     where = "image" if stage.stage == IMAGE_WIDE else stage.stage
-    folded = f"; {stage.folded} (folded)" if stage.folded else ""
+    parts = [f"{routine} routine info"] if routine else []
+    parts += [stage.folded] if stage.folded else []
+    folded = f"; {', '.join(parts)} (folded)" if parts else ""
     return f"{escape(view.image)} {escape(where)}: {severity_tally(stage.counts)}{folded}"
 
 
@@ -102,10 +138,14 @@ def _table(title: str, names: Sequence[str]) -> Table:
     return table
 
 
-def _stage_table(view: ImageView, stage: StageView) -> Table:
-    names = [r.package for r in stage.rows] + [m.package for g in stage.groups for m in g.members]
-    table = _table(_title(view, stage), names)
-    for row in stage.rows:
+def _stage_table(view: ImageView, stage: StageView) -> Table | str:
+    rows = [row for row in stage.rows if not _routine(row)]
+    title = _title(view, stage, len(stage.rows) - len(rows))
+    if not rows and not stage.groups:
+        return title
+    names = [r.package for r in rows] + [m.package for g in stage.groups for m in g.members]
+    table = _table(title, names)
+    for row in rows:
         _add_row(table, view.image, row)
     for group in stage.groups:
         _add_group(table, view.image, group)

@@ -298,6 +298,11 @@ def matrix_table(matrix: StageMatrix, columns: Sequence[int] | None = None) -> T
     return table
 
 
+def alarming_only(matrix: StageMatrix) -> StageMatrix:
+    """The matrix with only its alarming rows (a kind in :data:`ALARM`), in the same order."""
+    return StageMatrix(matrix.image, matrix.columns, tuple(r for r in matrix.rows if r.alarming))
+
+
 def matrix_tables(matrix: StageMatrix, width: int) -> list[Table]:
     """The matrix as tables that fit ``width`` columns: when the stages do not fit beside the
     names, they split into several tables, each repeating the package column (a name is never

@@ -123,10 +123,11 @@ def test_no_system_flag() -> None:
 
 
 def test_old_snapshots_still_load() -> None:
-    """A base recorded before ``system`` existed reads as "not recorded"."""
-    record = json.loads(Path("locks/demo/base.json").read_text())
-    data = json.dumps(record["snapshot"]).encode()
-    assert all(env.system is None for env in parse_snapshot(data, "locks/demo/base.json"))
+    """A base recorded before ``system`` existed (the demo's, as committed then) reads as "not
+    recorded"."""
+    old = Path(__file__).parent / "data" / "snapshots" / "base-before-system.json"
+    data = json.dumps(json.loads(old.read_text())["snapshot"]).encode()
+    assert all(env.system is None for env in parse_snapshot(data, str(old)))
 
 
 @needs_cc

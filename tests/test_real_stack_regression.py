@@ -56,6 +56,14 @@ def add_torch_stage(root: Path, variant: str = "") -> None:
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The example at ``main``; HEAD is branch ``pr`` with the torch 2.13.0 stage committed."""
+    return torch_pull_request(tmp_path, monkeypatch, "", "pr: torch 2.13.0")
+
+
+def torch_pull_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: str, message: str
+) -> Path:
+    """A git repository of the example at ``main`` and branch ``pr`` adding the torch stage
+    (``variant`` of its fixture lock), checked out and the working folder."""
     monkeypatch.setenv(commands.QUIET_ENV, "1")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     root = tmp_path / "repo"
@@ -64,8 +72,8 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     git(root, "init", "-q", "-b", "main")
     commit_files(root, {}, "main: the real stack")
     git(root, "checkout", "-q", "-b", "pr")
-    add_torch_stage(root)
-    commit_files(root, {}, "pr: torch 2.13.0")
+    add_torch_stage(root, variant)
+    commit_files(root, {}, message)
     monkeypatch.chdir(root)
     return root
 
@@ -109,17 +117,7 @@ def test_the_gate_fails_and_its_markdown_names_the_downgrade(repo: Path, tmp_pat
 def test_the_override_fix_locks_audits_and_gates_with_zero_waivers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(commands.QUIET_ENV, "1")
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    root = tmp_path / "repo"
-    for part in (f"images/{IMAGE}", f"locks/{IMAGE}", "templates"):
-        shutil.copytree(ROOT / part, root / part)
-    git(root, "init", "-q", "-b", "main")
-    commit_files(root, {}, "main: the real stack")
-    git(root, "checkout", "-q", "-b", "pr")
-    add_torch_stage(root, "override")
-    commit_files(root, {}, "pr: torch 2.13.0, NCCL kept")
-    monkeypatch.chdir(root)
+    root = torch_pull_request(tmp_path, monkeypatch, "override", "pr: torch 2.13.0, NCCL kept")
     assert main(["lock", IMAGE, "--check"]) == 0
     capsys.readouterr()
     assert main(["audit-deps", IMAGE, "--format", "json"]) == 0

@@ -19,7 +19,8 @@ from audit.engines import docker_host
 from tests.support.docker_build import (
     Index,
     Project,
-    base_record,
+    amd64,
+    cleanup,
     images_of,
     make_project,
 )
@@ -27,6 +28,7 @@ from tests.support.native import debian_package, needs_cc, shared_object
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
 
+__all__ = ["amd64", "cleanup"]  # fixtures, from tests/support/docker_build.py
 pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_cc]
 
 NCCL_DIR = "/usr/local/nccl/lib"
@@ -48,22 +50,6 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
     make_wheel(wheels, "alpha", "1.0")
     with serve_index(wheels) as url:
         yield Index(url, wheels)
-
-
-@pytest.fixture(scope="module")
-def amd64(base_image: object) -> tuple[str, str]:
-    image = base_image("bookworm", "amd64")  # type: ignore[operator]
-    return str(image), base_record(str(image), "linux/amd64")
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[str]]:
-    repositories: list[str] = []
-    yield repositories
-    daemon = docker_host.daemon()
-    for repository in repositories:
-        for tag in images_of(repository):
-            daemon.images.remove(tag)
 
 
 def project_with(

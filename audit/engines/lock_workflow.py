@@ -217,12 +217,7 @@ class _Look:
 def _judge_fresh(look: _Look, options: LockOptions, summary: LockSummary) -> int:
     states = upto(list(look.survey.states), look.recipe, options.stage)
     summary.fresh = len(states)
-    code = _judged(look.recipe, look.survey, look.source, options, summary)
-    if code == EXIT_OK:
-        stamp_fresh(look.root, look.recipe, look.survey, look.source)
-        if not options.quiet:
-            console.plain(fresh_message(len(states), check=False))
-    return code
+    return _judge_and_stamp(look, options, summary, len(states), check=False)
 
 
 def _check(look: _Look, options: LockOptions, summary: LockSummary) -> int:
@@ -230,11 +225,18 @@ def _check(look: _Look, options: LockOptions, summary: LockSummary) -> int:
     code = report_check(look.recipe.name, states, summary, quiet=options.quiet)
     if code != EXIT_OK:
         return code
+    return _judge_and_stamp(look, options, summary, len(states), check=True)
+
+
+def _judge_and_stamp(
+    look: _Look, options: LockOptions, summary: LockSummary, fresh: int, *, check: bool
+) -> int:
+    """Fresh locks judged under today's policy; only a clean verdict is stamped and said."""
     code = _judged(look.recipe, look.survey, look.source, options, summary)
     if code == EXIT_OK:
         stamp_fresh(look.root, look.recipe, look.survey, look.source)
         if not options.quiet:
-            console.plain(fresh_message(len(states), check=True))
+            console.plain(fresh_message(fresh, check=check))
     return code
 
 

@@ -175,6 +175,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_hostile_input_is_handled(
     name: str, project: Path, capsys: pytest.CaptureFixture[str]

@@ -6,11 +6,12 @@ full suite (Docker tests and slow ones: what CI runs). Tests against the real pu
 opt-in: ``--network`` (or ``AUDIT_TEST_NETWORK=1``; they download hundreds of megabytes).
 ``AUDIT_TEST_DOCKER=1`` is ``--docker``, ``AUDIT_TEST_SLOW=1`` is ``--slow``.
 
-Parallel workers (pytest-xdist, ``-n N --dist loadgroup``, what the nox session passes): every
-test that touches the Docker engine is in one group, ``docker``, so they run one after another
-on one worker as they always did (they share built base images, a registry, a second engine);
-everything else spreads over the other workers. Each worker names what it creates after itself:
-``$AUDIT_TEST_REPOSITORY`` gets the worker's id as a suffix before any test module reads it.
+Parallel workers (pytest-xdist, ``-n N --dist loadgroup``, what the nox session passes): the
+tests of one module that touch the Docker engine form one group (``docker:<module>``), so a
+module's fixtures (a registry, a second engine, a built image) serve all its tests on one
+worker; modules and every other test spread over the workers. Each worker names what it
+creates after itself (``$AUDIT_TEST_REPOSITORY`` gets the worker's id as a suffix before any
+test module reads it), and the base images are built once under a lock all workers share.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_network = pytest.mark.skip(reason="downloads from the public index: run with --network")
     for item in items:
         if _needs_docker(item):
-            item.add_marker(pytest.mark.xdist_group("docker"))
+            item.add_marker(pytest.mark.xdist_group(f"docker:{item.path.stem}"))
             if not config.getoption("--docker"):
                 item.add_marker(no_docker)
         if "network" in item.keywords and not config.getoption("--network"):

@@ -21,12 +21,14 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from tests.support.pkgindex import QuietServer
 
 RangeMode = Literal["ranges", "ignore", "refuse"]
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
@@ -190,8 +192,7 @@ def serve_metadata_index(
     """
     served = Served()
     handler = _handler(root, mode, metadata, json_api, served, gzip_pages)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

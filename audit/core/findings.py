@@ -6,7 +6,7 @@ inside images (see ``audit/inimage/guard.py``), so it must not import rich, jinj
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from audit.core.rules import CHANGE_RULES
@@ -53,7 +53,7 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         """Every field; the location fields only where known (a JSON key is never null for
         them, so older readers and documents stay as they were)."""
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}  # all scalars: no deep copy
         for key in LOCATION_KEYS:
             if data[key] is None:
                 del data[key]
@@ -75,3 +75,6 @@ class Finding:
         if self.rule in CHANGE_RULES:
             return f"{self.package} {self.before or '(none)'} -> {self.after or '(none)'}"
         return self.message
+
+
+_FIELD_NAMES = tuple(field.name for field in fields(Finding))  # in declaration order

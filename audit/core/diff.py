@@ -64,8 +64,9 @@ def _same_version_kind(old: Distribution, new: Distribution) -> str | None:
     return None
 
 
-def _compare(old: Distribution, new: Distribution) -> str | None:
-    """The kind of change from ``old`` to ``new`` (same name), or None when unchanged."""
+def compare(old: Distribution, new: Distribution) -> str | None:
+    """The kind of change from ``old`` to ``new`` (same name), or None when unchanged: what
+    :func:`diff` reports for one name installed on both sides."""
     if old.version == new.version:  # equal text, equal version: no need to parse either
         return _same_version_kind(old, new)
     old_version, new_version = parse_version(old.version), parse_version(new.version)
@@ -86,7 +87,7 @@ def _kind(old: Distribution | None, new: Distribution | None) -> str | None:
         return UNPARSABLE if parse_version(new.version) is None else ADDED
     if new is None:
         return REMOVED
-    return _compare(old, new)
+    return compare(old, new)
 
 
 def diff(before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> list[Change]:

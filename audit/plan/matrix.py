@@ -24,7 +24,7 @@ from itertools import pairwise
 from rich.markup import escape
 from rich.table import Table
 
-from audit.core.diff import ADDED, REMOVED, diff
+from audit.core.diff import ADDED, REMOVED, compare
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
@@ -122,11 +122,12 @@ def columns_matrix(
 ) -> StageMatrix:
     """Packages x ``columns`` (in order: each cell compared with the column before it)."""
     names = {name for env in columns.values() for name in env}
-    if not all_rows:  # only a name that moves between two columns, or is marked, can change
-        envs = list(columns.values())
-        moving = {n for old, new in pairwise(envs) for n in _differing(old, new)}
-        names &= moving | {name for _, name in marks}
-    rows = [_row(name, columns, marks) for name in sorted(names)]
+    # only a name that moves between two columns, or is marked, can change: the rest of a row
+    # is read without comparing (a base of 300 packages moves a handful per stage)
+    moved = [set(_differing(old, new)) for old, new in pairwise(columns.values())]
+    if not all_rows:
+        names &= set().union(*moved) | {name for _, name in marks}
+    rows = [_row(name, columns, marks, moved) for name in sorted(names)]
     return _matrix(image, tuple(columns), rows, all_rows)
 
 
@@ -229,8 +230,7 @@ def _change(name: str, old: Distribution | None, now: Distribution | None) -> st
         return ""
     if old is None or now is None:
         return ADDED if old is None else REMOVED
-    changes = diff({name: old}, {name: now})
-    return changes[0].kind if changes else ""
+    return compare(old, now) or ""
 
 
 def _marked(kind: str, mark: str | None) -> str:
@@ -240,12 +240,25 @@ def _marked(kind: str, mark: str | None) -> str:
     return kind
 
 
-def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Marks) -> Row:
+def _row(
+    name: str,
+    columns: Mapping[str, Mapping[str, Distribution]],
+    marks: Marks,
+    moved: Sequence[set[str]],
+) -> Row:
+    """``moved[i]``: the names that may change from column ``i`` to column ``i + 1`` (any
+    other name's cell there is unchanged, so it is not compared)."""
     cells: list[Cell] = []
     old: Distribution | None = None
     for index, (column, env) in enumerate(columns.items()):
         now = env.get(name)
-        kind = _marked(_change(name, old, now), marks.get((column, name))) if index else ""
+        if index and name not in moved[index - 1] and not cells[-1].kind:
+            if (column, name) not in marks:  # unchanged, unmarked: the same cell again
+                cells.append(cells[-1])
+                old = now
+                continue
+        change = _change(name, old, now) if index and name in moved[index - 1] else ""
+        kind = _marked(change, marks.get((column, name))) if index else ""
         version = now.version if now else None
         last = cells[-1] if cells else None
         same = last is not None and not kind and not last.kind and last.version == version

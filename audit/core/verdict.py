@@ -178,10 +178,9 @@ def _suspects(env: Env, tag: str, major: str | None) -> Iterator[tuple[str, tupl
     """(name, (kind, digits)) of the first CUDA mark of each distribution that does not fit.
     Only a name ending in ``-cuNN`` or a version with a local label can carry a mark, so the
     rest are skipped without parsing (the gate runs this on every stage of every image)."""
-    for name in sorted(env):
+    marked = [name for name, dist in env.items() if "+" in dist.version or "-cu" in dist.name]
+    for name in sorted(marked):
         dist = env[name]
-        if "+" not in dist.version and "-cu" not in dist.name:
-            continue
         for kind, digits in _cuda_marks(dist):
             if major is None and digits == "cpu":
                 continue  # a CPU build in a CPU image

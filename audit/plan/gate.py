@@ -107,11 +107,12 @@ ABSENT = Side(None, None, EMPTY, (), MappingProxyType({}))
 
 @dataclass(frozen=True)
 class ImageMatrices:
-    """One image's matrices: ``head`` (packages x base, v1 … vN at the head ref) and
-    ``changes`` (per stage, base ref -> head ref; None for an image the pull request adds)."""
+    """One image's matrices: ``head`` (packages x base, v1 … vN at the head ref; None when
+    not asked for: only the Markdown shows it) and ``changes`` (per stage, base ref -> head
+    ref; None for an image the pull request adds)."""
 
     image: str
-    head: StageMatrix
+    head: StageMatrix | None
     changes: StageMatrix | None
 
 
@@ -157,6 +158,7 @@ def gate_result(
     title: str = "dependency gate",
     strict_waivers: bool = False,
     strict: bool = False,
+    head_matrices: bool = True,
 ) -> GateResult:
     """Compare every image at ``base`` with ``head``; the verdict follows the head's policy.
 
@@ -164,7 +166,9 @@ def gate_result(
     and fail the gate with ``strict_waivers``, so that a waiver lands through its own reviewed
     pull request. An image with no base record at the head is "not audited": a warning when
     the pull request does not touch it, an error when it does or with ``strict``. An image
-    whose record the pull request adds is compared as if it were new.
+    whose record the pull request adds is compared as if it were new. ``head_matrices``:
+    also each image's stage matrix at the head ref (judged layer by layer, as audit-deps
+    does: only the Markdown shows it, so a caller that prints none leaves it out).
     """
     old, new = recipe_names(base), recipe_names(head)
     sections: list[Section] = []
@@ -179,7 +183,7 @@ def gate_result(
             views.append(image_view(name, unrecorded.findings, ImageInputs()))
             continue
         found, matrix, view = _image(
-            name, before, after, base, head, today=today, strict=strict_waivers
+            name, before, after, base, head, today=today, strict=strict_waivers, whole=head_matrices
         )
         sections += found
         matrices += [matrix] if matrix else []
@@ -224,9 +228,10 @@ def _image(
     *,
     today: date,
     strict: bool = False,
+    whole: bool = True,
 ) -> ImagePart:
-    """:func:`image_sections`, the image's matrices (None when the head removes it) and its
-    change view."""
+    """:func:`image_sections`, the image's matrices (None when the head removes it; the head's
+    stage matrix only when ``whole``) and its change view."""
     if new is None:
         removed = _removed_image(name)
         return [removed], None, image_view(name, removed.findings, ImageInputs())
@@ -244,7 +249,8 @@ def _image(
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
-    matrices = image_matrices(name, old_side if recorded_before else None, new_side, found, today)
+    old_matrix = old_side if recorded_before else None
+    matrices = image_matrices(name, old_matrix, new_side, found, today, whole=whole)
     inputs = ImageInputs(
         _columns(old_side), _columns(new_side), new.policy.lockstep, new.policy.waivers
     )
@@ -261,11 +267,17 @@ def _not_audited(recipe: Recipe, base: Source, head: Source, *, strict: bool) ->
 
 
 def image_matrices(
-    name: str, old: Side | None, new: Side, found: tuple[Finding, ...], today: date
+    name: str,
+    old: Side | None,
+    new: Side,
+    found: tuple[Finding, ...],
+    today: date,
+    *,
+    whole: bool = True,
 ) -> ImageMatrices:
-    """The head's stage matrix and, when the base ref has the image, the change matrix marked
-    with the gate's own findings."""
-    head = columns_matrix(name, _columns(new), head_marks(name, new, today))
+    """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
+    change matrix marked with the gate's own findings."""
+    head = columns_matrix(name, _columns(new), head_marks(name, new, today)) if whole else None
     if old is None:
         return ImageMatrices(name, head, None)
     changes = change_matrix(name, _columns(old), _columns(new), finding_marks(name, found))

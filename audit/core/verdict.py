@@ -45,15 +45,12 @@ def rule_of(kind: str) -> str:
 
 
 def _change_severity(kind: str, policy: Policy) -> str:
-    actions = {
-        _diff.DOWNGRADED: policy.downgrade,
-        _diff.REMOVED: policy.removal,
-        _diff.VARIANT: policy.variant,
-        _diff.REBUILT: policy.rebuilt,
-        _diff.SHADOWED: policy.shadowed,
-        _diff.UNPARSABLE: WARN,
-    }
-    return _ACTION_SEVERITY[actions.get(kind, ALLOW)]
+    """The policy's action on ``kind`` (its field named in :data:`_ACTION_KEY`) as severity;
+    an unparsable version warns, anything else (added, upgraded) is allowed."""
+    key = _ACTION_KEY.get(kind)
+    if key is not None:
+        return _ACTION_SEVERITY[getattr(policy, key)]
+    return _ACTION_SEVERITY[WARN if kind == _diff.UNPARSABLE else ALLOW]
 
 
 _ACTION_KEY = {

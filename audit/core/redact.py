@@ -99,8 +99,8 @@ def _redact(text: str) -> str:
     return text
 
 
-# Words one of a pattern's alternatives needs (lower case); an ASCII text without any of them
-# cannot match, so the scan is skipped. ``None``: no word is needed (only the characters).
+# The words (lower case) one of which every match of the key patterns holds: an ASCII text
+# without any of them cannot match, so the scan is skipped.
 _KEY_WORDS = ("auth", "passw", "pwd", "token", "secret", "api", "credential")
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import attrgetter
 
 from rich.markup import escape
 from rich.table import Table
@@ -57,6 +58,8 @@ MARKDOWN_MARK = {
     "waived": "⚪ ",
     "unparsable": "❔ ",
 }
+_ALARMING = frozenset(ALARM)
+_KIND = attrgetter("kind")
 FOLD_AFTER = 15  # Markdown matrices with more rows fold into <details>
 
 
@@ -90,11 +93,11 @@ class Row:
 
     @property
     def changes(self) -> bool:
-        return any(cell.kind for cell in self.cells)
+        return any(map(_KIND, self.cells))
 
     @property
     def alarming(self) -> bool:
-        return any(cell.kind in ALARM for cell in self.cells)
+        return not _ALARMING.isdisjoint(map(_KIND, self.cells))
 
 
 @dataclass(frozen=True)
@@ -124,11 +127,31 @@ def columns_matrix(
     names = {name for env in columns.values() for name in env}
     # only a name that moves between two columns, or is marked, can change: the rest of a row
     # is read without comparing (a base of 300 packages moves a handful per stage)
-    moved = [set(_differing(old, new)) for old, new in pairwise(columns.values())]
+    envs = list(columns.values())
+    moved_at: dict[str, set[int]] = {}  # name -> the column indexes it may change at
+    for index, (old, new) in enumerate(pairwise(envs), start=1):
+        for name in _differing(old, new):
+            moved_at.setdefault(name, set()).add(index)
+    marked_at = _marks_by_name(tuple(columns), marks)
     if not all_rows:
-        names &= set().union(*moved) | {name for _, name in marks}
-    rows = [_row(name, columns, marks, moved) for name in sorted(names)]
+        names &= moved_at.keys() | {name for _, name in marks}
+    nothing: dict[int, str] = {}
+    rows = [
+        _row(name, envs, moved_at.get(name, ()), marked_at.get(name, nothing))
+        for name in sorted(names)
+    ]
     return _matrix(image, tuple(columns), rows, all_rows)
+
+
+def _marks_by_name(columns: Sequence[str], marks: Marks) -> dict[str, dict[int, str]]:
+    """name -> {column index: mark}; a mark of the first column or of no column is dropped
+    (the first column has nothing before it to change from)."""
+    index_of = {column: index for index, column in enumerate(columns) if index}
+    found: dict[str, dict[int, str]] = {}
+    for (column, name), mark in marks.items():
+        if column in index_of:
+            found.setdefault(name, {})[index_of[column]] = mark
+    return found
 
 
 def _differing(old: Mapping[str, Distribution], new: Mapping[str, Distribution]) -> list[str]:
@@ -241,31 +264,28 @@ def _marked(kind: str, mark: str | None) -> str:
 
 def _row(
     name: str,
-    columns: Mapping[str, Mapping[str, Distribution]],
-    marks: Marks,
-    moved: Sequence[set[str]],
+    envs: Sequence[Mapping[str, Distribution]],
+    moved_at: Collection[int],
+    marked_at: Mapping[int, str],
 ) -> Row:
-    """``moved[i]``: the names that may change from column ``i`` to column ``i + 1`` (any
-    other name's cell there is unchanged, so it is not compared)."""
-    cells: list[Cell] = []
-    old: Distribution | None = None
-    for index, (column, env) in enumerate(columns.items()):
-        now = env.get(name)
-        if index and name not in moved[index - 1] and not cells[-1].kind:
-            if (column, name) not in marks:  # unchanged, unmarked: the same cell again
-                cells.append(cells[-1])
-                old = now
-                continue
-        change = _change(name, old, now) if index and name in moved[index - 1] else ""
-        kind = _marked(change, marks.get((column, name))) if index else ""
-        version = now.version if now else None
-        last = cells[-1] if cells else None
-        same = last is not None and not kind and not last.kind and last.version == version
-        if same and last is not None:
+    """One package across the columns ``envs``. ``moved_at``: the column indexes where the
+    package may change from the column before; ``marked_at``: its marks by column index. Any
+    other cell after an unchanged one is that same cell again, without a look at the envs."""
+    first = envs[0].get(name)
+    cells = [Cell(first.version if first else None, "")]
+    for index in range(1, len(envs)):
+        last = cells[-1]
+        if not last.kind and index not in moved_at and index not in marked_at:
             cells.append(last)  # shared: an unchanged cell is the same object
+            continue
+        old, now = envs[index - 1].get(name), envs[index].get(name)
+        change = _change(name, old, now) if index in moved_at else ""
+        kind = _marked(change, marked_at.get(index))
+        version = now.version if now else None
+        if not kind and not last.kind and last.version == version:
+            cells.append(last)
         else:
             cells.append(Cell(version, kind, previous=old.version if old else None))
-        old = now
     return Row(name, tuple(cells))
 
 

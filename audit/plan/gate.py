@@ -577,8 +577,13 @@ def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
             assert side.recipe is not None
             step = predicted.step
             where = f"{side.recipe.name} {step.label}"
-            located = finding.located(side.recipe.name, step.stage.name, step.position)
-            return dataclasses.replace(located, where=where)
+            return dataclasses.replace(
+                finding,
+                where=where,
+                image=side.recipe.name,
+                stage=step.stage.name,
+                layer=step.position,
+            )
     return finding
 
 

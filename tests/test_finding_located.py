@@ -4,12 +4,13 @@ carry every field, including any added later, exactly as ``dataclasses.replace``
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from audit.core.findings import LOCATION_KEYS, Finding
 
 
 def test_located_keeps_every_field_and_sets_only_the_location() -> None:
-    values = {
+    values: dict[str, Any] = {
         field.name: (7 if "int" in str(field.type) else f"{field.name}-value")
         for field in dataclasses.fields(Finding)
     }

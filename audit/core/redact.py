@@ -27,8 +27,9 @@ images with the rest of ``audit.core``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"

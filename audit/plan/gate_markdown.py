@@ -153,7 +153,8 @@ def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
         lines += [matrix_markdown(changes, title, MATRIX_ROWS).rstrip("\n"), ""]
     head = matrices.head
     if head is not None:  # left out by a gate that prints no Markdown
-        title = f"**Stage matrix at the head ref**: {len(head.rows)} package(s) change across stages"
+        count = f"{len(head.rows)} package(s) change across stages"
+        title = f"**Stage matrix at the head ref**: {count}"
         lines += [matrix_markdown(head, title, MATRIX_ROWS).rstrip("\n"), ""]
     return lines
 

@@ -5,14 +5,19 @@ overrides and waivers marked."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from audit.cli import main as cli
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION
+from audit.core.findings import Finding
 from audit.engines.gitsource import GitSource
+from audit.plan import gate
 from audit.plan.gate import gate_result
 from audit.plan.matrix import Cell
+from audit.plan.recipe import Step
+from audit.plan.recipe_parse import load_recipe
 from tests.support import gate_project
 from tests.support.gate_project import (
     RECIPE,
@@ -132,3 +137,29 @@ def test_without_markdown_the_head_matrix_is_left_out_and_nothing_else_moves(
         outputs.append((code, capsys.readouterr().out, report.read_text()))
     assert outputs[0] == outputs[1]
     assert "downgraded" in outputs[0][1] and "Stage matrix at the head ref" not in outputs[0][1]
+
+
+def test_head_marks_skip_only_layers_a_change_waiver_cannot_touch(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head matrix judges only the layers that move a package a (rule-less) waiver names:
+    v1 downgrades alpha under the waiver and is judged, v2 moves only gamma and is skipped,
+    and the marks are exactly those of judging every layer."""
+    base = {"pip": "24.0", "alpha": "3.0"}
+    pins = {"v1": {"alpha": "2.0", "beta": "1.0"}, "v2": {"gamma": "4.0"}}
+    waiver = WAIVER.replace('to = "1.0"', 'to = "2.0"').replace('from = "2.0"', 'from = "3.0"')
+    propose(repo, Project(base=base, pins=pins, policy=waiver))
+    head = GitSource(repo, "HEAD")
+    new = gate.read_side(head, load_recipe(head, "demo"))
+    judged: list[str] = []
+    judge = gate.StepJudge.judge
+
+    def counted(self: gate.StepJudge, step: Step, *args: Any) -> list[Finding]:
+        judged.append(step.stage.name)
+        return judge(self, step, *args)
+
+    monkeypatch.setattr(gate.StepJudge, "judge", counted)
+    skipping = gate.head_marks("demo", new, TODAY)
+    assert judged == ["v1"] and skipping[("v1", "alpha")] == "waived"
+    monkeypatch.setattr(gate, "_change_waiver_names", lambda policy: None)  # judge every layer
+    assert gate.head_marks("demo", new, TODAY) == skipping and judged == ["v1", "v1", "v2"]

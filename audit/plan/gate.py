@@ -30,6 +30,7 @@ from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
 from audit.core.rules import CHANGE_RULES
+from audit.core.snapshot import canonical_name
 from audit.core.system import System
 from audit.core.system_rules import evaluate_system
 from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
@@ -296,13 +297,31 @@ def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]
     if not side.recipe.policy.waivers:
         return marks
     judge = StepJudge(side.recipe, today, side.markers)
+    waived = _change_waiver_names(side.recipe.policy)
     judged = [
         finding
         for p in side.steps
         if p.before is not p.after  # a layer without a lock changes nothing predictable
+        and (waived is None or _moves_any(p, waived))
         for finding in judge.judge(p.step, p.before, p.after, f"{name} {p.step.label}")
     ]
     return {**marks, **finding_marks(name, judged)}
+
+
+def _change_waiver_names(policy: Policy) -> frozenset[str] | None:
+    """The packages the policy's waivers name when every waiver is a change waiver (no
+    ``rule``: it waives only a change of its own package); None when one names a rule."""
+    if any(waiver.rule is not None for waiver in policy.waivers):
+        return None
+    return frozenset(canonical_name(waiver.package) for waiver in policy.waivers)
+
+
+def _moves_any(predicted: PredictedStep, names: frozenset[str]) -> bool:
+    """Whether the step may change one of ``names`` (another object, or none, after it). A
+    step that changes none of them cannot use a change waiver: judging it marks nothing and
+    spends no waiver, so :func:`head_marks` skips it."""
+    before, after = predicted.before, predicted.after
+    return any(before.get(name) is not after.get(name) for name in names)
 
 
 def _columns(side: Side) -> dict[str, Installed]:

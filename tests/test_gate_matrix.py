@@ -16,6 +16,7 @@ from audit.engines.gitsource import GitSource
 from audit.plan import gate
 from audit.plan.gate import gate_result
 from audit.plan.matrix import Cell
+from audit.plan.predict import StepJudge
 from audit.plan.recipe import Step
 from audit.plan.recipe_parse import load_recipe
 from tests.support import gate_project
@@ -152,13 +153,13 @@ def test_head_marks_skip_only_layers_a_change_waiver_cannot_touch(
     head = GitSource(repo, "HEAD")
     new = gate.read_side(head, load_recipe(head, "demo"))
     judged: list[str] = []
-    judge = gate.StepJudge.judge
+    judge = StepJudge.judge
 
-    def counted(self: gate.StepJudge, step: Step, *args: Any) -> list[Finding]:
+    def counted(self: StepJudge, step: Step, *args: Any) -> list[Finding]:
         judged.append(step.stage.name)
         return judge(self, step, *args)
 
-    monkeypatch.setattr(gate.StepJudge, "judge", counted)
+    monkeypatch.setattr(StepJudge, "judge", counted)
     skipping = gate.head_marks("demo", new, TODAY)
     assert judged == ["v1"] and skipping[("v1", "alpha")] == "waived"
     monkeypatch.setattr(gate, "_change_waiver_names", lambda policy: None)  # judge every layer

@@ -5,11 +5,20 @@ overrides and waivers marked."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from audit.cli import main as cli
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION
+from audit.core.findings import Finding
 from audit.engines.gitsource import GitSource
+from audit.plan import gate
 from audit.plan.gate import gate_result
 from audit.plan.matrix import Cell
+from audit.plan.predict import StepJudge
+from audit.plan.recipe import Step
+from audit.plan.recipe_parse import load_recipe
 from tests.support import gate_project
 from tests.support.gate_project import (
     RECIPE,
@@ -64,6 +73,7 @@ def test_the_matrices_mark_an_override_and_a_waiver(repo: Path) -> None:
     assert matrices.changes is not None
     changed = {row.package: row.cells for row in matrices.changes.rows}
     assert changed["alpha"][1] == Cell("1.0", "override", "2.0", compared=True)
+    assert matrices.head is not None  # asked for by default (the Markdown shows it)
     head = {row.package: row.cells for row in matrices.head.rows}
     assert head["alpha"][1] == Cell("1.0", "override")
     assert matrices.head.rows[0].package == "alpha"  # alarming rows lead
@@ -105,3 +115,52 @@ def test_an_unchanged_image_gets_no_matrix_noise(repo: Path, tmp_path: Path) -> 
     code, markdown, _ = run_gate(repo, tmp_path)
     assert code == EXIT_OK
     assert "Stage matrix" not in markdown and "No image's dependencies change." in markdown
+
+
+def test_without_markdown_the_head_matrix_is_left_out_and_nothing_else_moves(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the Markdown shows the head's stage matrix: a gate asked for the terminal and JSON
+    alone does not judge it, and prints and writes the very same bytes as one that does."""
+    propose(repo, Project(pins=DOWNGRADE, policy=WAIVER))
+    lean = gate_result(
+        GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY, head_matrices=False
+    )
+    whole = gate_result(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    assert [m.head for m in lean.matrices] == [None]
+    assert [m.changes for m in lean.matrices] == [m.changes for m in whole.matrices]
+    assert lean.report == whole.report and lean.views == whole.views
+    outputs = []
+    for extra in ([], ["--markdown", str(tmp_path / "gate.md")]):
+        report = tmp_path / f"gate-{len(extra)}.json"
+        argv = ["gate", "--base", "main", "--repo", str(repo), "--json", str(report), *extra]
+        code = cli.main(argv)
+        outputs.append((code, capsys.readouterr().out, report.read_text()))
+    assert outputs[0] == outputs[1]
+    assert "downgraded" in outputs[0][1] and "Stage matrix at the head ref" not in outputs[0][1]
+
+
+def test_head_marks_skip_only_layers_a_change_waiver_cannot_touch(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head matrix judges only the layers that move a package a (rule-less) waiver names:
+    v1 downgrades alpha under the waiver and is judged, v2 moves only gamma and is skipped,
+    and the marks are exactly those of judging every layer."""
+    base = {"pip": "24.0", "alpha": "3.0"}
+    pins = {"v1": {"alpha": "2.0", "beta": "1.0"}, "v2": {"gamma": "4.0"}}
+    waiver = WAIVER.replace('to = "1.0"', 'to = "2.0"').replace('from = "2.0"', 'from = "3.0"')
+    propose(repo, Project(base=base, pins=pins, policy=waiver))
+    head = GitSource(repo, "HEAD")
+    new = gate.read_side(head, load_recipe(head, "demo"))
+    judged: list[str] = []
+    judge = StepJudge.judge
+
+    def counted(self: StepJudge, step: Step, *args: Any) -> list[Finding]:
+        judged.append(step.stage.name)
+        return judge(self, step, *args)
+
+    monkeypatch.setattr(StepJudge, "judge", counted)
+    skipping = gate.head_marks("demo", new, TODAY)
+    assert judged == ["v1"] and skipping[("v1", "alpha")] == "waived"
+    monkeypatch.setattr(gate, "_change_waiver_names", lambda policy: None)  # judge every layer
+    assert gate.head_marks("demo", new, TODAY) == skipping and judged == ["v1", "v1", "v2"]

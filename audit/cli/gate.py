@@ -123,6 +123,8 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     options = GateOptions.from_args(args)
+    # the Markdown (and the head stage matrices only it shows) when something prints or keeps it
+    wanted = bool(options.fmt == "markdown" or options.markdown or options.summary)
     frontdoor.use_root(options.repo.resolve())  # hints name the commands of the gated repo
     try:
         result = gate_refs(
@@ -132,11 +134,10 @@ def handle(args: argparse.Namespace) -> int:
             today=date.today(),
             strict_waivers=options.strict_waivers,
             strict=options.strict,
+            head_matrices=wanted,
         )
     finally:
         frontdoor.use_root(None)
-    # the Markdown (and its head stage matrix tables) only when something prints or keeps it
-    wanted = options.fmt == "markdown" or options.markdown or options.summary
     markdown = gate_markdown(result.report, result.matrices, result.views) if wanted else ""
     _print(result, options.fmt, markdown)
     _write_files(result, options, markdown)

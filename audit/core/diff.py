@@ -64,8 +64,9 @@ def _same_version_kind(old: Distribution, new: Distribution) -> str | None:
     return None
 
 
-def _compare(old: Distribution, new: Distribution) -> str | None:
-    """The kind of change from ``old`` to ``new`` (same name), or None when unchanged."""
+def compare(old: Distribution, new: Distribution) -> str | None:
+    """The kind of change from ``old`` to ``new`` (same name), or None when unchanged: what
+    :func:`diff` reports for one name installed on both sides."""
     if old.version == new.version:  # equal text, equal version: no need to parse either
         return _same_version_kind(old, new)
     old_version, new_version = parse_version(old.version), parse_version(new.version)
@@ -86,27 +87,26 @@ def _kind(old: Distribution | None, new: Distribution | None) -> str | None:
         return UNPARSABLE if parse_version(new.version) is None else ADDED
     if new is None:
         return REMOVED
-    return _compare(old, new)
+    return compare(old, new)
 
 
 def diff(before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> list[Change]:
     """Every change from ``before`` to ``after``, sorted by canonical name."""
     changes = []
-    touched = [name for name, dist in after.items() if _touched(before.get(name), dist)]
+    # only a name that is not the same object (predicted environments share most of theirs)
+    # and not at the same version and digest can change (inlined: it runs for every name)
+    touched = [
+        name
+        for name, dist in after.items()
+        if (old := before.get(name)) is not dist
+        and (old is None or old.version != dist.version or old.digest != dist.digest)
+    ]
     for name in sorted([*touched, *(name for name in before if name not in after)]):
         old, new = before.get(name), after.get(name)
         kind = _kind(old, new)
         if kind is not None:
             changes.append(Change(kind, name, old, new))
     return changes
-
-
-def _touched(old: Distribution | None, new: Distribution) -> bool:
-    """Whether :func:`_kind` can find a change: the same object (predicted environments share
-    most of theirs) or the same version and digest cannot."""
-    if old is new:
-        return False
-    return old is None or old.version != new.version or old.digest != new.digest
 
 
 def shadowed(env: Environment) -> list[Change]:

@@ -6,7 +6,7 @@ inside images (see ``audit/inimage/guard.py``), so it must not import rich, jinj
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from audit.core.rules import CHANGE_RULES
@@ -47,13 +47,29 @@ class Finding:
     layer: int | None = None
 
     def located(self, image: str, stage: str | None = None, layer: int | None = None) -> Finding:
-        """This finding with its structured location (``where`` is left as it is)."""
-        return replace(self, image=image, stage=stage, layer=layer)
+        """This finding with its structured location (``where`` is left as it is); built
+        directly, as ``dataclasses.replace`` would, without its per-field walk (the gate
+        locates every finding of a fleet)."""
+        return Finding(
+            rule=self.rule,
+            severity=self.severity,
+            package=self.package,
+            before=self.before,
+            after=self.after,
+            message=self.message,
+            where=self.where,
+            hint=self.hint,
+            waiver=self.waiver,
+            waiver_index=self.waiver_index,
+            image=image,
+            stage=stage,
+            layer=layer,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Every field; the location fields only where known (a JSON key is never null for
         them, so older readers and documents stay as they were)."""
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}  # all scalars: no deep copy
         for key in LOCATION_KEYS:
             if data[key] is None:
                 del data[key]
@@ -75,3 +91,6 @@ class Finding:
         if self.rule in CHANGE_RULES:
             return f"{self.package} {self.before or '(none)'} -> {self.after or '(none)'}"
         return self.message
+
+
+_FIELD_NAMES = tuple(field.name for field in fields(Finding))  # in declaration order

@@ -27,6 +27,7 @@ images with the rest of ``audit.core``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -91,23 +92,68 @@ def _redact_cached(text: str) -> str:
 
 
 def _redact(text: str) -> str:
-    text = _USERINFO.sub(_without_userinfo, text)
-    text = _TOKENS.sub(MASK, text)
-    text = _AUTH_HEADER.sub(lambda m: m.group("kind") + MASK, text)
-    text = _QUERY.sub(lambda m: m.group("key") + MASK, text)
-    text = _BARE_USERINFO.sub("", text)
-    text = _CREDENTIAL_KEY.sub(lambda m: m.group("key") + MASK, text)
-    text = _NETRC.sub(lambda m: m.group("key") + MASK, text)
-    return _ASSIGNMENT.sub(lambda m: m.group("key") + MASK, text)
+    """Each pattern in turn, skipping one whose :func:`_may_match` says it cannot match (a
+    report of thousands of lines holds no ``@`` and no credential word: nothing to scan)."""
+    for pattern, replacement in _RULES:
+        if _may_match(pattern, text):
+            text = pattern.sub(replacement, text)
+    return text
+
+
+# The words (lower case) one of which every match of the key patterns holds: an ASCII text
+# without any of them cannot match, so the scan is skipped.
+_KEY_WORDS = ("auth", "passw", "pwd", "token", "secret", "api", "credential")
+
+
+def _may_match(pattern: re.Pattern[str], text: str) -> bool:
+    """False only when ``pattern`` cannot match ``text``: a character or word every match holds
+    is absent. Never a false "no": words are looked for case-blind in ASCII text only (a
+    case-blind pattern also matches some non-ASCII letters, such as the Kelvin sign for k)."""
+    if pattern is _USERINFO or pattern is _BARE_USERINFO:
+        return "@" in text
+    if pattern is _TOKENS:
+        return "gh" in text or "github_pat_" in text or "glpat-" in text
+    if pattern is _NETRC:
+        return "password" in text
+    if pattern is _QUERY or pattern is _ASSIGNMENT:
+        return "=" in text and _has_word(text, _KEY_WORDS)
+    if pattern is _CREDENTIAL_KEY:
+        return ("=" in text or ":" in text) and _has_word(text, _KEY_WORDS)
+    return _has_word(text, ("bearer", "authorization"))  # _AUTH_HEADER
+
+
+def _has_word(text: str, words: tuple[str, ...]) -> bool:
+    if not text.isascii():
+        return True
+    lower = text.lower()
+    return any(word in lower for word in words)
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")
+
+
+def _masked(group: str) -> Callable[[re.Match[str]], str]:
+    """A replacement keeping the match's ``group`` and masking the rest."""
+    return lambda match: match.group(group) + MASK
 
 
 def _without_userinfo(match: re.Match[str]) -> str:
     """The URL start without its userinfo; ``user:***@`` (already masked) is kept as it is."""
     userinfo = match.group(0)[len(match.group("scheme")) :]
     return match.group(0) if _MASKED_USERINFO.fullmatch(userinfo) else match.group("scheme")
+
+
+# In this order: a URL's userinfo goes before a bare ``user:password@`` is looked for.
+_RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (_USERINFO, _without_userinfo),
+    (_TOKENS, MASK),
+    (_AUTH_HEADER, _masked("kind")),
+    (_QUERY, _masked("key")),
+    (_BARE_USERINFO, ""),
+    (_CREDENTIAL_KEY, _masked("key")),
+    (_NETRC, _masked("key")),
+    (_ASSIGNMENT, _masked("key")),
+)
 
 
 def redact_all(lines: list[str]) -> list[str]:

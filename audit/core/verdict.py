@@ -45,15 +45,12 @@ def rule_of(kind: str) -> str:
 
 
 def _change_severity(kind: str, policy: Policy) -> str:
-    actions = {
-        _diff.DOWNGRADED: policy.downgrade,
-        _diff.REMOVED: policy.removal,
-        _diff.VARIANT: policy.variant,
-        _diff.REBUILT: policy.rebuilt,
-        _diff.SHADOWED: policy.shadowed,
-        _diff.UNPARSABLE: WARN,
-    }
-    return _ACTION_SEVERITY[actions.get(kind, ALLOW)]
+    """The policy's action on ``kind`` (its field named in :data:`_ACTION_KEY`) as severity;
+    an unparsable version warns, anything else (added, upgraded) is allowed."""
+    key = _ACTION_KEY.get(kind)
+    if key is not None:
+        return _ACTION_SEVERITY[getattr(policy, key)]
+    return _ACTION_SEVERITY[WARN if kind == _diff.UNPARSABLE else ALLOW]
 
 
 _ACTION_KEY = {
@@ -178,10 +175,9 @@ def _suspects(env: Env, tag: str, major: str | None) -> Iterator[tuple[str, tupl
     """(name, (kind, digits)) of the first CUDA mark of each distribution that does not fit.
     Only a name ending in ``-cuNN`` or a version with a local label can carry a mark, so the
     rest are skipped without parsing (the gate runs this on every stage of every image)."""
-    for name in sorted(env):
+    marked = [name for name, dist in env.items() if "+" in dist.version or "-cu" in dist.name]
+    for name in sorted(marked):
         dist = env[name]
-        if "+" not in dist.version and "-cu" not in dist.name:
-            continue
         for kind, digits in _cuda_marks(dist):
             if major is None and digits == "cpu":
                 continue  # a CPU build in a CPU image

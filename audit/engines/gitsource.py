@@ -240,13 +240,20 @@ def gate_refs(
     today: date,
     strict_waivers: bool = False,
     strict: bool = False,
+    head_matrices: bool = True,
 ) -> GateResult:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
-    its report and every image's stage matrices."""
+    its report and every image's stage matrices (the head ref's only with ``head_matrices``)."""
     with GitSource(repo, base_ref) as base, GitSource(repo, head_ref) as head:
         title = f"dependency gate: {_label(base)} → {_label(head)}"
         return gate_result(
-            base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
+            base,
+            head,
+            today=today,
+            title=title,
+            strict_waivers=strict_waivers,
+            strict=strict,
+            head_matrices=head_matrices,
         )
 
 

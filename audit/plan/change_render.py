@@ -16,7 +16,6 @@ Pure: the same inputs render the same text.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable, Sequence
 from io import StringIO
 
@@ -26,6 +25,7 @@ from rich.table import Table
 
 from audit.core.findings import ERROR, INFO, WARNING
 from audit.core.redact import redact, redact_json
+from audit.plan import json_text
 from audit.plan.change_view import (
     IMAGE_WIDE,
     Group,
@@ -57,7 +57,7 @@ def gate_json(report: Report, views: Iterable[ImageView]) -> str:
     every string redacted."""
     document = report_json(report)
     document["changes"] = redact_json(view_json(views))
-    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json_text.dumps(document) + "\n"
 
 
 # --- terminal -------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
 from audit.core.rules import CHANGE_RULES
+from audit.core.snapshot import canonical_name
 from audit.core.system import System
 from audit.core.system_rules import evaluate_system
 from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
@@ -109,11 +110,12 @@ ABSENT = Side(None, None, EMPTY, (), MappingProxyType({}))
 
 @dataclass(frozen=True)
 class ImageMatrices:
-    """One image's matrices: ``head`` (packages x base, v1 … vN at the head ref) and
-    ``changes`` (per stage, base ref -> head ref; None for an image the pull request adds)."""
+    """One image's matrices: ``head`` (packages x base, v1 … vN at the head ref; None when
+    not asked for: only the Markdown shows it) and ``changes`` (per stage, base ref -> head
+    ref; None for an image the pull request adds)."""
 
     image: str
-    head: StageMatrix
+    head: StageMatrix | None
     changes: StageMatrix | None
 
 
@@ -159,6 +161,7 @@ def gate_result(
     title: str = "dependency gate",
     strict_waivers: bool = False,
     strict: bool = False,
+    head_matrices: bool = True,
 ) -> GateResult:
     """Compare every image at ``base`` with ``head``; the verdict follows the head's policy.
 
@@ -166,7 +169,9 @@ def gate_result(
     and fail the gate with ``strict_waivers``, so that a waiver lands through its own reviewed
     pull request. An image with no base record at the head is "not audited": a warning when
     the pull request does not touch it, an error when it does or with ``strict``. An image
-    whose record the pull request adds is compared as if it were new.
+    whose record the pull request adds is compared as if it were new. ``head_matrices``:
+    also each image's stage matrix at the head ref (judged layer by layer, as audit-deps
+    does: only the Markdown shows it, so a caller that prints none leaves it out).
     """
     old, new = recipe_names(base), recipe_names(head)
     sections: list[Section] = []
@@ -181,7 +186,7 @@ def gate_result(
             views.append(image_view(name, unrecorded.findings, ImageInputs()))
             continue
         found, matrix, view = _image(
-            name, before, after, base, head, today=today, strict=strict_waivers
+            name, before, after, base, head, today=today, strict=strict_waivers, whole=head_matrices
         )
         sections += found
         matrices += [matrix] if matrix else []
@@ -226,9 +231,10 @@ def _image(
     *,
     today: date,
     strict: bool = False,
+    whole: bool = True,
 ) -> ImagePart:
-    """:func:`image_sections`, the image's matrices (None when the head removes it) and its
-    change view."""
+    """:func:`image_sections`, the image's matrices (None when the head removes it; the head's
+    stage matrix only when ``whole``) and its change view."""
     if new is None:
         removed = _removed_image(name)
         return [removed], None, image_view(name, removed.findings, ImageInputs())
@@ -246,7 +252,8 @@ def _image(
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
-    matrices = image_matrices(name, old_side if recorded_before else None, new_side, found, today)
+    old_matrix = old_side if recorded_before else None
+    matrices = image_matrices(name, old_matrix, new_side, found, today, whole=whole)
     inputs = ImageInputs(
         _columns(old_side), _columns(new_side), new.policy.lockstep, new.policy.waivers
     )
@@ -263,11 +270,17 @@ def _not_audited(recipe: Recipe, base: Source, head: Source, *, strict: bool) ->
 
 
 def image_matrices(
-    name: str, old: Side | None, new: Side, found: tuple[Finding, ...], today: date
+    name: str,
+    old: Side | None,
+    new: Side,
+    found: tuple[Finding, ...],
+    today: date,
+    *,
+    whole: bool = True,
 ) -> ImageMatrices:
-    """The head's stage matrix and, when the base ref has the image, the change matrix marked
-    with the gate's own findings."""
-    head = columns_matrix(name, _columns(new), head_marks(name, new, today))
+    """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
+    change matrix marked with the gate's own findings."""
+    head = columns_matrix(name, _columns(new), head_marks(name, new, today)) if whole else None
     if old is None:
         return ImageMatrices(name, head, None)
     changes = change_matrix(name, _columns(old), _columns(new), finding_marks(name, found))
@@ -284,13 +297,31 @@ def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]
     if not side.recipe.policy.waivers:
         return marks
     judge = StepJudge(side.recipe, today, side.markers)
+    waived = _change_waiver_names(side.recipe.policy)
     judged = [
         finding
         for p in side.steps
         if p.before is not p.after  # a layer without a lock changes nothing predictable
+        and (waived is None or _moves_any(p, waived))
         for finding in judge.judge(p.step, p.before, p.after, f"{name} {p.step.label}")
     ]
     return {**marks, **finding_marks(name, judged)}
+
+
+def _change_waiver_names(policy: Policy) -> frozenset[str] | None:
+    """The packages the policy's waivers name when every waiver is a change waiver (no
+    ``rule``: it waives only a change of its own package); None when one names a rule."""
+    if any(waiver.rule is not None for waiver in policy.waivers):
+        return None
+    return frozenset(canonical_name(waiver.package) for waiver in policy.waivers)
+
+
+def _moves_any(predicted: PredictedStep, names: frozenset[str]) -> bool:
+    """Whether the step may change one of ``names`` (another object, or none, after it). A
+    step that changes none of them cannot use a change waiver: judging it marks nothing and
+    spends no waiver, so :func:`head_marks` skips it."""
+    before, after = predicted.before, predicted.after
+    return any(before.get(name) is not after.get(name) for name in names)
 
 
 def _columns(side: Side) -> dict[str, Installed]:
@@ -565,8 +596,13 @@ def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
             assert side.recipe is not None
             step = predicted.step
             where = f"{side.recipe.name} {step.label}"
-            located = finding.located(side.recipe.name, step.stage.name, step.position)
-            return dataclasses.replace(located, where=where)
+            return dataclasses.replace(
+                finding,
+                where=where,
+                image=side.recipe.name,
+                stage=step.stage.name,
+                layer=step.position,
+            )
     return finding
 
 

@@ -160,17 +160,22 @@ def _refuse(where: str, problem: str) -> LockError:
 
 
 def _split_header(text: str, where: str) -> tuple[dict[str, str], str]:
-    lines = text.split("\n")
-    if not lines or not lines[0].startswith("# layer-audit lock:"):
+    """The header's fields and the text after its closing ``#`` line; only the header's lines
+    are split off (a lock's body is hundreds of lines)."""
+    if not text.startswith("# layer-audit lock:"):
         raise _refuse(where, "not a layer-audit lock (first line is not its title)")
     header: dict[str, str] = {}
-    for number, line in enumerate(lines[1:], start=1):
+    start, number = text.find("\n") + 1, 1
+    while start:  # 0: the line before was the last
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
         if line == "#":
-            return header, "\n".join(lines[number + 1 :])
+            return header, "" if end < 0 else text[end + 1 :]
         match = _HEADER_FIELD.match(line)
         if match is None:
             raise _refuse(where, f"line {number + 1}: unexpected header line")
         header[match["key"]] = match["value"]
+        start, number = end + 1, number + 1
     raise _refuse(where, "truncated: the header never ends")
 
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import attrgetter
 
 from rich.markup import escape
 from rich.table import Table
 
-from audit.core.diff import ADDED, REMOVED, diff
+from audit.core.diff import ADDED, REMOVED, compare
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
@@ -57,6 +58,8 @@ MARKDOWN_MARK = {
     "waived": "⚪ ",
     "unparsable": "❔ ",
 }
+_ALARMING = frozenset(ALARM)
+_KIND = attrgetter("kind")
 FOLD_AFTER = 15  # Markdown matrices with more rows fold into <details>
 
 
@@ -90,11 +93,11 @@ class Row:
 
     @property
     def changes(self) -> bool:
-        return any(cell.kind for cell in self.cells)
+        return any(map(_KIND, self.cells))
 
     @property
     def alarming(self) -> bool:
-        return any(cell.kind in ALARM for cell in self.cells)
+        return not _ALARMING.isdisjoint(map(_KIND, self.cells))
 
 
 @dataclass(frozen=True)
@@ -122,25 +125,45 @@ def columns_matrix(
 ) -> StageMatrix:
     """Packages x ``columns`` (in order: each cell compared with the column before it)."""
     names = {name for env in columns.values() for name in env}
-    if not all_rows:  # only a name that moves between two columns, or is marked, can change
-        envs = list(columns.values())
-        moving = {n for old, new in pairwise(envs) for n in _differing(old, new)}
-        names &= moving | {name for _, name in marks}
-    rows = [_row(name, columns, marks) for name in sorted(names)]
+    # only a name that moves between two columns, or is marked, can change: the rest of a row
+    # is read without comparing (a base of 300 packages moves a handful per stage)
+    envs = list(columns.values())
+    moved_at: dict[str, set[int]] = {}  # name -> the column indexes it may change at
+    for index, (old, new) in enumerate(pairwise(envs), start=1):
+        for name in _differing(old, new):
+            moved_at.setdefault(name, set()).add(index)
+    marked_at = _marks_by_name(tuple(columns), marks)
+    if not all_rows:
+        names &= moved_at.keys() | {name for _, name in marks}
+    nothing: dict[int, str] = {}
+    rows = [
+        _row(name, envs, moved_at.get(name, ()), marked_at.get(name, nothing))
+        for name in sorted(names)
+    ]
     return _matrix(image, tuple(columns), rows, all_rows)
+
+
+def _marks_by_name(columns: Sequence[str], marks: Marks) -> dict[str, dict[int, str]]:
+    """name -> {column index: mark}; a mark of the first column or of no column is dropped
+    (the first column has nothing before it to change from)."""
+    index_of = {column: index for index, column in enumerate(columns) if index}
+    found: dict[str, dict[int, str]] = {}
+    for (column, name), mark in marks.items():
+        if column in index_of:
+            found.setdefault(name, {})[index_of[column]] = mark
+    return found
 
 
 def _differing(old: Mapping[str, Distribution], new: Mapping[str, Distribution]) -> list[str]:
     """Every name whose distribution may have changed kind from ``old`` to ``new``: absent on
     one side, or at another version or digest (what :func:`_kind` looks at)."""
-    changed = [name for name, dist in new.items() if _moved(old.get(name), dist)]
+    changed = [  # not the same object, nor at the same version and digest (inlined: hot)
+        name
+        for name, dist in new.items()
+        if (was := old.get(name)) is not dist
+        and (was is None or was.version != dist.version or was.digest != dist.digest)
+    ]
     return changed + [name for name in old if name not in new]
-
-
-def _moved(old: Distribution | None, new: Distribution) -> bool:
-    if old is new:
-        return False
-    return old is None or old.version != new.version or old.digest != new.digest
 
 
 def _same(old: Distribution | None, new: Distribution | None) -> bool:
@@ -229,8 +252,7 @@ def _change(name: str, old: Distribution | None, now: Distribution | None) -> st
         return ""
     if old is None or now is None:
         return ADDED if old is None else REMOVED
-    changes = diff({name: old}, {name: now})
-    return changes[0].kind if changes else ""
+    return compare(old, now) or ""
 
 
 def _marked(kind: str, mark: str | None) -> str:
@@ -240,20 +262,30 @@ def _marked(kind: str, mark: str | None) -> str:
     return kind
 
 
-def _row(name: str, columns: Mapping[str, Mapping[str, Distribution]], marks: Marks) -> Row:
-    cells: list[Cell] = []
-    old: Distribution | None = None
-    for index, (column, env) in enumerate(columns.items()):
-        now = env.get(name)
-        kind = _marked(_change(name, old, now), marks.get((column, name))) if index else ""
-        version = now.version if now else None
-        last = cells[-1] if cells else None
-        same = last is not None and not kind and not last.kind and last.version == version
-        if same and last is not None:
+def _row(
+    name: str,
+    envs: Sequence[Mapping[str, Distribution]],
+    moved_at: Collection[int],
+    marked_at: Mapping[int, str],
+) -> Row:
+    """One package across the columns ``envs``. ``moved_at``: the column indexes where the
+    package may change from the column before; ``marked_at``: its marks by column index. Any
+    other cell after an unchanged one is that same cell again, without a look at the envs."""
+    first = envs[0].get(name)
+    cells = [Cell(first.version if first else None, "")]
+    for index in range(1, len(envs)):
+        last = cells[-1]
+        if not last.kind and index not in moved_at and index not in marked_at:
             cells.append(last)  # shared: an unchanged cell is the same object
+            continue
+        old, now = envs[index - 1].get(name), envs[index].get(name)
+        change = _change(name, old, now) if index in moved_at else ""
+        kind = _marked(change, marked_at.get(index))
+        version = now.version if now else None
+        if not kind and not last.kind and last.version == version:
+            cells.append(last)
         else:
             cells.append(Cell(version, kind, previous=old.version if old else None))
-        old = now
     return Row(name, tuple(cells))
 
 

@@ -94,9 +94,31 @@ def apply_lock(before: Installed, lock: Lock) -> Installed:
             meta = lock.metadata.get(name)
             requires = meta.requires_dist if meta else None
             python = meta.requires_python if meta else ""
-            after[name] = Distribution(name=name, version=pin.version, raw_name=pin.name,
-                                       requires_dist=requires, requires_python=python)  # fmt: skip
+            after[name] = shared(name, pin.version, pin.name, requires, python)
     return MappingProxyType(after)
+
+
+# What prediction knows of a distribution (name, version, raw name, requirements, Python) ->
+# the one object for it. Distributions are frozen, so every environment of a run (each ref of
+# the gate, every image of a fleet) can share them: "the same object" then means "no change"
+# across refs and images too, and the comparisons that look for changes skip them cheaply.
+_SHARED: dict[tuple[str, str, str, tuple[str, ...] | None, str], Distribution] = {}
+_SHARED_LIMIT = 1 << 15  # a bound on what one run keeps alive; a full table starts over
+
+
+def shared(
+    name: str, version: str, raw_name: str, requires: tuple[str, ...] | None, python: str
+) -> Distribution:
+    """The distribution prediction installs, shared with every equal one made before."""
+    key = (name, version, raw_name, requires, python)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        found = _SHARED[key] = Distribution(name=name, version=version, raw_name=raw_name,
+                                            requires_dist=requires,
+                                            requires_python=python)  # fmt: skip
+    return found
 
 
 def declared_overrides(step: Step, after: Installed, before: Installed) -> tuple[str, ...]:
@@ -161,6 +183,4 @@ def _lock_of(
 
 def _bare(dist: Distribution) -> Distribution:
     """Name, version and requirements: what prediction knows of an installed distribution."""
-    return Distribution(name=dist.name, version=dist.version, raw_name=dist.raw_name,
-                        requires_dist=dist.requires_dist,
-                        requires_python=dist.requires_python)  # fmt: skip
+    return shared(dist.name, dist.version, dist.raw_name, dist.requires_dist, dist.requires_python)

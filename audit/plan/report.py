@@ -12,7 +12,6 @@ waiver_index, and where known image, stage and layer (``audit/schemas/report.sch
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from io import StringIO
@@ -27,6 +26,7 @@ from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.core.redact import redact, redact_json
 from audit.core.verdict import ASKED_BY
+from audit.plan import json_text
 
 REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("table", "json", "markdown")
@@ -264,7 +264,7 @@ def report_markdown(report: Report) -> str:
 def render_text(report: Report, fmt: str, width: int = 100) -> str:
     """The report as text in ``fmt`` (``table`` renders without colour at ``width`` columns)."""
     if fmt == "json":
-        return json.dumps(report_json(report), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        return json_text.dumps(report_json(report)) + "\n"
     if fmt == "markdown":
         return report_markdown(report)
     if fmt == "table":

@@ -125,12 +125,13 @@ def parse_requirements(
     once per process for its bytes (errors are never remembered: a bad file fails every time).
     """
     reader = _Reader(source, _containment(relpath), allowed_index_urls, origin)
-    text = reader.text(relpath)
+    text = reader.decoded(relpath)
     key = (relpath, text, tuple(allowed_index_urls))
     known = _READ.get(key)
-    if known is not None:
+    if known is not None:  # these very bytes passed every check below before
         _READ.move_to_end(key)
         return known
+    reader.check_lines(relpath, text)
     reader.read(relpath, constraint=False, stack=(), text=text)
     parsed = reader.result(relpath)
     if parsed.files == (relpath,):
@@ -156,8 +157,9 @@ class _Reader:
     folder: str
     allowed_index_urls: Collection[str]
     origin: str
-    requirements: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> line, where
-    constraints: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # name -> line, where (formatted only for the error that names it)
+    requirements: dict[str, tuple[str, _Where]] = field(default_factory=dict)
+    constraints: dict[str, tuple[str, _Where]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     index_urls: list[str] = field(default_factory=list)
     find_links: list[str] = field(default_factory=list)
@@ -187,7 +189,14 @@ class _Reader:
                 self._line(where, line, constraint, (*stack, relpath))
 
     def text(self, relpath: str) -> str:
-        """The file's text; a missing, unreadable or non-UTF-8 file is RecipeError."""
+        """The file's text; a missing, unreadable or non-UTF-8 file, or a control character in
+        a line, is RecipeError."""
+        text = self.decoded(relpath)
+        self.check_lines(relpath, text)
+        return text
+
+    def decoded(self, relpath: str) -> str:
+        """The file's text, lines not checked; missing, unreadable or not UTF-8: RecipeError."""
         start = _Where(self.source.describe(relpath), 0, self.origin)
         try:
             text = self.source.read_bytes(relpath).decode("utf-8")
@@ -199,12 +208,17 @@ class _Reader:
             raise start.error(f"not UTF-8 text ({exc.reason})", "save it as UTF-8") from exc
         except OSError as exc:  # a directory or an unreadable file where a file should be
             raise start.error(f"cannot read ({exc.strerror})", "make it a plain file") from exc
+        return text
+
+    def check_lines(self, relpath: str, text: str) -> None:
+        """RecipeError naming the first line that holds a control character."""
+        if not CONTROL.search(text.replace("\n", "").replace("\r", "")):
+            return  # the common case: one scan of the whole text
         for number, raw in enumerate(text.splitlines(), start=1):
             if CONTROL.search(raw):
-                raise _Where(start.file, number, self.origin).error(
+                raise _Where(self.source.describe(relpath), number, self.origin).error(
                     "control character in line", "remove it: requirement lines are plain text"
                 )
-        return text
 
     def _line(self, where: _Where, line: str, constraint: bool, stack: tuple[str, ...]) -> None:
         if "${" in line:
@@ -221,14 +235,14 @@ class _Reader:
         plain = _PLAIN_LINE.fullmatch(line)
         written = plain["name"] if plain else self._parsed(where, line).name
         seen = self.constraints if constraint else self.requirements
-        name = canonicalize_name(written)
+        name = _canonical(written)
         if name in seen:
             raise where.error(
                 f"{written!r} is already listed at {seen[name][1]} "
                 "(names that differ only in case, '-', '_' or '.' are one package)",
                 "merge the two lines into one requirement",
             )
-        seen[name] = (line, str(where))
+        seen[name] = (line, where)
 
     def _parsed(self, where: _Where, line: str) -> Requirement:
         """A line that is not plain, through packaging: valid PEP 508, no credentials."""
@@ -292,6 +306,12 @@ class _Reader:
                 f"--trusted-host {host} is not the host of a declared index", DECLARE_HINT
             )
         self.trusted_hosts.append(host)
+
+
+@functools.lru_cache(maxsize=8192)
+def _canonical(name: str) -> str:
+    """PEP 503 ``name``, remembered: a fleet's files name the same packages again and again."""
+    return canonicalize_name(name)
 
 
 @dataclass(frozen=True)

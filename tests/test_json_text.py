@@ -1,0 +1,71 @@
+"""The indented JSON writer writes exactly what ``json.dumps(indent=2, sort_keys=True,
+ensure_ascii=False)`` writes, for report-shaped data and for what it hands back to json."""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+from typing import Any
+
+import pytest
+
+from audit.plan import json_text
+
+TEXTS = ["", "a", "é", '"quoted"', "back\\slash", "tab\t", "line\nbreak", "\u2028", "\x00",
+         "🙂", "ü → x", "</script>", "null"]  # fmt: skip
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+def reference(value: object) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def generated(rng: random.Random, depth: int = 0) -> Any:
+    """A random JSON-like value: nested dicts, lists and tuples of report scalars."""
+    roll = rng.random()
+    if depth > 4 or roll < 0.35:
+        return rng.choice([rng.choice(TEXTS), rng.randint(-5, 10**20), True, False, None])
+    if roll < 0.7:
+        return {rng.choice(TEXTS) + str(rng.randint(0, 3)): generated(rng, depth + 1)
+                for _ in range(rng.randint(0, 4))}  # fmt: skip
+    items = [generated(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return items if rng.random() < 0.8 else tuple(items)
+
+
+def test_random_report_shaped_values_are_written_as_json_writes_them() -> None:
+    rng = random.Random(22)
+    for _ in range(3000):
+        value = generated(rng)
+        assert json_text.dumps(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"ratio": 1.5, "items": [1, 2]},  # a float: handed to json
+        {"nan": float("nan"), "inf": [float("inf")]},
+        {2: "int keys", 10: "sorted as numbers"},  # non-string keys: json converts them
+        {"level": Level.LOW},  # an int subclass
+        [],
+        {},
+        [[], {}, [[]]],
+        "top-level text",
+        None,
+    ],
+)
+def test_unusual_values_come_out_exactly_as_json_writes_them(value: object) -> None:
+    assert json_text.dumps(value) == reference(value)
+
+
+def test_a_gate_report_document_round_trips() -> None:
+    document = {
+        "schema": "layer-audit.report/1",
+        "sections": [{"title": "img: v1", "findings": [{"before": None, "layer": 1}]}],
+        "changes": [{"image": "img", "review": [], "stages": [{"unchanged": 3}]}],
+    }
+    text = json_text.dumps(document)
+    assert text == reference(document) and json.loads(text) == document

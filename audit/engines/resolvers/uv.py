@@ -29,7 +29,8 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,13 +60,17 @@ from audit.engines.resolvers.job import (
     tools_index,
     unreachable_index,
 )
+from audit.engines.resolvers.uv_warm import ReadAhead
 from audit.engines.run_label import work_prefix
+from audit.engines.simple_index import ProjectPages
 from audit.engines.wheel_metadata import Metadata, fetch_many, target_tags
 from audit.plan.lock import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.plan.lockfile import BaseRecord
 
 RESOLVER = RESOLVERS["uv"]
 REPINS = "repins.txt"
+CONFIG = "uv.toml"
+FRESH_FOR = 60  # seconds an index answer is reused by the uv processes of a lock run
 MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
@@ -132,17 +137,50 @@ def _install_uv(venv: Path) -> None:
 
 
 def _common(job: CompileJob, target: UvTarget) -> list[str]:
-    inputs = job.inputs
-    args = ["--no-config", "--index-url", inputs.index_url]
-    if inputs.extra_index_url:
-        args += ["--extra-index-url", inputs.extra_index_url]
+    return common_args(job.inputs, target)
+
+
+def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFIG}") -> list[str]:
+    """The target's arguments; the indexes are in the run's configuration (:func:`uv_config`)."""
+    args = ["--no-config", "--config-file", config]
     if inputs.pre:
         args += ["--prerelease", "allow"]
     return [*args, "--python-version", target.python_version,
             "--python-platform", target.python_platform]  # fmt: skip
 
 
-def _environment() -> dict[str, str]:
+def uv_config(inputs: LayerInputs) -> str:
+    """uv's configuration for one invocation: the layer's indexes in uv's order (the extra
+    index first, the primary one last as the default), and how long uv may reuse an answer
+    from them: :data:`FRESH_FOR` seconds, whatever the server said (uv stores the policy with
+    the answer).
+
+    So the uv processes of one lock run (its layers, one after another, and the read-ahead
+    beside them) share what the others fetched, a project page or a wheel's metadata, instead
+    of fetching it once per layer when the index sends no caching headers (PyPI behind a proxy
+    that drops its ``max-age=600``); an answer older than that is fetched again, so a later
+    run sees the index as it is then.
+    """
+    policy = f'{{ api = "max-age={FRESH_FOR}", files = "max-age={FRESH_FOR}" }}'
+    urls = [(inputs.extra_index_url, False), (inputs.index_url, True)]
+    return "".join(
+        f"[[index]]\nurl = {json.dumps(url)}\n{'default = true' if default else ''}\n"
+        f"cache-control = {policy}\n\n"
+        for url, default in urls
+        if url
+    )
+
+
+def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[str]:
+    """``uv pip compile`` of the read-ahead's union file in ``work/recipe`` (its configuration
+    written beside, as a layer's is): pages and metadata land in the run's uv cache."""
+    (work / CONFIG).write_text(uv_config(inputs))
+    argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", "../read-ahead.txt",
+            "--no-header", "--no-annotate", "--quiet"]  # fmt: skip
+    return [str(uv_binary()), *argv, *common_args(inputs, target)]
+
+
+def uv_environment() -> dict[str, str]:
     """uv's environment, made from nothing: no UV_*/PIP_* configuration of this machine."""
     env = {"PATH": os.defpath, "HOME": str(cache_root() / "host" / "home"), "LC_ALL": "C.UTF-8"}
     env["UV_CACHE_DIR"] = str(cache_root() / "host" / "uv-cache")
@@ -173,13 +211,20 @@ def moved_lines(job: CompileJob, compiled: str, requirements: str) -> list[str]:
     return [p for p in pins if _key(p) not in installed]
 
 
-def run_uv(target: UvTarget, job: CompileJob, on_line: OnLine = print) -> Outcome:
+def run_uv(
+    target: UvTarget,
+    job: CompileJob,
+    on_line: OnLine = print,
+    ahead: ReadAhead | None = None,
+) -> Outcome:
     """One layer's job with uv in a fresh work folder; the folder is always removed. Output
-    lines and step announcements go to ``on_line`` as they come."""
+    lines and step announcements go to ``on_line`` as they come. ``ahead``: the run's
+    read-ahead, whose metadata the layer takes for the pins it holds."""
     work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
     try:
         prepare_work(work, job)
-        return _run(work, target, job, on_line)
+        session = _Session(work, _common(job, target), on_line, job.inputs, ahead)
+        return _run(session, target, job)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -191,16 +236,19 @@ class _Session:
     work: Path
     common: list[str]
     on_line: OnLine
+    inputs: LayerInputs
+    ahead: ReadAhead | None = None
     log: list[str] = field(default_factory=list)
 
     def uv(self, argv: list[str]) -> int:
         """Run ``uv ARGV`` (with the target's arguments) in the recipe folder; its exit code."""
         self.on_line(f"{STEP_MARK}{' '.join(argv[:2])} with uv {UV_VERSION}")
+        (self.work / CONFIG).write_text(uv_config(self.inputs))
         done = commands.stream(
             [str(uv_binary()), *argv, *self.common],
             self.on_line,
             cwd=self.work / "recipe",
-            env=_environment(),
+            env=uv_environment(),
             check=False,
         )
         self.log.append(done.stderr + done.stdout)
@@ -215,8 +263,8 @@ class _Session:
         return Outcome(code or 1, "", "", "\n".join(self.log))
 
 
-def _run(work: Path, target: UvTarget, job: CompileJob, on_line: OnLine) -> Outcome:
-    session = _Session(work, _common(job, target), on_line)
+def _run(session: _Session, target: UvTarget, job: CompileJob) -> Outcome:
+    work = session.work
     compiled = ""
     if not job.no_deps:
         argv = ["pip", "compile", job.inputs.requirements, "-o", f"../{OUTPUT}",
@@ -259,10 +307,14 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
     stats = FetchStats()
     pins = [_key(m) for m in moved]
     unknown = [pin for pin in pins if pin not in job.known]
-    found, missing = metadata_from_indexes(job.inputs, target, unknown, stats)
-    reused = len(pins) - len(unknown)
-    session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock): "
-                 f"{stats.summary()}")  # fmt: skip
+    ahead = session.ahead.take(job.inputs, unknown) if session.ahead else {}
+    unknown = [pin for pin in unknown if pin not in ahead]
+    pages = session.ahead.pages if session.ahead else None
+    found, missing = metadata_from_indexes(job.inputs, target, unknown, stats, pages)
+    found += ahead.values()
+    reused = len(pins) - len(unknown) - len(ahead)
+    session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock, "
+                 f"{len(ahead)} read ahead): {stats.summary()}")  # fmt: skip
     items = [_item(name, version, *job.known[name, version])
              for name, version in pins if (name, version) in job.known]  # fmt: skip
     items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
@@ -278,7 +330,11 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
 
 
 def metadata_from_indexes(
-    inputs: LayerInputs, target: UvTarget, pins: list[tuple[str, str]], stats: FetchStats
+    inputs: LayerInputs,
+    target: UvTarget,
+    pins: list[tuple[str, str]],
+    stats: FetchStats,
+    pages: ProjectPages | None = None,
 ) -> tuple[list[Metadata], set[str]]:
     """(metadata found, canonical names no index has a wheel of), asking the indexes in uv's
     order: the layer's extra index first (``first-index``), then the primary one."""
@@ -291,7 +347,7 @@ def metadata_from_indexes(
     for index in indexes:
         if not wanted:
             break
-        answers = fetch_many(index, wanted, tags=tags, stats=stats, cache=cache)
+        answers = fetch_many(index, wanted, tags=tags, stats=stats, cache=cache, pages=pages)
         found += [got for got in answers.values() if isinstance(got, Metadata)]
         wanted = [pin for pin in wanted if not isinstance(answers.get(pin[0]), Metadata)]
     return found, {name for name, _ in wanted}
@@ -333,9 +389,26 @@ class Uv:
     target: UvTarget
     label: str = RESOLVER
     merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
+    _ahead: list[ReadAhead] = field(default_factory=list, compare=False, repr=False)
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
-        return run_uv(self.target, job, on_line)
+        ahead = self._ahead[-1] if self._ahead else None
+        return run_uv(self.target, job, on_line, ahead)
+
+    @contextmanager
+    def warm(
+        self, layers: Sequence[LayerInputs], installed: Collection[tuple[str, str]]
+    ) -> Iterator[None]:
+        """Read ahead for ``layers`` (the run's stale ones) while they compile
+        (:mod:`~audit.engines.resolvers.uv_warm`); stopped when the block ends."""
+        ahead = ReadAhead(self.target, installed)
+        self._ahead.append(ahead)
+        ahead.start(layers)
+        try:
+            yield
+        finally:
+            ahead.stop()
+            self._ahead.remove(ahead)
 
     def explain(
         self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str

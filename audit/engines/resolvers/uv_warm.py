@@ -1,0 +1,187 @@
+"""The uv backend's read-ahead: what one lock run's layers will fetch, fetched while they run.
+
+A cold lock of N layers is N ``uv pip compile`` runs one after another (each layer resolves
+with the earlier ones installed, as given), each waiting on its own round trips to the index,
+then a metadata read of what it moved. While the first layer resolves, one background
+``uv pip compile`` of every stale layer's requirements together (the base's versions
+preferred) fetches, into the same uv cache, the project pages and wheel metadata the later
+layers will ask for; then the metadata of every pin it chose (minus what the base already
+has) is read from the indexes (:func:`~audit.engines.resolvers.uv.metadata_from_indexes`),
+all at once, for the layers to take. The project pages of every layer's direct requirements
+are read at the start, and every page is read once per run (:class:`ProjectPages`), by the
+read-ahead or by a layer, whichever asks first.
+
+Invariants: the read-ahead only fetches, it never decides: each layer is still resolved by its
+own ``uv pip compile`` with the earlier layers as given, and a pin's metadata is taken from the
+read-ahead only for the same name, version, indexes and target (what the layer's own read would
+have fetched). Layers are grouped by their indexes and ``pre`` (one background compile each); a
+read-ahead that fails (layers that conflict when resolved together, a network hiccup) only
+costs its own time. What one uv process of the run fetched, the others reuse
+(:func:`~audit.engines.resolvers.uv.uv_config`). :meth:`ReadAhead.stop` ends it:
+reads not yet started are dropped, and the background compile is waited for.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Collection, Sequence
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from audit.core.errors import AuditError
+from audit.core.snapshot import canonical_name
+from audit.engines import process as commands
+from audit.engines.http_fetch import FetchStats
+from audit.engines.resolvers.job import WORK_PREFIX, tls_context
+from audit.engines.run_label import work_prefix
+from audit.engines.simple_index import ProjectPages
+from audit.engines.wheel_metadata import Metadata
+from audit.plan.lock import LayerInputs
+
+if TYPE_CHECKING:
+    from audit.engines.resolvers.uv import UvTarget
+
+# (index URL, extra index URL or "", pre) -> the layers that resolve against them
+Group = tuple[str, str, bool]
+WORKERS = 16  # metadata and page reads at once
+TIMEOUT = 300.0  # seconds a background compile may take
+
+
+def group_of(inputs: LayerInputs) -> Group:
+    return (inputs.index_url, inputs.extra_index_url or "", inputs.pre)
+
+
+@dataclass
+class ReadAhead:
+    """The background work of one lock run: pages and metadata read, or being read."""
+
+    target: UvTarget
+    installed: Collection[tuple[str, str]]  # (canonical name, version) the base already has
+    pages: ProjectPages = field(default_factory=ProjectPages)
+    stats: FetchStats = field(default_factory=FetchStats)
+    _reads: dict[tuple[Group, str, str], Future[Metadata | None]] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(WORKERS))
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, layers: Sequence[LayerInputs]) -> None:
+        """Read ahead for every group of at least two layers (one layer alone is resolved by
+        its own compile at once: nothing to read ahead)."""
+        groups: dict[Group, list[LayerInputs]] = {}
+        for inputs in layers:
+            groups.setdefault(group_of(inputs), []).append(inputs)
+        for members in groups.values():
+            if len(members) > 1:
+                self._pages(members)
+                thread = threading.Thread(target=self._run, args=(members,), daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def stop(self) -> None:
+        """Reads not yet started are dropped; the background compiles are waited for."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def take(
+        self, inputs: LayerInputs, pins: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Metadata]:
+        """The metadata read ahead for those of ``pins`` (canonical name, version) it holds or
+        is reading (waited for); a read that failed is left to the layer."""
+        group = group_of(inputs)
+        with self._lock:
+            held = {pin: self._reads.get((group, *pin)) for pin in pins}
+        found = {pin: _result(read) for pin, read in held.items() if read is not None}
+        return {pin: meta for pin, meta in found.items() if meta is not None}
+
+    def _pages(self, members: list[LayerInputs]) -> None:
+        """The project pages of the members' direct requirements, read in the background."""
+        context = tls_context()
+        urls = [url for url in (members[0].extra_index_url, members[0].index_url) if url]
+        for name in sorted({n for inputs in members for n in _direct_names(inputs)}):
+            for url in urls[-1:]:  # the primary index: the extra one may not carry it
+                self._pool.submit(self.pages.files, url, name, context=context, stats=self.stats)
+
+    def _run(self, members: list[LayerInputs]) -> None:
+        work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
+        try:
+            pins = self._compile(work, members)
+        except AuditError:
+            pins = []  # the layers fetch for themselves: a read-ahead only ever saves time
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        with self._lock:
+            if self._stop.is_set():
+                return
+            for pin in pins:
+                key = (group_of(members[0]), *pin)
+                self._reads[key] = self._pool.submit(self._read, members[0], pin)
+
+    def _compile(self, work: Path, members: list[LayerInputs]) -> list[tuple[str, str]]:
+        """Every member's requirements resolved together, base versions preferred: the pins
+        chosen (canonical name, version), minus what the base already has."""
+        from audit.engines.resolvers import uv
+
+        for inputs in members:
+            for relpath, data in inputs.files.items():
+                (work / "recipe" / relpath).parent.mkdir(parents=True, exist_ok=True)
+                (work / "recipe" / relpath).write_bytes(data)
+        union = "".join(f"-r {inputs.requirements}\n" for inputs in members)
+        (work / "recipe" / "layer-audit-read-ahead.in").write_text(union)
+        existing = "".join(f"{name}=={version}\n" for name, version in sorted(self.installed))
+        (work / "read-ahead.txt").write_text(existing)
+        argv = uv.read_ahead_argv(self.target, members[0], work)
+        done = commands.run(argv, cwd=work / "recipe", env=uv.uv_environment(), check=False,
+                            timeout=TIMEOUT)  # fmt: skip
+        if done.returncode != 0 or self._stop.is_set():
+            return []
+        return [pin for pin in _pins((work / "read-ahead.txt").read_text())
+                if pin not in self.installed]  # fmt: skip
+
+    def _read(self, inputs: LayerInputs, pin: tuple[str, str]) -> Metadata | None:
+        from audit.engines.resolvers import uv
+
+        if self._stop.is_set():
+            return None
+        found, _ = uv.metadata_from_indexes(inputs, self.target, [pin], self.stats, self.pages)
+        return found[0] if found else None
+
+
+def _result(read: Future[Metadata | None]) -> Metadata | None:
+    try:
+        return read.result()
+    except (AuditError, CancelledError):
+        return None
+
+
+def _direct_names(inputs: LayerInputs) -> set[str]:
+    """The names the layer's own requirements file asks for (options and includes skipped)."""
+    text = inputs.files.get(inputs.requirements, b"").decode("utf-8", "replace")
+    names = set()
+    for raw in text.splitlines():
+        line = raw.split(" #")[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            names.add(canonical_name(Requirement(line).name))
+        except InvalidRequirement:
+            continue
+    return names
+
+
+def _pins(text: str) -> list[tuple[str, str]]:
+    """(canonical name, version) of each ``name==version`` line of uv's output."""
+    found = []
+    for line in text.splitlines():
+        name, sep, version = line.split(" ")[0].partition("==")
+        if sep and line[:1].isalnum():
+            found.append((canonical_name(name.split("[")[0]), version.strip()))
+    return found

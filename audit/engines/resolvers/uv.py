@@ -23,6 +23,7 @@ uv is installed from the tools index into a cached virtual environment, version 
 from __future__ import annotations
 
 import email.parser
+import functools
 import json
 import os
 import re
@@ -60,6 +61,7 @@ from audit.engines.resolvers.job import (
     tools_index,
     unreachable_index,
 )
+from audit.engines.resolvers.uv_cache import cache_policy, close_run_cache, open_run_cache
 from audit.engines.resolvers.uv_warm import ReadAhead
 from audit.engines.run_label import work_prefix
 from audit.engines.simple_index import ProjectPages
@@ -70,7 +72,6 @@ from audit.plan.lockfile import BaseRecord
 RESOLVER = RESOLVERS["uv"]
 REPINS = "repins.txt"
 CONFIG = "uv.toml"
-FRESH_FOR = 60  # seconds an index answer is reused by the uv processes of a lock run
 MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
@@ -149,23 +150,15 @@ def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFI
             "--python-platform", target.python_platform]  # fmt: skip
 
 
-def uv_config(inputs: LayerInputs) -> str:
+def uv_config(inputs: LayerInputs, run_cache: bool) -> str:
     """uv's configuration for one invocation: the layer's indexes in uv's order (the extra
-    index first, the primary one last as the default), and how long uv may reuse an answer
-    from them: :data:`FRESH_FOR` seconds, whatever the server said (uv stores the policy with
-    the answer).
-
-    So the uv processes of one lock run (its layers, one after another, and the read-ahead
-    beside them) share what the others fetched, a project page or a wheel's metadata, instead
-    of fetching it once per layer when the index sends no caching headers (PyPI behind a proxy
-    that drops its ``max-age=600``); an answer older than that is fetched again, so a later
-    run sees the index as it is then.
-    """
-    policy = f'{{ api = "max-age={FRESH_FOR}", files = "max-age={FRESH_FOR}" }}'
+    index first, the primary one last as the default); in a run's own cache
+    (:mod:`~audit.engines.resolvers.uv_cache`), how long uv may reuse their answers, so the
+    processes of one run share what the others fetched."""
+    policy = f"cache-control = {cache_policy()}\n" if run_cache else ""
     urls = [(inputs.extra_index_url, False), (inputs.index_url, True)]
     return "".join(
-        f"[[index]]\nurl = {json.dumps(url)}\n{'default = true' if default else ''}\n"
-        f"cache-control = {policy}\n\n"
+        f"[[index]]\nurl = {json.dumps(url)}\n{'default = true' if default else ''}\n{policy}\n"
         for url, default in urls
         if url
     )
@@ -174,16 +167,22 @@ def uv_config(inputs: LayerInputs) -> str:
 def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[str]:
     """``uv pip compile`` of the read-ahead's union file in ``work/recipe`` (its configuration
     written beside, as a layer's is): pages and metadata land in the run's uv cache."""
-    (work / CONFIG).write_text(uv_config(inputs))
+    (work / CONFIG).write_text(uv_config(inputs, run_cache=True))
     argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", "../read-ahead.txt",
             "--no-header", "--no-annotate", "--quiet"]  # fmt: skip
     return [str(uv_binary()), *argv, *common_args(inputs, target)]
 
 
-def uv_environment() -> dict[str, str]:
-    """uv's environment, made from nothing: no UV_*/PIP_* configuration of this machine."""
+def shared_cache() -> Path:
+    """uv's cache shared by every run (a run works in its own folder beside it)."""
+    return cache_root() / "host" / "uv-cache"
+
+
+def uv_environment(run_cache: Path | None = None) -> dict[str, str]:
+    """uv's environment, made from nothing: no UV_*/PIP_* configuration of this machine; uv's
+    cache is the run's own (:mod:`~audit.engines.resolvers.uv_cache`) when there is one."""
     env = {"PATH": os.defpath, "HOME": str(cache_root() / "host" / "home"), "LC_ALL": "C.UTF-8"}
-    env["UV_CACHE_DIR"] = str(cache_root() / "host" / "uv-cache")
+    env["UV_CACHE_DIR"] = str(run_cache or shared_cache())
     bundle = ambient_ca_bundle()
     if bundle:
         env["SSL_CERT_FILE"] = str(bundle)
@@ -243,12 +242,12 @@ class _Session:
     def uv(self, argv: list[str]) -> int:
         """Run ``uv ARGV`` (with the target's arguments) in the recipe folder; its exit code."""
         self.on_line(f"{STEP_MARK}{' '.join(argv[:2])} with uv {UV_VERSION}")
-        (self.work / CONFIG).write_text(uv_config(self.inputs))
+        (self.work / CONFIG).write_text(uv_config(self.inputs, self.ahead is not None))
         done = commands.stream(
             [str(uv_binary()), *argv, *self.common],
             self.on_line,
             cwd=self.work / "recipe",
-            env=uv_environment(),
+            env=uv_environment(self.ahead.cache if self.ahead else None),
             check=False,
         )
         self.log.append(done.stderr + done.stdout)
@@ -315,6 +314,8 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
     reused = len(pins) - len(unknown) - len(ahead)
     session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock, "
                  f"{len(ahead)} read ahead): {stats.summary()}")  # fmt: skip
+    if session.ahead is not None:
+        session.note(f"read ahead so far: {session.ahead.stats.summary()}")
     items = [_item(name, version, *job.known[name, version])
              for name, version in pins if (name, version) in job.known]  # fmt: skip
     items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
@@ -351,6 +352,16 @@ def metadata_from_indexes(
         found += [got for got in answers.values() if isinstance(got, Metadata)]
         wanted = [pin for pin in wanted if not isinstance(answers.get(pin[0]), Metadata)]
     return found, {name for name, _ in wanted}
+
+
+def _read_ahead(
+    target: UvTarget,
+    inputs: LayerInputs,
+    pins: list[tuple[str, str]],
+    stats: FetchStats,
+    pages: ProjectPages,
+) -> list[Metadata]:
+    return metadata_from_indexes(inputs, target, pins, stats, pages)[0]
 
 
 def _item(name: str, version: str, requires: Sequence[str], python: str) -> dict[str, object]:
@@ -401,14 +412,23 @@ class Uv:
     ) -> Iterator[None]:
         """Read ahead for ``layers`` (the run's stale ones) while they compile
         (:mod:`~audit.engines.resolvers.uv_warm`); stopped when the block ends."""
-        ahead = ReadAhead(self.target, installed)
+        shared = shared_cache()
+        run = open_run_cache(shared)
+        ahead = ReadAhead(
+            functools.partial(read_ahead_argv, self.target),
+            uv_environment(run),
+            functools.partial(_read_ahead, self.target),
+            installed,
+            run,
+        )
         self._ahead.append(ahead)
-        ahead.start(layers)
         try:
+            ahead.start(layers)
             yield
         finally:
             ahead.stop()
             self._ahead.remove(ahead)
+            close_run_cache(ahead.cache, shared)
 
     def explain(
         self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str

@@ -16,9 +16,11 @@ own ``uv pip compile`` with the earlier layers as given, and a pin's metadata is
 read-ahead only for the same name, version, indexes and target (what the layer's own read would
 have fetched). Layers are grouped by their indexes and ``pre`` (one background compile each); a
 read-ahead that fails (layers that conflict when resolved together, a network hiccup) only
-costs its own time. What one uv process of the run fetched, the others reuse
-(:func:`~audit.engines.resolvers.uv.uv_config`). :meth:`ReadAhead.stop` ends it:
-reads not yet started are dropped, and the background compile is waited for.
+costs its own time. Every uv process of the run works in the run's own uv cache
+(:mod:`~audit.engines.resolvers.uv_cache`): what one fetched, the others reuse.
+:meth:`ReadAhead.stop` ends it: reads not yet started are dropped, and the background compile
+is waited for. The uv specifics (the command, its environment, how metadata is read) are
+given by :mod:`~audit.engines.resolvers.uv`, which owns them.
 """
 
 from __future__ import annotations
@@ -26,11 +28,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -44,8 +45,10 @@ from audit.engines.simple_index import ProjectPages
 from audit.engines.wheel_metadata import Metadata
 from audit.plan.lock import LayerInputs
 
-if TYPE_CHECKING:
-    from audit.engines.resolvers.uv import UvTarget
+# the read-ahead compile's argv for the group's first layer and the work folder
+Command = Callable[[LayerInputs, Path], list[str]]
+# (metadata found) for pins of a layer, with the run's stats and pages
+Reader = Callable[[LayerInputs, list[tuple[str, str]], FetchStats, ProjectPages], list[Metadata]]
 
 # (index URL, extra index URL or "", pre) -> the layers that resolve against them
 Group = tuple[str, str, bool]
@@ -61,8 +64,11 @@ def group_of(inputs: LayerInputs) -> Group:
 class ReadAhead:
     """The background work of one lock run: pages and metadata read, or being read."""
 
-    target: UvTarget
+    command: Command
+    environment: Mapping[str, str]  # uv's, with the run's own cache (uv_cache.open_run_cache)
+    reader: Reader
     installed: Collection[tuple[str, str]]  # (canonical name, version) the base already has
+    cache: Path  # the run's uv cache folder
     pages: ProjectPages = field(default_factory=ProjectPages)
     stats: FetchStats = field(default_factory=FetchStats)
     _reads: dict[tuple[Group, str, str], Future[Metadata | None]] = field(default_factory=dict)
@@ -128,8 +134,6 @@ class ReadAhead:
     def _compile(self, work: Path, members: list[LayerInputs]) -> list[tuple[str, str]]:
         """Every member's requirements resolved together, base versions preferred: the pins
         chosen (canonical name, version), minus what the base already has."""
-        from audit.engines.resolvers import uv
-
         for inputs in members:
             for relpath, data in inputs.files.items():
                 (work / "recipe" / relpath).parent.mkdir(parents=True, exist_ok=True)
@@ -138,8 +142,8 @@ class ReadAhead:
         (work / "recipe" / "layer-audit-read-ahead.in").write_text(union)
         existing = "".join(f"{name}=={version}\n" for name, version in sorted(self.installed))
         (work / "read-ahead.txt").write_text(existing)
-        argv = uv.read_ahead_argv(self.target, members[0], work)
-        done = commands.run(argv, cwd=work / "recipe", env=uv.uv_environment(), check=False,
+        argv = self.command(members[0], work)
+        done = commands.run(argv, cwd=work / "recipe", env=self.environment, check=False,
                             timeout=TIMEOUT)  # fmt: skip
         if done.returncode != 0 or self._stop.is_set():
             return []
@@ -147,11 +151,9 @@ class ReadAhead:
                 if pin not in self.installed]  # fmt: skip
 
     def _read(self, inputs: LayerInputs, pin: tuple[str, str]) -> Metadata | None:
-        from audit.engines.resolvers import uv
-
         if self._stop.is_set():
             return None
-        found, _ = uv.metadata_from_indexes(inputs, self.target, [pin], self.stats, self.pages)
+        found = self.reader(inputs, [pin], self.stats, self.pages)
         return found[0] if found else None
 
 

@@ -88,17 +88,21 @@ class Project:
         return "".join(p.read_text() for p in files)
 
     def fetched_bytes(self) -> int:
-        """What the last run's own metadata reads downloaded, as its lock logs note it: each
-        layer's reads, plus the read-ahead's (cumulative: its last note counts)."""
-        own, ahead = 0.0, 0.0
+        """What the last run downloaded beside uv's shared cache, as its lock logs note it:
+        each layer's own metadata reads, the read-ahead's reads and the project pages uv kept in
+        the run's own cache (both cumulative: their largest note counts)."""
+        own, ahead, pages = 0.0, 0.0, 0.0
         for log in (self.root / "build" / ".layer-audit" / "lock-logs" / self.name).glob("*.log"):
             for line in log.read_text().splitlines():
                 found = re.search(r"([\d.]+) MB downloaded", line)
+                kept = re.search(r"project pages of this run so far: ([\d.]+) MB", line)
                 if found and "read ahead so far" in line:
                     ahead = max(ahead, float(found.group(1)))
                 elif found and "moved pins" in line:
                     own += float(found.group(1))
-        return int((own + ahead) * 1e6)
+                if kept:
+                    pages = max(pages, float(kept.group(1)))
+        return int((own + ahead + pages) * 1e6)
 
     def drop_logs(self) -> None:
         shutil.rmtree(self.root / "build" / ".layer-audit" / "lock-logs", ignore_errors=True)

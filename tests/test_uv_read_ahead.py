@@ -72,6 +72,15 @@ def test_a_run_cache_links_shared_buckets_keeps_new_ones_and_drops_its_pages(
     assert sorted(p.name for p in (shared / "simple-v28" / "pypi").iterdir()) == ["old.rkyv"]
 
 
+def test_a_killed_runs_folder_is_swept_by_the_next_run(tmp_path: Path) -> None:
+    shared = tmp_path / "uv-cache"
+    left = tmp_path / uv_cache.RUNS / "999999999-x"  # no such process
+    (left / "simple-v28").mkdir(parents=True)
+    run = uv_cache.open_run_cache(shared)
+    assert not left.exists() and run.exists()
+    uv_cache.close_run_cache(run, shared)
+
+
 def test_direct_names_skip_options_includes_and_comments() -> None:
     text = b"-r base.in\n--pre\n# a comment\nNumPy>=2  # arrays\nscikit_learn[all]\n\nbad line ==\n"
     layer = inputs("i", None, {"r.in": text})
@@ -117,6 +126,7 @@ def _index(wheelhouse: Wheelhouse) -> None:
     wheelhouse.add("delta", "3.0", requires=["gamma<1.5"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("layers", "code", "from_ahead"),
     [

@@ -61,7 +61,12 @@ from audit.engines.resolvers.job import (
     tools_index,
     unreachable_index,
 )
-from audit.engines.resolvers.uv_cache import cache_policy, close_run_cache, open_run_cache
+from audit.engines.resolvers.uv_cache import (
+    cache_policy,
+    close_run_cache,
+    open_run_cache,
+    private_bytes,
+)
 from audit.engines.resolvers.uv_warm import ReadAhead
 from audit.engines.run_label import work_prefix
 from audit.engines.simple_index import ProjectPages
@@ -315,7 +320,9 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
     session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock, "
                  f"{len(ahead)} read ahead): {stats.summary()}")  # fmt: skip
     if session.ahead is not None:
-        session.note(f"read ahead so far: {session.ahead.stats.summary()}")
+        kept = private_bytes(session.ahead.cache) / 1e6
+        session.note(f"read ahead so far: {session.ahead.stats.summary()}; "
+                     f"uv's project pages of this run so far: {kept:.2f} MB")  # fmt: skip
     items = [_item(name, version, *job.known[name, version])
              for name, version in pins if (name, version) in job.known]  # fmt: skip
     items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)

@@ -9,7 +9,7 @@ cache folder (:func:`open_run_cache`) whose project-page buckets (``simple-*``, 
 (:func:`close_run_cache`), while every other bucket (wheel metadata, built sdists, interpreter
 facts) is a link to the shared cache, so what is worth keeping is kept across runs. A bucket
 uv first creates during the run is moved into the shared cache at the end (unless another run
-got there first).
+got there first). A run folder whose process is gone (a killed run) is removed by the next run.
 
 The run's configuration (:func:`cache_policy`) lets uv take a page as fresh for the whole run
 (:data:`PAGES_FOR`) and a wheel's metadata for :data:`FILES_FOR` seconds: a file on an index does
@@ -42,11 +42,36 @@ def open_run_cache(shared: Path) -> Path:
     shared.mkdir(parents=True, exist_ok=True)
     runs = shared.parent / RUNS
     runs.mkdir(exist_ok=True)
+    _sweep(runs)
     run = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=runs))
     for bucket in sorted(shared.iterdir()):
         if bucket.is_dir() and not bucket.name.startswith(PRIVATE):
             (run / bucket.name).symlink_to(bucket, target_is_directory=True)
     return run
+
+
+def private_bytes(run: Path) -> int:
+    """Bytes in the run's own buckets so far (what uv fetched for its pages this run)."""
+    buckets = [b for b in run.iterdir() if b.name.startswith(PRIVATE) and not b.is_symlink()]
+    return sum(f.stat().st_size for b in buckets for f in b.rglob("*") if f.is_file())
+
+
+def _sweep(runs: Path) -> None:
+    """Remove what runs that were killed left (their process is gone)."""
+    for folder in runs.iterdir():
+        pid = folder.name.split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: alive
+    return True
 
 
 def close_run_cache(run: Path, shared: Path) -> None:

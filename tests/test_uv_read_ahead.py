@@ -87,9 +87,28 @@ def test_direct_names_skip_options_includes_and_comments() -> None:
     assert uv_warm._direct_names(layer) == {"numpy", "scikit-learn"}
 
 
-def test_pins_are_read_from_uv_output_canonically() -> None:
-    text = "Foo_Bar==1.0 \\\n    --hash=sha256:00\n    # via x\nbaz[extra]==2.0\n"
-    assert uv_warm._pins(text) == [("foo-bar", "1.0"), ("baz", "2.0")]
+def test_the_wheel_uv_chose_is_read_from_its_pylock_output() -> None:
+    text = (
+        'lock-version = "1.0"\n\n[[packages]]\nname = "Foo_Bar"\nversion = "1.0"\n'
+        'wheels = [{ url = "https://files.example/f/foo_bar-1.0-py3-none-any.whl", '
+        'hashes = { sha256 = "ab" } }]\n\n[[packages]]\nname = "baz"\nversion = "2.0"\n'
+        'sdist = { url = "https://files.example/b/baz-2.0.tar.gz" }\n'
+    )
+    chosen = uv_warm._chosen(text)
+    assert list(chosen) == [("foo-bar", "1.0"), ("baz", "2.0")]
+    wheel = chosen["foo-bar", "1.0"]
+    assert wheel is not None and wheel.filename == "foo_bar-1.0-py3-none-any.whl"
+    assert wheel.hashes == {"sha256": "ab"} and chosen["baz", "2.0"] is None
+    assert uv_warm._chosen("not = [toml") == {}
+
+
+def test_the_base_versions_are_handed_to_uv_as_a_pylock_file() -> None:
+    text = uv_warm._preferences({("numpy", "1.26.4"), ("six", "1.16.0")})
+    packages = tomllib.loads(text)["packages"]
+    assert packages == [
+        {"name": "numpy", "version": "1.26.4"},
+        {"name": "six", "version": "1.16.0"},
+    ]
 
 
 def _project(root: Path, index: str, layers: dict[str, str]) -> None:

@@ -58,6 +58,7 @@ from audit.engines.resolvers.job import (
     network_failure,
     prepare_work,
     probe_indexes,
+    tls_context,
     tools_index,
     unreachable_index,
 )
@@ -67,10 +68,17 @@ from audit.engines.resolvers.uv_cache import (
     open_run_cache,
     private_bytes,
 )
+from audit.engines.resolvers.uv_warm import OUTPUT as AHEAD_OUTPUT
 from audit.engines.resolvers.uv_warm import ReadAhead
 from audit.engines.run_label import work_prefix
-from audit.engines.simple_index import ProjectPages
-from audit.engines.wheel_metadata import Metadata, fetch_many, target_tags
+from audit.engines.simple_index import IndexFile, ProjectPages
+from audit.engines.wheel_metadata import (
+    Metadata,
+    fetch_many,
+    parsed,
+    read_wheel_metadata,
+    target_tags,
+)
 from audit.plan.lock import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.plan.lockfile import BaseRecord
 
@@ -173,8 +181,8 @@ def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[s
     """``uv pip compile`` of the read-ahead's union file in ``work/recipe`` (its configuration
     written beside, as a layer's is): pages and metadata land in the run's uv cache."""
     (work / CONFIG).write_text(uv_config(inputs, run_cache=True))
-    argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", "../read-ahead.txt",
-            "--no-header", "--no-annotate", "--quiet"]  # fmt: skip
+    argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", f"../{AHEAD_OUTPUT}",
+            "--format", "pylock.toml", "--no-header", "--quiet"]  # fmt: skip
     return [str(uv_binary()), *argv, *common_args(inputs, target)]
 
 
@@ -364,11 +372,20 @@ def metadata_from_indexes(
 def _read_ahead(
     target: UvTarget,
     inputs: LayerInputs,
-    pins: list[tuple[str, str]],
+    pin: tuple[str, str],
+    file: IndexFile | None,
+    *,
     stats: FetchStats,
     pages: ProjectPages,
-) -> list[Metadata]:
-    return metadata_from_indexes(inputs, target, pins, stats, pages)[0]
+) -> Metadata | None:
+    """One read-ahead pin's metadata: from the wheel uv chose (no page), else the indexes."""
+    if file is None:
+        found, _ = metadata_from_indexes(inputs, target, [pin], stats, pages)
+        return found[0] if found else None
+    cache = cache_root() / "host" / "metadata"
+    raw, how = read_wheel_metadata(file, context=tls_context(), stats=stats, cache=cache)
+    meta = parsed(raw, file, how)
+    return meta if canonical_name(meta.name) == pin[0] else None
 
 
 def _item(name: str, version: str, requires: Sequence[str], python: str) -> dict[str, object]:

@@ -6,10 +6,11 @@ then a metadata read of what it moved. While the first layer resolves, one backg
 ``uv pip compile`` of every stale layer's requirements together (the base's versions
 preferred) fetches, into the same uv cache, the project pages and wheel metadata the later
 layers will ask for; then the metadata of every pin it chose (minus what the base already
-has) is read from the indexes (:func:`~audit.engines.resolvers.uv.metadata_from_indexes`),
-all at once, for the layers to take. The project pages of every layer's direct requirements
-are read at the start, and every page is read once per run (:class:`ProjectPages`), by the
-read-ahead or by a layer, whichever asks first.
+has) is read, all at once, by range requests into the wheel uv chose for the target (its
+``pylock.toml`` output names the file's URL and hashes: no project page is fetched for it),
+for the layers to take. The first layer's direct requirements' project pages are read at the
+start (its own metadata read needs them), and every page is read once per run
+(:class:`ProjectPages`), by the read-ahead or by a layer, whichever asks first.
 
 Invariants: the read-ahead only fetches, it never decides: each layer is still resolved by its
 own ``uv pip compile`` with the earlier layers as given, and a pin's metadata is taken from the
@@ -25,13 +26,16 @@ given by :mod:`~audit.engines.resolvers.uv`, which owns them.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import threading
+import tomllib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -41,14 +45,29 @@ from audit.engines import process as commands
 from audit.engines.http_fetch import FetchStats
 from audit.engines.resolvers.job import WORK_PREFIX, tls_context
 from audit.engines.run_label import work_prefix
-from audit.engines.simple_index import ProjectPages
+from audit.engines.simple_index import IndexFile, ProjectPages
 from audit.engines.wheel_metadata import Metadata
 from audit.plan.lock import LayerInputs
 
 # the read-ahead compile's argv for the group's first layer and the work folder
 Command = Callable[[LayerInputs, Path], list[str]]
-# (metadata found) for pins of a layer, with the run's stats and pages
-Reader = Callable[[LayerInputs, list[tuple[str, str]], FetchStats, ProjectPages], list[Metadata]]
+
+
+class Reader(Protocol):
+    """One pin's metadata: from the wheel file uv chose (no project page), else the indexes."""
+
+    def __call__(
+        self,
+        inputs: LayerInputs,
+        pin: tuple[str, str],
+        file: IndexFile | None,
+        *,
+        stats: FetchStats,
+        pages: ProjectPages,
+    ) -> Metadata | None: ...
+
+
+OUTPUT = "pylock.read-ahead.toml"  # uv writes (and reads preferences from) pylock files
 
 # (index URL, extra index URL or "", pre) -> the layers that resolve against them
 Group = tuple[str, str, bool]
@@ -109,52 +128,56 @@ class ReadAhead:
         return {pin: meta for pin, meta in found.items() if meta is not None}
 
     def _pages(self, members: list[LayerInputs]) -> None:
-        """The project pages of the members' direct requirements, read in the background."""
+        """The project pages of the first layer's direct requirements, read in the background
+        while it compiles (its metadata read needs them; the later layers' pins come with
+        their files' URLs from the read-ahead's own compile, no page needed)."""
         context = tls_context()
         urls = [url for url in (members[0].extra_index_url, members[0].index_url) if url]
-        for name in sorted({n for inputs in members for n in _direct_names(inputs)}):
+        for name in sorted(_direct_names(members[0])):
             for url in urls[-1:]:  # the primary index: the extra one may not carry it
                 self._pool.submit(self.pages.files, url, name, context=context, stats=self.stats)
 
     def _run(self, members: list[LayerInputs]) -> None:
         work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
         try:
-            pins = self._compile(work, members)
+            chosen = self._compile(work, members)
         except AuditError:
-            pins = []  # the layers fetch for themselves: a read-ahead only ever saves time
+            chosen = {}  # the layers fetch for themselves: a read-ahead only ever saves time
         finally:
             shutil.rmtree(work, ignore_errors=True)
         with self._lock:
             if self._stop.is_set():
                 return
-            for pin in pins:
+            for pin, file in chosen.items():
                 key = (group_of(members[0]), *pin)
-                self._reads[key] = self._pool.submit(self._read, members[0], pin)
+                self._reads[key] = self._pool.submit(self._read, members[0], pin, file)
 
-    def _compile(self, work: Path, members: list[LayerInputs]) -> list[tuple[str, str]]:
-        """Every member's requirements resolved together, base versions preferred: the pins
-        chosen (canonical name, version), minus what the base already has."""
+    def _compile(
+        self, work: Path, members: list[LayerInputs]
+    ) -> dict[tuple[str, str], IndexFile | None]:
+        """Every member's requirements resolved together, base versions preferred: each pin
+        chosen (canonical name, version) but the base's, with the wheel uv chose for it."""
         for inputs in members:
             for relpath, data in inputs.files.items():
                 (work / "recipe" / relpath).parent.mkdir(parents=True, exist_ok=True)
                 (work / "recipe" / relpath).write_bytes(data)
         union = "".join(f"-r {inputs.requirements}\n" for inputs in members)
         (work / "recipe" / "layer-audit-read-ahead.in").write_text(union)
-        existing = "".join(f"{name}=={version}\n" for name, version in sorted(self.installed))
-        (work / "read-ahead.txt").write_text(existing)
+        (work / OUTPUT).write_text(_preferences(self.installed))
         argv = self.command(members[0], work)
         done = commands.run(argv, cwd=work / "recipe", env=self.environment, check=False,
                             timeout=TIMEOUT)  # fmt: skip
         if done.returncode != 0 or self._stop.is_set():
-            return []
-        return [pin for pin in _pins((work / "read-ahead.txt").read_text())
-                if pin not in self.installed]  # fmt: skip
+            return {}
+        chosen = _chosen((work / OUTPUT).read_text())
+        return {pin: file for pin, file in chosen.items() if pin not in self.installed}
 
-    def _read(self, inputs: LayerInputs, pin: tuple[str, str]) -> Metadata | None:
+    def _read(
+        self, inputs: LayerInputs, pin: tuple[str, str], file: IndexFile | None
+    ) -> Metadata | None:
         if self._stop.is_set():
             return None
-        found = self.reader(inputs, [pin], self.stats, self.pages)
-        return found[0] if found else None
+        return self.reader(inputs, pin, file, stats=self.stats, pages=self.pages)
 
 
 def _result(read: Future[Metadata | None]) -> Metadata | None:
@@ -179,11 +202,26 @@ def _direct_names(inputs: LayerInputs) -> set[str]:
     return names
 
 
-def _pins(text: str) -> list[tuple[str, str]]:
-    """(canonical name, version) of each ``name==version`` line of uv's output."""
-    found = []
-    for line in text.splitlines():
-        name, sep, version = line.split(" ")[0].partition("==")
-        if sep and line[:1].isalnum():
-            found.append((canonical_name(name.split("[")[0]), version.strip()))
-    return found
+def _preferences(installed: Collection[tuple[str, str]]) -> str:
+    """A pylock file of the base's versions: uv prefers what its output file already pins."""
+    head = 'lock-version = "1.0"\ncreated-by = "layer-audit"\n'
+    return head + "".join(
+        f"\n[[packages]]\nname = {json.dumps(name)}\nversion = {json.dumps(version)}\n"
+        for name, version in sorted(installed)
+    )
+
+
+def _chosen(text: str) -> dict[tuple[str, str], IndexFile | None]:
+    """(canonical name, version) -> the wheel uv's pylock output names for the target (its
+    URL and hashes), None when it names none (an sdist: the layer reads it its own way)."""
+    try:
+        packages = tomllib.loads(text).get("packages", [])
+    except tomllib.TOMLDecodeError:
+        return {}
+    chosen: dict[tuple[str, str], IndexFile | None] = {}
+    for package in packages:
+        wheels = package.get("wheels") or [{}]
+        url, hashes = wheels[0].get("url"), wheels[0].get("hashes") or {}
+        file = IndexFile(url.rsplit("/", 1)[-1], url, dict(hashes)) if url else None
+        chosen[canonical_name(str(package["name"])), str(package["version"])] = file
+    return chosen

@@ -81,12 +81,6 @@ def test_a_killed_runs_folder_is_swept_by_the_next_run(tmp_path: Path) -> None:
     uv_cache.close_run_cache(run, shared)
 
 
-def test_direct_names_skip_options_includes_and_comments() -> None:
-    text = b"-r base.in\n--pre\n# a comment\nNumPy>=2  # arrays\nscikit_learn[all]\n\nbad line ==\n"
-    layer = inputs("i", None, {"r.in": text})
-    assert uv_warm._direct_names(layer) == {"numpy", "scikit-learn"}
-
-
 def test_the_wheel_uv_chose_is_read_from_its_pylock_output() -> None:
     text = (
         'lock-version = "1.0"\n\n[[packages]]\nname = "Foo_Bar"\nversion = "1.0"\n'

@@ -8,14 +8,16 @@ preferred) fetches, into the same uv cache, the project pages and wheel metadata
 layers will ask for; then the metadata of every pin it chose (minus what the base already
 has) is read, all at once, by range requests into the wheel uv chose for the target (its
 ``pylock.toml`` output names the file's URL and hashes: no project page is fetched for it),
-for the layers to take. The first layer's direct requirements' project pages are read at the
-start (its own metadata read needs them), and every page is read once per run
-(:class:`ProjectPages`), by the read-ahead or by a layer, whichever asks first.
+for the layers to take. A page a layer or the read-ahead still needs is read once per run
+(:class:`ProjectPages`), by whichever asks first.
 
 Invariants: the read-ahead only fetches, it never decides: each layer is still resolved by its
 own ``uv pip compile`` with the earlier layers as given, and a pin's metadata is taken from the
 read-ahead only for the same name, version, indexes and target (what the layer's own read would
-have fetched). Layers are grouped by their indexes and ``pre`` (one background compile each); a
+have fetched). A layer of a group being read ahead waits for the group's background compile
+(at most :data:`WAIT` seconds) before it reads what the read-ahead does not hold: the compile
+started beside the first layer, so by then it has usually ended, and reading the same pins
+twice costs more. Layers are grouped by their indexes and ``pre`` (one background compile each); a
 read-ahead that fails (layers that conflict when resolved together, a network hiccup) only
 costs its own time. Every uv process of the run works in the run's own uv cache
 (:mod:`~audit.engines.resolvers.uv_cache`): what one fetched, the others reuse.
@@ -37,13 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from audit.core.errors import AuditError
 from audit.core.snapshot import canonical_name
 from audit.engines import process as commands
 from audit.engines.http_fetch import FetchStats
-from audit.engines.resolvers.job import WORK_PREFIX, tls_context
+from audit.engines.resolvers.job import WORK_PREFIX
 from audit.engines.run_label import work_prefix
 from audit.engines.simple_index import IndexFile, ProjectPages
 from audit.engines.wheel_metadata import Metadata
@@ -71,8 +71,9 @@ OUTPUT = "pylock.read-ahead.toml"  # uv writes (and reads preferences from) pylo
 
 # (index URL, extra index URL or "", pre) -> the layers that resolve against them
 Group = tuple[str, str, bool]
-WORKERS = 16  # metadata and page reads at once
+WORKERS = 16  # metadata reads at once
 TIMEOUT = 300.0  # seconds a background compile may take
+WAIT = 60.0  # seconds a layer waits for the background compile before reading for itself
 
 
 def group_of(inputs: LayerInputs) -> Group:
@@ -95,6 +96,7 @@ class ReadAhead:
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _compiled: dict[Group, threading.Event] = field(default_factory=dict)  # set when scheduled
 
     def start(self, layers: Sequence[LayerInputs]) -> None:
         """Read ahead for every group of at least two layers (one layer alone is resolved by
@@ -104,7 +106,7 @@ class ReadAhead:
             groups.setdefault(group_of(inputs), []).append(inputs)
         for members in groups.values():
             if len(members) > 1:
-                self._pages(members)
+                self._compiled[group_of(members[0])] = threading.Event()
                 thread = threading.Thread(target=self._run, args=(members,), daemon=True)
                 self._threads.append(thread)
                 thread.start()
@@ -112,6 +114,8 @@ class ReadAhead:
     def stop(self) -> None:
         """Reads not yet started are dropped; the background compiles are waited for."""
         self._stop.set()
+        for compiled in self._compiled.values():
+            compiled.set()  # nobody waits any more
         for thread in self._threads:
             thread.join()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -120,22 +124,16 @@ class ReadAhead:
         self, inputs: LayerInputs, pins: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], Metadata]:
         """The metadata read ahead for those of ``pins`` (canonical name, version) it holds or
-        is reading (waited for); a read that failed is left to the layer."""
+        is reading (waited for: the background compile first, at most :data:`WAIT` seconds,
+        then the reads); a read that failed is left to the layer."""
         group = group_of(inputs)
+        compiled = self._compiled.get(group)
+        if compiled is not None:
+            compiled.wait(WAIT)
         with self._lock:
             held = {pin: self._reads.get((group, *pin)) for pin in pins}
         found = {pin: _result(read) for pin, read in held.items() if read is not None}
         return {pin: meta for pin, meta in found.items() if meta is not None}
-
-    def _pages(self, members: list[LayerInputs]) -> None:
-        """The project pages of the first layer's direct requirements, read in the background
-        while it compiles (its metadata read needs them; the later layers' pins come with
-        their files' URLs from the read-ahead's own compile, no page needed)."""
-        context = tls_context()
-        urls = [url for url in (members[0].extra_index_url, members[0].index_url) if url]
-        for name in sorted(_direct_names(members[0])):
-            for url in urls[-1:]:  # the primary index: the extra one may not carry it
-                self._pool.submit(self.pages.files, url, name, context=context, stats=self.stats)
 
     def _run(self, members: list[LayerInputs]) -> None:
         work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
@@ -145,12 +143,20 @@ class ReadAhead:
             chosen = {}  # the layers fetch for themselves: a read-ahead only ever saves time
         finally:
             shutil.rmtree(work, ignore_errors=True)
+        try:
+            self._schedule(members[0], chosen)
+        finally:
+            self._compiled[group_of(members[0])].set()
+
+    def _schedule(
+        self, inputs: LayerInputs, chosen: Mapping[tuple[str, str], IndexFile | None]
+    ) -> None:
         with self._lock:
             if self._stop.is_set():
                 return
             for pin, file in chosen.items():
-                key = (group_of(members[0]), *pin)
-                self._reads[key] = self._pool.submit(self._read, members[0], pin, file)
+                key = (group_of(inputs), *pin)
+                self._reads[key] = self._pool.submit(self._read, inputs, pin, file)
 
     def _compile(
         self, work: Path, members: list[LayerInputs]
@@ -185,21 +191,6 @@ def _result(read: Future[Metadata | None]) -> Metadata | None:
         return read.result()
     except (AuditError, CancelledError):
         return None
-
-
-def _direct_names(inputs: LayerInputs) -> set[str]:
-    """The names the layer's own requirements file asks for (options and includes skipped)."""
-    text = inputs.files.get(inputs.requirements, b"").decode("utf-8", "replace")
-    names = set()
-    for raw in text.splitlines():
-        line = raw.split(" #")[0].strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        try:
-            names.add(canonical_name(Requirement(line).name))
-        except InvalidRequirement:
-            continue
-    return names
 
 
 def _preferences(installed: Collection[tuple[str, str]]) -> str:

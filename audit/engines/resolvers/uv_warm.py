@@ -139,7 +139,7 @@ class ReadAhead:
         work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
         try:
             chosen = self._compile(work, members)
-        except AuditError:
+        except (AuditError, OSError):
             chosen = {}  # the layers fetch for themselves: a read-ahead only ever saves time
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -187,9 +187,11 @@ class ReadAhead:
 
 
 def _result(read: Future[Metadata | None]) -> Metadata | None:
+    """The read's metadata; None for any failure (the layer then reads the pin itself, and
+    meets the failure there, in its own words)."""
     try:
         return read.result()
-    except (AuditError, CancelledError):
+    except (Exception, CancelledError):  # a read-ahead only ever saves time
         return None
 
 

@@ -1,13 +1,17 @@
 """``lock`` against the bare resolver it wraps, side by side in one run (issue 22's targets).
 
-Usage: ``python benchmarks/bench_lock_bare.py [RECIPE_DIR] [--rounds N] [--skip-pip-tools]``
+Usage: ``python benchmarks/bench_lock_bare.py [RECIPE_DIR] [--rounds N] [--skip-pip-tools]
+[--before REF]``
 (default: ``benchmarks/recipes/sci-stack``: numpy, scipy, pandas, scikit-learn, matplotlib from
 real PyPI). Three comparisons, each timed as whole processes, medians of ``--rounds`` (>= 3):
 
 - **uv, cold**: ``layer-audit lock`` (``resolver = "uv"``, no locks, empty uv and metadata
   caches) vs bare ``uv pip compile --generate-hashes`` of every layer's requirements in one file
   for the same target (``--python-version``/``--python-platform`` of the base record), with an
-  empty cache; bytes written to each cache are the bytes downloaded;
+  empty cache; bytes downloaded: what lands in uv's cache, plus (layer-audit) what its own
+  metadata reads fetched (the ``N requests, X MB downloaded`` its lock logs note); with
+  ``--before REF``, the lock of the code at git ``REF`` (exported under ``build/bench``) is
+  timed cold in the same rounds, with its own empty caches;
 - **uv, one edit**: one line added to the last layer's ``.in``, ``lock`` again, vs the bare
   compile given its previous output (``-o`` the same file) and the same edit, warm caches;
 - **pip-tools, one edit**: the same edit with ``resolver = "pip-tools"`` (pip-compile inside the
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -56,11 +61,12 @@ def folder_bytes(folder: Path) -> int:
 
 
 class Project:
-    """A scratch project holding the recipe with one resolver, and its own tool cache."""
+    """A scratch project holding the recipe with one resolver, and its own tool cache; its
+    ``lock`` runs the code under ``src`` (this checkout by default)."""
 
-    def __init__(self, recipe: Path, resolver: str) -> None:
+    def __init__(self, recipe: Path, resolver: str, src: Path = ROOT, tag: str = "") -> None:
         self.name = recipe.resolve().name
-        self.root = ROOT / "build" / "bench" / f"bare-{resolver}"
+        self.root = ROOT / "build" / "bench" / f"bare-{resolver}{tag}"
         shutil.rmtree(self.root, ignore_errors=True)
         target = self.root / "images" / self.name
         shutil.copytree(recipe, target, ignore=shutil.ignore_patterns("locks"))
@@ -68,8 +74,8 @@ class Project:
         toml.write_text(
             toml.read_text().replace("[image]\n", f'[image]\nresolver = "{resolver}"\n', 1)
         )
-        self.cache = self.root.parent / f"bare-{resolver}-cache"  # kept: tools installed once
-        self.env = dict(os.environ, PYTHONPATH=str(ROOT), LAYER_AUDIT_CACHE=str(self.cache))
+        self.cache = self.root.parent / f"bare-{resolver}{tag}-cache"  # kept: tools installed once
+        self.env = dict(os.environ, PYTHONPATH=str(src), LAYER_AUDIT_CACHE=str(self.cache))
         self.last = sorted((target / "requirements").glob("*.in"))[-1]
         self.original = self.last.read_text()
 
@@ -80,6 +86,26 @@ class Project:
     def requirements(self) -> str:
         files = sorted((self.root / "images" / self.name / "requirements").glob("*.in"))
         return "".join(p.read_text() for p in files)
+
+    def fetched_bytes(self) -> int:
+        """What the last run downloaded beside uv's shared cache, as its lock logs note it:
+        each layer's own metadata reads, the read-ahead's reads and the project pages uv kept in
+        the run's own cache (both cumulative: their largest note counts)."""
+        own, ahead, pages = 0.0, 0.0, 0.0
+        for log in (self.root / "build" / ".layer-audit" / "lock-logs" / self.name).glob("*.log"):
+            for line in log.read_text().splitlines():
+                found = re.search(r"([\d.]+) MB downloaded", line)
+                kept = re.search(r"project pages of this run so far: ([\d.]+) MB", line)
+                if found and "read ahead so far" in line:
+                    ahead = max(ahead, float(found.group(1)))
+                elif found and "moved pins" in line:
+                    own += float(found.group(1))
+                if kept:
+                    pages = max(pages, float(kept.group(1)))
+        return int((own + ahead + pages) * 1e6)
+
+    def drop_logs(self) -> None:
+        shutil.rmtree(self.root / "build" / ".layer-audit" / "lock-logs", ignore_errors=True)
 
     def drop_locks(self) -> None:
         for path in (self.root / "locks" / self.name).glob("v*.txt"):
@@ -122,22 +148,46 @@ def uv_caches(project: Project) -> list[Path]:
     return [project.cache / "host" / "uv-cache", project.cache / "host" / "metadata"]
 
 
-def measure_uv(recipe: Path, rounds: int) -> dict[str, tuple[float, float, int, int]]:
+def cold_lock(project: Project) -> tuple[float, int]:
+    """(seconds, bytes downloaded) of one lock with no locks and empty uv and metadata caches."""
+    project.drop_locks()
+    project.drop_logs()
+    for folder in uv_caches(project):
+        shutil.rmtree(folder, ignore_errors=True)
+    seconds = project.lock()
+    return seconds, folder_bytes(uv_caches(project)[0]) + project.fetched_bytes()
+
+
+def export(ref: str) -> Path:
+    """The project's code at git ``ref``, exported (read-only use) under build/bench."""
+    target = ROOT / "build" / "bench" / f"src-{re.sub(r'[^A-Za-z0-9_.-]', '_', ref)}"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref, "audit"], cwd=ROOT, capture_output=True,
+                             check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+Row = tuple[float, float, int, int]
+
+
+def measure_uv(recipe: Path, rounds: int, before: str | None) -> dict[str, Row]:
     project = Project(recipe, "uv")
     project.lock("--record-base")  # records the base and installs uv (untimed)
+    old = Project(recipe, "uv", export(before), "-before") if before else None
+    if old is not None:
+        old.lock("--record-base")
     work, bare_cache = project.root / "bare", project.root / "bare-cache"
     work.mkdir(exist_ok=True)
-    cold_project, cold_bare, project_bytes, bare_bytes = [], [], [], []
+    cold: dict[str, list[tuple[float, int]]] = {"project": [], "before": [], "bare": []}
     for _ in range(rounds):
-        project.drop_locks()
-        for folder in uv_caches(project):
-            shutil.rmtree(folder, ignore_errors=True)
-        cold_project.append(project.lock())
-        project_bytes.append(sum(folder_bytes(f) for f in uv_caches(project)))
+        cold["project"].append(cold_lock(project))
+        if old is not None:
+            cold["before"].append(cold_lock(old))
         shutil.rmtree(bare_cache, ignore_errors=True)
         (work / "all.txt").unlink(missing_ok=True)
-        cold_bare.append(bare_uv(project, work, bare_cache))
-        bare_bytes.append(folder_bytes(bare_cache))
+        cold["bare"].append((bare_uv(project, work, bare_cache), folder_bytes(bare_cache)))
     edit_project, edit_bare = [], []
     for _ in range(rounds):
         project.edit(True)
@@ -146,11 +196,17 @@ def measure_uv(recipe: Path, rounds: int) -> dict[str, tuple[float, float, int, 
         project.edit(False)
         project.lock()
         bare_uv(project, work, bare_cache)
-    return {
-        "uv cold": (statistics.median(cold_project), statistics.median(cold_bare),
-                    int(statistics.median(project_bytes)), int(statistics.median(bare_bytes))),
-        "uv one edit": (statistics.median(edit_project), statistics.median(edit_bare), 0, 0),
-    }  # fmt: skip
+    bare, mine = _medians(cold["bare"]), _medians(cold["project"])
+    results = {"uv cold": (mine[0], bare[0], mine[1], bare[1])}
+    if old is not None:
+        mine = _medians(cold["before"])
+        results[f"uv cold ({before})"] = (mine[0], bare[0], mine[1], bare[1])
+    results["uv one edit"] = (statistics.median(edit_project), statistics.median(edit_bare), 0, 0)
+    return results
+
+
+def _medians(runs: list[tuple[float, int]]) -> tuple[float, int]:
+    return statistics.median(r[0] for r in runs), int(statistics.median(r[1] for r in runs))
 
 
 # -- pip-tools ---------------------------------------------------------------------------------
@@ -180,7 +236,7 @@ def bare_pip_compile(project: Project, work: Path) -> float:
     return timed(argv)
 
 
-def measure_pip_tools(recipe: Path, rounds: int) -> dict[str, tuple[float, float, int, int]]:
+def measure_pip_tools(recipe: Path, rounds: int) -> dict[str, Row]:
     project = Project(recipe, "pip-tools")
     project.lock("--record-base")  # records the base, installs pip-tools, compiles (untimed)
     work = project.root / "bare"
@@ -204,21 +260,25 @@ def main() -> int:
     parser.add_argument("recipe", nargs="?", default=str(ROOT / "benchmarks/recipes/sci-stack"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-pip-tools", action="store_true")
+    parser.add_argument("--before", metavar="REF", help="also time the lock of git REF, cold")
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds: medians of at least 3")
     recipe = Path(args.recipe)
-    results = measure_uv(recipe, args.rounds)
+    results = measure_uv(recipe, args.rounds, args.before)
     print(json.dumps(results), flush=True)  # kept even if the pip-tools part stops the script
     if not args.skip_pip_tools:
         results |= measure_pip_tools(recipe, args.rounds)
-    print(f"{'case':20} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  bytes")
+    print(f"{'case':26} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  "
+          "bytes downloaded")  # fmt: skip
     met = True
     for case, (mine, bare, mine_bytes, bare_bytes) in results.items():
         ratio = mine / bare
-        met = met and ratio <= TARGETS[case]
+        target = TARGETS.get(case)  # the --before row has none: it is the reference
+        met = met and (target is None or ratio <= target)
         sizes = f"{mine_bytes / 1e6:.1f} MB vs {bare_bytes / 1e6:.1f} MB" if bare_bytes else ""
-        print(f"{case:20} {mine:11.2f}s {bare:9.2f}s {ratio:6.2f}x {TARGETS[case]:6.1f}x  {sizes}")
+        goal = f"{target:6.1f}x" if target else "      -"
+        print(f"{case:26} {mine:11.2f}s {bare:9.2f}s {ratio:6.2f}x {goal}  {sizes}")
     print(json.dumps({case: [round(v, 3) for v in values] for case, values in results.items()}))
     return 0 if met else 1
 

@@ -318,8 +318,9 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
     backend = select(recipe, record, host=options.host)
     run = LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
                   options.upgrade)  # fmt: skip
-    for state in states:
-        run.visit(state)
+    with backend.warm(run.read_ahead_inputs(states), run.base_versions()):
+        for state in states:
+            run.visit(state)
     _summarize(run, options, summary)
     return EXIT_OK
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
@@ -66,6 +68,33 @@ def project_files(
         return _from_html(text, answer.url)
     except (ValueError, TypeError, AttributeError) as exc:
         raise unreachable(url, f"not a simple-index page: {exc}") from exc
+
+
+class ProjectPages:
+    """Project pages read at most once per (index, project) while the object lives (one lock
+    run), shared between threads: a page asked for while another thread reads it waits for
+    that read, and a read that failed fails the same way for every asker."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], Future[list[IndexFile]]] = {}
+        self._lock = threading.Lock()
+
+    def files(
+        self, index_url: str, name: str, *, context: ssl.SSLContext | None, stats: FetchStats
+    ) -> list[IndexFile]:
+        """:func:`project_files`, read once."""
+        key = (index_url, canonical_name(name))
+        with self._lock:
+            held = self._held.get(key)
+            mine = held is None
+            if held is None:
+                held = self._held[key] = Future()
+        if mine:
+            try:
+                held.set_result(project_files(index_url, name, context=context, stats=stats))
+            except BaseException as exc:  # handed to every asker, raised below
+                held.set_exception(exc)
+        return held.result()
 
 
 # -- PEP 691 ---------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from audit.engines import atomic
 from audit.engines.http_fetch import FetchStats, get, unreachable
 from audit.engines.remote_zip import NotAZip, read_member
 from audit.engines.resolvers.job import tls_context
-from audit.engines.simple_index import IndexFile, project_files
+from audit.engines.simple_index import IndexFile, ProjectPages, project_files
 
 __all__ = [
     "FetchStats",
@@ -229,11 +229,14 @@ def fetch_metadata(
     context: ssl.SSLContext | None = None,
     stats: FetchStats | None = None,
     cache: Path | None = None,
+    pages: ProjectPages | None = None,
 ) -> Metadata:
-    """``name==version``'s metadata from the best wheel for ``tags`` on ``index_url``."""
+    """``name==version``'s metadata from the best wheel for ``tags`` on ``index_url`` (the
+    project's page read through ``pages`` when given: once per run)."""
     stats = stats if stats is not None else FetchStats()
     context = context if context is not None else tls_context()
-    files = project_files(index_url, name, context=context, stats=stats)
+    read = pages.files if pages is not None else project_files
+    files = read(index_url, name, context=context, stats=stats)
     file = best_wheel(files, version, tags)
     if file is None:
         raise _unavailable(index_url, name, version, files)
@@ -281,6 +284,7 @@ def fetch_many(
     cache: Path | None = None,
     workers: int = 8,
     on_done: Callable[[str, Outcome], None] | None = None,
+    pages: ProjectPages | None = None,
 ) -> dict[str, Outcome]:
     """Each pin's metadata (or why the index cannot give it), by canonical name, in parallel.
 
@@ -292,7 +296,7 @@ def fetch_many(
     def one(pin: tuple[str, str]) -> tuple[str, Outcome]:
         try:
             got: Outcome = fetch_metadata(
-                index_url, *pin, tags=tags, context=context, stats=stats, cache=cache
+                index_url, *pin, tags=tags, context=context, stats=stats, cache=cache, pages=pages
             )
         except MetadataUnavailable as exc:
             got = exc

@@ -13,7 +13,8 @@ base's Python and platform). :func:`select` picks one from the recipe's ``resolv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from audit.core.errors import EnvironmentProblem, LockError
@@ -38,6 +39,13 @@ class Resolver(Protocol):
         ...
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome: ...
+
+    def warm(
+        self, layers: Sequence[LayerInputs], installed: Collection[tuple[str, str]]
+    ) -> AbstractContextManager[None]:
+        """Read ahead, while the block runs, for the run's stale ``layers`` (``installed``:
+        the base's (canonical name, version) pairs); a no-op where nothing is gained."""
+        ...
 
     def explain(
         self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str

@@ -12,6 +12,7 @@ tools index, and the index probe that tells an unreachable index from a missing 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import ssl
@@ -81,9 +82,16 @@ def ambient_ca_bundle(env: Mapping[str, str] = os.environ) -> Path | None:
 
 
 def tls_context() -> ssl.SSLContext:
-    """TLS for our own requests to an index: the machine's CA bundle when it names one."""
+    """TLS for our own requests to an index: the machine's CA bundle when it names one. One
+    context per bundle for the process (the connection pools of :mod:`http_fetch` are kept
+    per context, so every caller shares the kept connections)."""
     bundle = ambient_ca_bundle()
-    return ssl.create_default_context(cafile=str(bundle) if bundle else None)
+    return _context(str(bundle) if bundle else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(bundle: str | None) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=bundle)
 
 
 def tools_index() -> str:

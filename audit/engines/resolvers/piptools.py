@@ -21,7 +21,8 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,11 @@ class PipTools:
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
         return run_compile(self.target, job, on_line)
+
+    def warm(
+        self, layers: Sequence[LayerInputs], installed: Collection[tuple[str, str]]
+    ) -> AbstractContextManager[None]:
+        return nullcontext()  # pip's HTTP cache is per container run: nothing to share
 
     def explain(
         self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str

@@ -23,13 +23,15 @@ uv is installed from the tools index into a cached virtual environment, version 
 from __future__ import annotations
 
 import email.parser
+import functools
 import json
 import os
 import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,16 +58,33 @@ from audit.engines.resolvers.job import (
     network_failure,
     prepare_work,
     probe_indexes,
+    tls_context,
     tools_index,
     unreachable_index,
 )
+from audit.engines.resolvers.uv_cache import (
+    cache_policy,
+    close_run_cache,
+    open_run_cache,
+    private_bytes,
+)
+from audit.engines.resolvers.uv_warm import OUTPUT as AHEAD_OUTPUT
+from audit.engines.resolvers.uv_warm import ReadAhead
 from audit.engines.run_label import work_prefix
-from audit.engines.wheel_metadata import Metadata, fetch_many, target_tags
+from audit.engines.simple_index import IndexFile, ProjectPages
+from audit.engines.wheel_metadata import (
+    Metadata,
+    fetch_many,
+    parsed,
+    read_wheel_metadata,
+    target_tags,
+)
 from audit.plan.lock import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.plan.lockfile import BaseRecord
 
 RESOLVER = RESOLVERS["uv"]
 REPINS = "repins.txt"
+CONFIG = "uv.toml"
 MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
@@ -132,20 +151,51 @@ def _install_uv(venv: Path) -> None:
 
 
 def _common(job: CompileJob, target: UvTarget) -> list[str]:
-    inputs = job.inputs
-    args = ["--no-config", "--index-url", inputs.index_url]
-    if inputs.extra_index_url:
-        args += ["--extra-index-url", inputs.extra_index_url]
+    return common_args(job.inputs, target)
+
+
+def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFIG}") -> list[str]:
+    """The target's arguments; the indexes are in the run's configuration (:func:`uv_config`)."""
+    args = ["--no-config", "--config-file", config]
     if inputs.pre:
         args += ["--prerelease", "allow"]
     return [*args, "--python-version", target.python_version,
             "--python-platform", target.python_platform]  # fmt: skip
 
 
-def _environment() -> dict[str, str]:
-    """uv's environment, made from nothing: no UV_*/PIP_* configuration of this machine."""
+def uv_config(inputs: LayerInputs, run_cache: bool) -> str:
+    """uv's configuration for one invocation: the layer's indexes in uv's order (the extra
+    index first, the primary one last as the default); in a run's own cache
+    (:mod:`~audit.engines.resolvers.uv_cache`), how long uv may reuse their answers, so the
+    processes of one run share what the others fetched."""
+    policy = f"cache-control = {cache_policy()}\n" if run_cache else ""
+    urls = [(inputs.extra_index_url, False), (inputs.index_url, True)]
+    return "".join(
+        f"[[index]]\nurl = {json.dumps(url)}\n{'default = true' if default else ''}\n{policy}\n"
+        for url, default in urls
+        if url
+    )
+
+
+def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[str]:
+    """``uv pip compile`` of the read-ahead's union file in ``work/recipe`` (its configuration
+    written beside, as a layer's is): pages and metadata land in the run's uv cache."""
+    (work / CONFIG).write_text(uv_config(inputs, run_cache=True))
+    argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", f"../{AHEAD_OUTPUT}",
+            "--format", "pylock.toml", "--no-header", "--quiet"]  # fmt: skip
+    return [str(uv_binary()), *argv, *common_args(inputs, target)]
+
+
+def shared_cache() -> Path:
+    """uv's cache shared by every run (a run works in its own folder beside it)."""
+    return cache_root() / "host" / "uv-cache"
+
+
+def uv_environment(run_cache: Path | None = None) -> dict[str, str]:
+    """uv's environment, made from nothing: no UV_*/PIP_* configuration of this machine; uv's
+    cache is the run's own (:mod:`~audit.engines.resolvers.uv_cache`) when there is one."""
     env = {"PATH": os.defpath, "HOME": str(cache_root() / "host" / "home"), "LC_ALL": "C.UTF-8"}
-    env["UV_CACHE_DIR"] = str(cache_root() / "host" / "uv-cache")
+    env["UV_CACHE_DIR"] = str(run_cache or shared_cache())
     bundle = ambient_ca_bundle()
     if bundle:
         env["SSL_CERT_FILE"] = str(bundle)
@@ -173,13 +223,20 @@ def moved_lines(job: CompileJob, compiled: str, requirements: str) -> list[str]:
     return [p for p in pins if _key(p) not in installed]
 
 
-def run_uv(target: UvTarget, job: CompileJob, on_line: OnLine = print) -> Outcome:
+def run_uv(
+    target: UvTarget,
+    job: CompileJob,
+    on_line: OnLine = print,
+    ahead: ReadAhead | None = None,
+) -> Outcome:
     """One layer's job with uv in a fresh work folder; the folder is always removed. Output
-    lines and step announcements go to ``on_line`` as they come."""
+    lines and step announcements go to ``on_line`` as they come. ``ahead``: the run's
+    read-ahead, whose metadata the layer takes for the pins it holds."""
     work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
     try:
         prepare_work(work, job)
-        return _run(work, target, job, on_line)
+        session = _Session(work, _common(job, target), on_line, job.inputs, ahead)
+        return _run(session, target, job)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -191,16 +248,19 @@ class _Session:
     work: Path
     common: list[str]
     on_line: OnLine
+    inputs: LayerInputs
+    ahead: ReadAhead | None = None
     log: list[str] = field(default_factory=list)
 
     def uv(self, argv: list[str]) -> int:
         """Run ``uv ARGV`` (with the target's arguments) in the recipe folder; its exit code."""
         self.on_line(f"{STEP_MARK}{' '.join(argv[:2])} with uv {UV_VERSION}")
+        (self.work / CONFIG).write_text(uv_config(self.inputs, self.ahead is not None))
         done = commands.stream(
             [str(uv_binary()), *argv, *self.common],
             self.on_line,
             cwd=self.work / "recipe",
-            env=_environment(),
+            env=uv_environment(self.ahead.cache if self.ahead else None),
             check=False,
         )
         self.log.append(done.stderr + done.stdout)
@@ -215,8 +275,8 @@ class _Session:
         return Outcome(code or 1, "", "", "\n".join(self.log))
 
 
-def _run(work: Path, target: UvTarget, job: CompileJob, on_line: OnLine) -> Outcome:
-    session = _Session(work, _common(job, target), on_line)
+def _run(session: _Session, target: UvTarget, job: CompileJob) -> Outcome:
+    work = session.work
     compiled = ""
     if not job.no_deps:
         argv = ["pip", "compile", job.inputs.requirements, "-o", f"../{OUTPUT}",
@@ -259,10 +319,18 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
     stats = FetchStats()
     pins = [_key(m) for m in moved]
     unknown = [pin for pin in pins if pin not in job.known]
-    found, missing = metadata_from_indexes(job.inputs, target, unknown, stats)
-    reused = len(pins) - len(unknown)
-    session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock): "
-                 f"{stats.summary()}")  # fmt: skip
+    ahead = session.ahead.take(job.inputs, unknown) if session.ahead else {}
+    unknown = [pin for pin in unknown if pin not in ahead]
+    pages = session.ahead.pages if session.ahead else None
+    found, missing = metadata_from_indexes(job.inputs, target, unknown, stats, pages)
+    found += ahead.values()
+    reused = len(pins) - len(unknown) - len(ahead)
+    session.note(f"metadata of {len(moved)} moved pins ({reused} from the previous lock, "
+                 f"{len(ahead)} read ahead): {stats.summary()}")  # fmt: skip
+    if session.ahead is not None:
+        kept = private_bytes(session.ahead.cache) / 1e6
+        session.note(f"read ahead so far: {session.ahead.stats.summary()}; "
+                     f"uv's project pages of this run so far: {kept:.2f} MB")  # fmt: skip
     items = [_item(name, version, *job.known[name, version])
              for name, version in pins if (name, version) in job.known]  # fmt: skip
     items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
@@ -278,7 +346,11 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
 
 
 def metadata_from_indexes(
-    inputs: LayerInputs, target: UvTarget, pins: list[tuple[str, str]], stats: FetchStats
+    inputs: LayerInputs,
+    target: UvTarget,
+    pins: list[tuple[str, str]],
+    stats: FetchStats,
+    pages: ProjectPages | None = None,
 ) -> tuple[list[Metadata], set[str]]:
     """(metadata found, canonical names no index has a wheel of), asking the indexes in uv's
     order: the layer's extra index first (``first-index``), then the primary one."""
@@ -291,10 +363,29 @@ def metadata_from_indexes(
     for index in indexes:
         if not wanted:
             break
-        answers = fetch_many(index, wanted, tags=tags, stats=stats, cache=cache)
+        answers = fetch_many(index, wanted, tags=tags, stats=stats, cache=cache, pages=pages)
         found += [got for got in answers.values() if isinstance(got, Metadata)]
         wanted = [pin for pin in wanted if not isinstance(answers.get(pin[0]), Metadata)]
     return found, {name for name, _ in wanted}
+
+
+def _read_ahead(
+    target: UvTarget,
+    inputs: LayerInputs,
+    pin: tuple[str, str],
+    file: IndexFile | None,
+    *,
+    stats: FetchStats,
+    pages: ProjectPages,
+) -> Metadata | None:
+    """One read-ahead pin's metadata: from the wheel uv chose (no page), else the indexes."""
+    if file is None:
+        found, _ = metadata_from_indexes(inputs, target, [pin], stats, pages)
+        return found[0] if found else None
+    cache = cache_root() / "host" / "metadata"
+    raw, how = read_wheel_metadata(file, context=tls_context(), stats=stats, cache=cache)
+    meta = parsed(raw, file, how)
+    return meta if canonical_name(meta.name) == pin[0] else None
 
 
 def _item(name: str, version: str, requires: Sequence[str], python: str) -> dict[str, object]:
@@ -333,9 +424,35 @@ class Uv:
     target: UvTarget
     label: str = RESOLVER
     merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
+    _ahead: list[ReadAhead] = field(default_factory=list, compare=False, repr=False)
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
-        return run_uv(self.target, job, on_line)
+        ahead = self._ahead[-1] if self._ahead else None
+        return run_uv(self.target, job, on_line, ahead)
+
+    @contextmanager
+    def warm(
+        self, layers: Sequence[LayerInputs], installed: Collection[tuple[str, str]]
+    ) -> Iterator[None]:
+        """Read ahead for ``layers`` (the run's stale ones) while they compile
+        (:mod:`~audit.engines.resolvers.uv_warm`); stopped when the block ends."""
+        shared = shared_cache()
+        run = open_run_cache(shared)
+        ahead = ReadAhead(
+            functools.partial(read_ahead_argv, self.target),
+            uv_environment(run),
+            functools.partial(_read_ahead, self.target),
+            installed,
+            run,
+        )
+        self._ahead.append(ahead)
+        try:
+            ahead.start(layers)
+            yield
+        finally:
+            ahead.stop()
+            self._ahead.remove(ahead)
+            close_run_cache(ahead.cache, shared)
 
     def explain(
         self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str

@@ -1,0 +1,220 @@
+"""The uv backend's read-ahead: what one lock run's layers will fetch, fetched while they run.
+
+A cold lock of N layers is N ``uv pip compile`` runs one after another (each layer resolves
+with the earlier ones installed, as given), each waiting on its own round trips to the index,
+then a metadata read of what it moved. While the first layer resolves, one background
+``uv pip compile`` of every stale layer's requirements together (the base's versions
+preferred) fetches, into the same uv cache, the project pages and wheel metadata the later
+layers will ask for; then the metadata of every pin it chose (minus what the base already
+has) is read, all at once, by range requests into the wheel uv chose for the target (its
+``pylock.toml`` output names the file's URL and hashes: no project page is fetched for it),
+for the layers to take. A page a layer or the read-ahead still needs is read once per run
+(:class:`ProjectPages`), by whichever asks first.
+
+Invariants: the read-ahead only fetches, it never decides: each layer is still resolved by its
+own ``uv pip compile`` with the earlier layers as given, and a pin's metadata is taken from the
+read-ahead only for the same name, version, indexes and target (what the layer's own read would
+have fetched). A layer of a group being read ahead waits for the group's background compile
+(at most :data:`WAIT` seconds) before it reads what the read-ahead does not hold: the compile
+started beside the first layer, so by then it has usually ended, and reading the same pins
+twice costs more. Layers are grouped by their indexes and ``pre`` (one background compile each); a
+read-ahead that fails (layers that conflict when resolved together, a network hiccup) only
+costs its own time. Every uv process of the run works in the run's own uv cache
+(:mod:`~audit.engines.resolvers.uv_cache`): what one fetched, the others reuse.
+:meth:`ReadAhead.stop` ends it: reads not yet started are dropped, and the background compile
+is waited for. The uv specifics (the command, its environment, how metadata is read) are
+given by :mod:`~audit.engines.resolvers.uv`, which owns them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import tomllib
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from audit.core.errors import AuditError
+from audit.core.snapshot import canonical_name
+from audit.engines import process as commands
+from audit.engines.http_fetch import FetchStats
+from audit.engines.resolvers.job import WORK_PREFIX
+from audit.engines.run_label import work_prefix
+from audit.engines.simple_index import IndexFile, ProjectPages
+from audit.engines.wheel_metadata import Metadata
+from audit.plan.lock import LayerInputs
+
+# the read-ahead compile's argv for the group's first layer and the work folder
+Command = Callable[[LayerInputs, Path], list[str]]
+
+
+class Reader(Protocol):
+    """One pin's metadata: from the wheel file uv chose (no project page), else the indexes."""
+
+    def __call__(
+        self,
+        inputs: LayerInputs,
+        pin: tuple[str, str],
+        file: IndexFile | None,
+        *,
+        stats: FetchStats,
+        pages: ProjectPages,
+    ) -> Metadata | None: ...
+
+
+OUTPUT = "pylock.read-ahead.toml"  # uv writes (and reads preferences from) pylock files
+
+# (index URL, extra index URL or "", pre) -> the layers that resolve against them
+Group = tuple[str, str, bool]
+WORKERS = 16  # metadata reads at once
+TIMEOUT = 300.0  # seconds a background compile may take
+WAIT = 60.0  # seconds a layer waits for the background compile before reading for itself
+
+
+def group_of(inputs: LayerInputs) -> Group:
+    return (inputs.index_url, inputs.extra_index_url or "", inputs.pre)
+
+
+@dataclass
+class ReadAhead:
+    """The background work of one lock run: pages and metadata read, or being read."""
+
+    command: Command
+    environment: Mapping[str, str]  # uv's, with the run's own cache (uv_cache.open_run_cache)
+    reader: Reader
+    installed: Collection[tuple[str, str]]  # (canonical name, version) the base already has
+    cache: Path  # the run's uv cache folder
+    pages: ProjectPages = field(default_factory=ProjectPages)
+    stats: FetchStats = field(default_factory=FetchStats)
+    _reads: dict[tuple[Group, str, str], Future[Metadata | None]] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(WORKERS))
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _compiled: dict[Group, threading.Event] = field(default_factory=dict)  # set when scheduled
+
+    def start(self, layers: Sequence[LayerInputs]) -> None:
+        """Read ahead for every group of at least two layers (one layer alone is resolved by
+        its own compile at once: nothing to read ahead)."""
+        groups: dict[Group, list[LayerInputs]] = {}
+        for inputs in layers:
+            groups.setdefault(group_of(inputs), []).append(inputs)
+        for members in groups.values():
+            if len(members) > 1:
+                self._compiled[group_of(members[0])] = threading.Event()
+                thread = threading.Thread(target=self._run, args=(members,), daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def stop(self) -> None:
+        """Reads not yet started are dropped; the background compiles are waited for."""
+        self._stop.set()
+        for compiled in self._compiled.values():
+            compiled.set()  # nobody waits any more
+        for thread in self._threads:
+            thread.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def take(
+        self, inputs: LayerInputs, pins: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], Metadata]:
+        """The metadata read ahead for those of ``pins`` (canonical name, version) it holds or
+        is reading (waited for: the background compile first, at most :data:`WAIT` seconds,
+        then the reads); a read that failed is left to the layer."""
+        group = group_of(inputs)
+        compiled = self._compiled.get(group)
+        if compiled is not None:
+            compiled.wait(WAIT)
+        with self._lock:
+            held = {pin: self._reads.get((group, *pin)) for pin in pins}
+        found = {pin: _result(read) for pin, read in held.items() if read is not None}
+        return {pin: meta for pin, meta in found.items() if meta is not None}
+
+    def _run(self, members: list[LayerInputs]) -> None:
+        work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
+        try:
+            chosen = self._compile(work, members)
+        except (AuditError, OSError):
+            chosen = {}  # the layers fetch for themselves: a read-ahead only ever saves time
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        try:
+            self._schedule(members[0], chosen)
+        finally:
+            self._compiled[group_of(members[0])].set()
+
+    def _schedule(
+        self, inputs: LayerInputs, chosen: Mapping[tuple[str, str], IndexFile | None]
+    ) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            for pin, file in chosen.items():
+                key = (group_of(inputs), *pin)
+                self._reads[key] = self._pool.submit(self._read, inputs, pin, file)
+
+    def _compile(
+        self, work: Path, members: list[LayerInputs]
+    ) -> dict[tuple[str, str], IndexFile | None]:
+        """Every member's requirements resolved together, base versions preferred: each pin
+        chosen (canonical name, version) but the base's, with the wheel uv chose for it."""
+        for inputs in members:
+            for relpath, data in inputs.files.items():
+                (work / "recipe" / relpath).parent.mkdir(parents=True, exist_ok=True)
+                (work / "recipe" / relpath).write_bytes(data)
+        union = "".join(f"-r {inputs.requirements}\n" for inputs in members)
+        (work / "recipe" / "layer-audit-read-ahead.in").write_text(union)
+        (work / OUTPUT).write_text(_preferences(self.installed))
+        argv = self.command(members[0], work)
+        done = commands.run(argv, cwd=work / "recipe", env=self.environment, check=False,
+                            timeout=TIMEOUT)  # fmt: skip
+        if done.returncode != 0 or self._stop.is_set():
+            return {}
+        chosen = _chosen((work / OUTPUT).read_text())
+        return {pin: file for pin, file in chosen.items() if pin not in self.installed}
+
+    def _read(
+        self, inputs: LayerInputs, pin: tuple[str, str], file: IndexFile | None
+    ) -> Metadata | None:
+        if self._stop.is_set():
+            return None
+        return self.reader(inputs, pin, file, stats=self.stats, pages=self.pages)
+
+
+def _result(read: Future[Metadata | None]) -> Metadata | None:
+    """The read's metadata; None for any failure (the layer then reads the pin itself, and
+    meets the failure there, in its own words)."""
+    try:
+        return read.result()
+    except (Exception, CancelledError):  # a read-ahead only ever saves time
+        return None
+
+
+def _preferences(installed: Collection[tuple[str, str]]) -> str:
+    """A pylock file of the base's versions: uv prefers what its output file already pins."""
+    head = 'lock-version = "1.0"\ncreated-by = "layer-audit"\n'
+    return head + "".join(
+        f"\n[[packages]]\nname = {json.dumps(name)}\nversion = {json.dumps(version)}\n"
+        for name, version in sorted(installed)
+    )
+
+
+def _chosen(text: str) -> dict[tuple[str, str], IndexFile | None]:
+    """(canonical name, version) -> the wheel uv's pylock output names for the target (its
+    URL and hashes), None when it names none (an sdist: the layer reads it its own way)."""
+    try:
+        packages = tomllib.loads(text).get("packages", [])
+    except tomllib.TOMLDecodeError:
+        return {}
+    chosen: dict[tuple[str, str], IndexFile | None] = {}
+    for package in packages:
+        wheels = package.get("wheels") or [{}]
+        url, hashes = wheels[0].get("url"), wheels[0].get("hashes") or {}
+        file = IndexFile(url.rsplit("/", 1)[-1], url, dict(hashes)) if url else None
+        chosen[canonical_name(str(package["name"])), str(package["version"])] = file
+    return chosen

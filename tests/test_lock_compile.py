@@ -164,6 +164,28 @@ def test_an_installed_package_that_must_move_up_is_upgraded_and_pinned(
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_a_relock_hashes_no_file_of_a_pin_installed_before_the_layer(
+    tmp_path: Path, wheels: Wheelhouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # alpha 2.0 (installed by v1) also has a wheel no resolution for this host picks: only
+    # hashing every file of alpha 2.0 would fetch it
+    wheels("alpha", "2.0", tag="cp39-cp39-win_amd64")
+    wheels("epsilon", "1.0")
+    served: list[str] = []
+    with serve_index(wheels.path, served=served) as index:
+        root = write_project(tmp_path / "project", index, "beta\n", "delta\n")
+        monkeypatch.chdir(root)
+        assert run_lock("t", "--host") == 0
+        assert any("win_amd64" in name for name in served)  # v1 pins alpha: every file hashed
+        (root / "images/t/requirements/v2.in").write_text("delta\nepsilon\n")
+        served.clear()
+        assert run_lock("t", "--host") == 0
+    v2 = parse_lock((root / "locks/t/v2-01.txt").read_bytes(), "v2")
+    assert {n: p.version for n, p in v2.pins.items()} == {"delta": "1.0", "epsilon": "1.0"}
+    assert all(pin.hashes for pin in v2.pins.values())
+    assert not [name for name in served if "win_amd64" in name]
+
+
 def test_an_undeclared_index_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     v1 = project / "images/t/requirements/v1.in"
     v1.write_text("--extra-index-url http://127.0.0.1:9/simple/\nbeta\n")

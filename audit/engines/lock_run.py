@@ -48,7 +48,7 @@ from audit.plan.lockfile import Lock, PinMetadata, lock_relpath, parse_lock, ren
 from audit.plan.predict import Installed, StepJudge, apply_lock
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
-from audit.plan.standins import standin_wheels
+from audit.plan.standins import standin_digests, standin_wheels
 
 
 @dataclass
@@ -106,7 +106,7 @@ class LockRun:
             standin_wheels(installed),
             layer.no_deps,
             layer.override,
-            preferred_pins(installed, previous, self.upgrade),
+            preferred_pins(installed, previous, self.upgrade, standin_digests(installed)),
             upgrade_constraints(self.upgrade),
             known_metadata(previous),
         )

@@ -164,7 +164,7 @@ def test_an_installed_package_that_must_move_up_is_upgraded_and_pinned(
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_a_relock_hashes_no_file_of_a_pin_installed_before_the_layer(
+def test_a_one_line_edit_hashes_no_installed_pin_and_reads_only_new_pins_metadata(
     tmp_path: Path, wheels: Wheelhouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # alpha 2.0 (installed by v1) also has a wheel no resolution for this host picks: only
@@ -184,6 +184,10 @@ def test_a_relock_hashes_no_file_of_a_pin_installed_before_the_layer(
     assert {n: p.version for n, p in v2.pins.items()} == {"delta": "1.0", "epsilon": "1.0"}
     assert all(pin.hashes for pin in v2.pins.values())
     assert not [name for name in served if "win_amd64" in name]
+    # delta did not move: its metadata comes from the previous lock, pip reads epsilon's only
+    log = (root / "build/.layer-audit/lock-logs/t/v2-01.log").read_text()
+    assert "Would install epsilon-1.0\n" in log
+    assert v2.metadata["delta"].requires_dist == ("alpha",)
 
 
 def test_an_undeclared_index_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """``lock`` against the bare resolver it wraps, side by side in one run (issue 22's targets).
 
-Usage: ``python benchmarks/bench_lock_bare.py [RECIPE_DIR] [--rounds N] [--skip-pip-tools]``
+Usage: ``python benchmarks/bench_lock_bare.py [RECIPE_DIR] [--rounds N] [--skip-pip-tools]
+[--skip-uv] [--before DIR]``
 (default: ``benchmarks/recipes/sci-stack``: numpy, scipy, pandas, scikit-learn, matplotlib from
 real PyPI). Three comparisons, each timed as whole processes, medians of ``--rounds`` (>= 3):
 
@@ -13,6 +14,10 @@ real PyPI). Three comparisons, each timed as whole processes, medians of ``--rou
 - **pip-tools, one edit**: the same edit with ``resolver = "pip-tools"`` (pip-compile inside the
   base image) vs bare ``pip-compile --generate-hashes`` in the same image, the same pip-tools
   environment, given its previous output and the same edit (warm HTTP cache on both sides).
+
+``--before DIR`` (a copy of an earlier layer-audit, e.g. ``git archive REV | tar -x -C DIR``)
+adds the same pip-tools one edit with that code, in the same rounds, beside the current one
+(same recipe, same tool cache), so a change is measured before and after in one run.
 
 Every timed run must succeed (exit 0, or the script stops); the ratios print beside the targets
 (uv <= 1.3x cold and one edit; pip-tools one edit <= 1.5x). Exit 0 when all targets hold.
@@ -58,9 +63,9 @@ def folder_bytes(folder: Path) -> int:
 class Project:
     """A scratch project holding the recipe with one resolver, and its own tool cache."""
 
-    def __init__(self, recipe: Path, resolver: str) -> None:
+    def __init__(self, recipe: Path, resolver: str, code: Path = ROOT, tag: str = "") -> None:
         self.name = recipe.resolve().name
-        self.root = ROOT / "build" / "bench" / f"bare-{resolver}"
+        self.root = ROOT / "build" / "bench" / f"bare-{resolver}{tag}"
         shutil.rmtree(self.root, ignore_errors=True)
         target = self.root / "images" / self.name
         shutil.copytree(recipe, target, ignore=shutil.ignore_patterns("locks"))
@@ -69,7 +74,7 @@ class Project:
             toml.read_text().replace("[image]\n", f'[image]\nresolver = "{resolver}"\n', 1)
         )
         self.cache = self.root.parent / f"bare-{resolver}-cache"  # kept: tools installed once
-        self.env = dict(os.environ, PYTHONPATH=str(ROOT), LAYER_AUDIT_CACHE=str(self.cache))
+        self.env = dict(os.environ, PYTHONPATH=str(code), LAYER_AUDIT_CACHE=str(self.cache))
         self.last = sorted((target / "requirements").glob("*.in"))[-1]
         self.original = self.last.read_text()
 
@@ -180,23 +185,40 @@ def bare_pip_compile(project: Project, work: Path) -> float:
     return timed(argv)
 
 
-def measure_pip_tools(recipe: Path, rounds: int) -> dict[str, tuple[float, float, int, int]]:
+def one_edit(project: Project) -> float:
+    """The timed relock after the edit; the edit is then undone and relocked (untimed)."""
+    project.edit(True)
+    seconds = project.lock()
+    project.edit(False)
+    project.lock()
+    return seconds
+
+
+def measure_pip_tools(
+    recipe: Path, rounds: int, before: Path | None = None
+) -> dict[str, tuple[float, float, int, int]]:
     project = Project(recipe, "pip-tools")
     project.lock("--record-base")  # records the base, installs pip-tools, compiles (untimed)
+    earlier = Project(recipe, "pip-tools", before, "-before") if before else None
+    if earlier:
+        earlier.lock("--record-base")
     work = project.root / "bare"
     work.mkdir(exist_ok=True)
     bare_pip_compile(project, work)  # the bare previous output, and a warm HTTP cache
-    project_runs, bare_runs = [], []
+    project_runs, earlier_runs, bare_runs = [], [], []
     for _ in range(rounds):
+        project_runs.append(one_edit(project))
+        if earlier:
+            earlier_runs.append(one_edit(earlier))
         project.edit(True)
-        project_runs.append(project.lock())
         bare_runs.append(bare_pip_compile(project, work))
         project.edit(False)
-        project.lock()
         bare_pip_compile(project, work)
-    return {
-        "pip-tools one edit": (statistics.median(project_runs), statistics.median(bare_runs), 0, 0)
-    }
+    bare = statistics.median(bare_runs)
+    found = {"pip-tools one edit": (statistics.median(project_runs), bare, 0, 0)}
+    if earlier_runs:
+        found["pip-tools one edit, --before"] = (statistics.median(earlier_runs), bare, 0, 0)
+    return found
 
 
 def main() -> int:
@@ -204,21 +226,27 @@ def main() -> int:
     parser.add_argument("recipe", nargs="?", default=str(ROOT / "benchmarks/recipes/sci-stack"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-pip-tools", action="store_true")
+    parser.add_argument("--skip-uv", action="store_true")
+    parser.add_argument("--before", type=Path, help="an earlier layer-audit, timed beside")
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds: medians of at least 3")
+    if args.before and not (args.before / "audit" / "__main__.py").is_file():
+        parser.error(f"--before {args.before}: not a copy of layer-audit (no audit/__main__.py)")
     recipe = Path(args.recipe)
-    results = measure_uv(recipe, args.rounds)
+    results = {} if args.skip_uv else measure_uv(recipe, args.rounds)
     print(json.dumps(results), flush=True)  # kept even if the pip-tools part stops the script
     if not args.skip_pip_tools:
-        results |= measure_pip_tools(recipe, args.rounds)
-    print(f"{'case':20} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  bytes")
+        before = args.before.resolve() if args.before else None
+        results |= measure_pip_tools(recipe, args.rounds, before)
+    print(f"{'case':29} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  bytes")
     met = True
     for case, (mine, bare, mine_bytes, bare_bytes) in results.items():
-        ratio = mine / bare
-        met = met and ratio <= TARGETS[case]
+        ratio, target = mine / bare, TARGETS.get(case)
+        met = met and (target is None or ratio <= target)
         sizes = f"{mine_bytes / 1e6:.1f} MB vs {bare_bytes / 1e6:.1f} MB" if bare_bytes else ""
-        print(f"{case:20} {mine:11.2f}s {bare:9.2f}s {ratio:6.2f}x {TARGETS[case]:6.1f}x  {sizes}")
+        goal = f"{target:6.1f}x" if target else f"{'-':>7}"
+        print(f"{case:29} {mine:11.2f}s {bare:9.2f}s {ratio:6.2f}x {goal}  {sizes}")
     print(json.dumps({case: [round(v, 3) for v in values] for case, values in results.items()}))
     return 0 if met else 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import platform
 import signal
@@ -188,6 +189,22 @@ def test_a_one_line_edit_hashes_no_installed_pin_and_reads_only_new_pins_metadat
     log = (root / "build/.layer-audit/lock-logs/t/v2-01.log").read_text()
     assert "Would install epsilon-1.0\n" in log
     assert v2.metadata["delta"].requires_dist == ("alpha",)
+
+
+def test_an_earlier_lock_that_comes_out_the_same_leaves_later_layers_uncompiled(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_lock("t", "--host") == 0
+    before = lock_bytes(project)
+    (project / "images/t/requirements/v1.in").write_text("# what v2 builds on\nbeta\n")
+    capsys.readouterr()
+    assert run_lock("t", "--host", "--format", "json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["written"] == ["locks/t/v1-01.txt"] and summary["fresh"] == 1
+    after = lock_bytes(project)
+    assert after["v2-01.txt"] == before["v2-01.txt"]  # v1's body is the same: v2 was kept
+    assert after["v1-01.txt"] != before["v1-01.txt"]  # its header names the new input
+    assert run_lock("t", "--check") == 0
 
 
 def test_an_undeclared_index_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,7 @@ from audit.plan.lock import (
     Constraint,
     LockState,
     Upgrade,
+    changed_inputs,
     existing_pins,
     installed_before,
     layer_inputs,
@@ -73,7 +74,7 @@ class LockRun:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger) under
         today's policy and waivers: a kept lock that no longer passes stops the run (exit 1)."""
         before = self.environment()
-        if state.status == "fresh" and not self.upgrade.active:
+        if (state.status == "fresh" or self.still_fresh(state)) and not self.upgrade.active:
             lock = self.fresh_locks[state.step.slug]
             installed = installed_before(self.base_pins, self.earlier)
             self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
@@ -83,6 +84,19 @@ class LockRun:
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
         self.current = apply_lock(before, lock)
+
+    def still_fresh(self, state: LockState) -> bool:
+        """Whether a lock the survey staled only because an earlier layer was stale records
+        exactly today's inputs, now that the earlier layers are compiled: an earlier lock that
+        came out byte-identical (a comment edited, a line reordered) gives a later layer the
+        same installed set, so it is kept, not compiled again."""
+        previous = self.fresh_locks.get(state.step.slug)
+        if previous is None or state.status != "stale":
+            return False
+        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        inputs = layer_inputs(self.source, self.recipe, state.step, self.base_digest, earlier,
+                              resolver=self.backend.label)  # fmt: skip
+        return not changed_inputs(previous.inputs, inputs.digests)
 
     def environment(self) -> Installed:
         """What is installed before the next layer, as prediction sees it: the base, then

@@ -114,10 +114,23 @@ def export(session: nox.Session) -> None:
     _audit(session, "export")
 
 
+def _workers(posargs: list[str]) -> list[str]:
+    """pytest-xdist's options unless the caller chose (``-n``, ``-p no:xdist``) or runs a few
+    tests by node id: one worker per core plus one, since most tests wait on a resolver, a
+    local index or the Docker engine; Docker tests stay on one worker (``tests/conftest.py``)."""
+    chosen = any(arg.startswith(("-n", "--numprocesses", "-p", "--dist")) for arg in posargs)
+    if chosen or any("::" in arg for arg in posargs):
+        return []
+    return ["-n", str((os.cpu_count() or 1) + 1), "--dist", "loadgroup"]
+
+
 @nox.session(venv_backend=SHARED)
 def tests(session: nox.Session) -> None:
-    """Run the test suite; pass --docker to include tests against a real Docker daemon."""
-    _in_env(session, _shared_env(session, "dev", "dev"), "pytest", *session.posargs)
+    """The fast tier in parallel workers; ``-- --docker`` runs the full suite (Docker and slow
+    tests too: what CI runs), ``-- --slow`` the slow tests without Docker."""
+    posargs = list(session.posargs)
+    bin_dir = _shared_env(session, "dev", "dev")
+    _in_env(session, bin_dir, "pytest", *_workers(posargs), *posargs)
 
 
 @nox.session(venv_backend=SHARED)

@@ -360,6 +360,7 @@ def versions(wheelhouse: Wheelhouse) -> Wheelhouse:
     return wheelhouse
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("v1", "pre", "expected"),
     [
@@ -395,6 +396,7 @@ def test_a_range_only_met_by_yanked_or_pre_releases_exits_2(
     assert not (root / "locks/t/v1-01.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_version_yanked_after_locking_keeps_the_lock_fresh(
     wheelhouse: Wheelhouse, indexed: IndexedProject
 ) -> None:
@@ -410,6 +412,7 @@ def test_a_version_yanked_after_locking_keeps_the_lock_fresh(
     assert (root / "locks/t/v1-01.txt").read_bytes() == locked
 
 
+@pytest.mark.slow
 def test_locking_a_yanked_pin_warns_with_the_reason(
     versions: Wheelhouse, indexed: IndexedProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -443,6 +446,7 @@ def relock_through(root: Path, index: str) -> None:
     toml.write_text(text[:start] + index + text[text.index('"', start) :])
 
 
+@pytest.mark.slow
 def test_network_dropping_mid_download_leaves_the_old_lock(
     locked: Path, wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -456,6 +460,7 @@ def test_network_dropping_mid_download_leaves_the_old_lock(
     assert not list((locked / "locks/t").glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_network_dropping_mid_download_exits_3_with_a_hint(
     locked: Path, wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -465,6 +470,7 @@ def test_network_dropping_mid_download_exits_3_with_a_hint(
     assert "check the network" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_compile_exits_130_and_keeps_the_old_lock(
     locked: Path, wheelhouse: Wheelhouse, tmp_path: Path
 ) -> None:

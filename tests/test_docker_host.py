@@ -154,8 +154,9 @@ def test_run_in_a_missing_image_names_it_instead_of_pulling() -> None:
     assert "base-image --suite never --arch amd64" in caught.value.hint
 
 
-def _containers_of(client: Any, tag: str) -> list[Any]:
-    return list(client.containers.list(all=True, filters={"ancestor": tag}))
+def _containers_of(client: Any, tag: str) -> set[str]:
+    """The ids of every container of ``tag`` (the engine is shared: compare before and after)."""
+    return {c.id for c in client.containers.list(all=True, filters={"ancestor": tag})}
 
 
 @pytest.mark.docker
@@ -163,6 +164,7 @@ def test_run_in_image_read_only_with_mounts(
     base_image: Any, docker_client: Any, tmp_path: Path
 ) -> None:
     tag = base_image()
+    before = _containers_of(docker_client, tag)
     (tmp_path / "hello.txt").write_text("from the host\n")
     mount = BindMount(tmp_path, "/work")
     out = docker_host.run_in_image(tag, ["/bin/cat", "/work/hello.txt"], mounts=[mount])
@@ -170,19 +172,20 @@ def test_run_in_image_read_only_with_mounts(
     denied = docker_host.run_in_image_result(tag, ["/bin/touch", "/etc/x"])
     assert denied.exit_code != 0
     assert "Read-only file system" in denied.stderr
-    assert not _containers_of(docker_client, tag)
+    assert not _containers_of(docker_client, tag) - before  # every run removed its container
 
 
 @pytest.mark.docker
 def test_run_in_image_failure_carries_stderr(base_image: Any, docker_client: Any) -> None:
     tag = base_image()
+    before = _containers_of(docker_client, tag)
     script = "import sys; sys.stderr.write('boom at the end'); sys.exit(4)"
     with pytest.raises(CommandFailed) as caught:
         docker_host.run_in_image(tag, ["/opt/venv/bin/python", "-c", script])
     assert caught.value.returncode == 4
     assert caught.value.exit_code == EXIT_ENVIRONMENT
     assert "boom at the end" in caught.value.output
-    assert not _containers_of(docker_client, tag)
+    assert not _containers_of(docker_client, tag) - before
 
 
 @pytest.mark.docker

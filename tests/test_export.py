@@ -105,6 +105,7 @@ def read_pylock(python: Path, path: Path) -> list[list[Any]]:
     return result
 
 
+@pytest.mark.slow
 def test_each_stage_exports_a_pylock_that_packaging_reads(
     project: Path, pylock_reader: Path, index: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,6 +140,7 @@ def test_each_stage_exports_a_pylock_that_packaging_reads(
     assert v2_path.read_bytes() == again  # deterministic
 
 
+@pytest.mark.slow
 def test_an_unknown_stage_or_a_stale_lock_is_refused_and_nothing_is_written(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -155,6 +157,7 @@ def test_an_unknown_stage_or_a_stale_lock_is_refused_and_nothing_is_written(
     assert cli.main(["export", "dsl", "--stage", "v1"]) == EXIT_OK  # v1's locks are fresh
 
 
+@pytest.mark.slow
 def test_renovate_bumps_an_in_file_then_lock_gives_a_fresh_audited_lock(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

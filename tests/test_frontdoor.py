@@ -3,6 +3,7 @@ with those sessions at the project root), ``layer-audit lock IMAGE`` with the CL
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,35 @@ def test_a_real_hint_says_the_right_command(
     assert f"record the base and compile the locks: {expected}" in text
     other = "nox -s lock" if noxfile is None else "layer-audit lock"
     assert other not in text
+
+
+@pytest.mark.parametrize(
+    ("noxfile", "lock", "record"),
+    [
+        (None, "layer-audit lock shop", "layer-audit lock shop --record-base"),
+        (NOXFILE, "nox -s lock -- shop", "nox -s lock -- shop --record-base"),
+    ],
+)
+def test_the_guard_s_hints_name_the_project_s_front_door(
+    project: Path, noxfile: str | None, lock: str, record: str
+) -> None:
+    """The guard runs inside the image and cannot look for a noxfile: the host writes the
+    commands into its config, and its lock-mismatch and no-base hints say them."""
+    from audit.core.lockformat import parse_pins
+    from audit.core.snapshot import Distribution, Environment
+    from audit.inimage import guard
+    from audit.plan.guard_context import guard_config
+    from audit.plan.recipe_parse import load_recipe
+    from audit.plan.sources import DirectorySource
+
+    if noxfile:
+        (project / "noxfile.py").write_text(noxfile)
+    config = json.loads(guard_config(load_recipe(DirectorySource(project), "shop")))
+    assert guard.host_command(config, "lock") == lock
+    env = Environment("/usr/bin/python3", "3.11.2", {}, (), (Distribution("a", "1.0"),))
+    (finding,) = guard.check_lock(
+        list(parse_pins("a==2.0 --hash=sha256:" + "0" * 64 + "\n").values()), env, "shop v1", lock
+    )
+    assert f"re-compile the locks ({lock})" in finding.hint
+    with pytest.raises(guard.GuardError, match=f"record it on the host: {record}"):
+        guard.previous_environments(str(project), "v1-01", str(project / "none.json"), record)

@@ -234,3 +234,28 @@ def test_markdown_folds_routine_changes_and_escapes_recipe_text() -> None:
     )
     assert "pkg-00" not in table and folded.count("| ℹ️ | upgraded |") == 12
     assert "<script>" not in markdown
+
+
+def test_a_heredoc_script_edited_alone_is_a_changed_run_layer(repo: Path, tmp_path: Path) -> None:
+    """An imported heredoc is a run layer fed a file: editing only that file changes what the
+    build runs, so the gate reports the run layer again, naming the file; an untouched script
+    is not reported."""
+    recipe = repo / "images/demo/image.toml"
+    text = recipe.read_text().replace('run = "true"', 'run = "sh"\n  stdin = "setup.sh"')
+    git(repo, "checkout", "-q", "main")
+    commit_files(
+        repo,
+        {"images/demo/image.toml": text.encode(), "images/demo/setup.sh": b"echo one\n"},
+        "a heredoc step",
+    )
+    git(repo, "checkout", "-q", "-B", "pr")
+    commit_files(repo, {"README": b"no recipe change\n"}, "unrelated")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK and not findings(report, "run-layer-changed")
+    commit_files(repo, {"images/demo/setup.sh": b"pip install alpha==1.0\n"}, "edit the script")
+    code, markdown, report = run_gate(repo, tmp_path)
+    (run,) = findings(report, "run-layer-changed")
+    assert run["message"] == (
+        "not predictable: the build's guard will judge it: sh (its standard input setup.sh changed)"
+    )
+    assert "setup.sh changed" in markdown and code == EXIT_OK

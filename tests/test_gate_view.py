@@ -121,6 +121,7 @@ def run_gate(root: Path, tmp_path: Path, *extra: str) -> tuple[int, str, dict[st
     return code, markdown.read_text(), json.loads(report.read_text())
 
 
+@pytest.mark.slow
 def test_the_field_downgrade_under_two_waivers_reads_as_warnings_in_a_group(
     field_repo: Path, tmp_path: Path
 ) -> None:
@@ -190,6 +191,7 @@ def test_the_terminal_gate_shows_the_view_and_the_stage_matrix_at_80_columns(
     assert "0 errors, 4 warnings, 4 info" in lines[-1]
 
 
+@pytest.mark.slow
 def test_the_gate_html_says_what_the_markdown_says_in_headless_chromium(
     field_repo: Path, tmp_path: Path
 ) -> None:

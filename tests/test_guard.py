@@ -132,6 +132,7 @@ def image(tmp_path: Path, wheelhouse: Wheelhouse) -> Image:
     return image
 
 
+@pytest.mark.slow
 def test_a_clean_layer_passes_and_leaves_its_snapshot_and_findings(image: Image) -> None:
     image.pip("alpha==1.0")
     run = image.guard("v1-01", image.lock("v1-01", "alpha==1.0"))
@@ -144,6 +145,7 @@ def test_a_clean_layer_passes_and_leaves_its_snapshot_and_findings(image: Image)
     assert [(f["rule"], f["package"]) for f in findings["findings"]] == [("added", "alpha")]
 
 
+@pytest.mark.slow
 def test_a_downgrade_in_a_later_layer_fails_naming_package_and_both_versions(
     image: Image,
 ) -> None:
@@ -162,6 +164,7 @@ def test_a_downgrade_in_a_later_layer_fails_naming_package_and_both_versions(
     assert "[[policy.waiver]]" in str(violation["hint"])
 
 
+@pytest.mark.slow
 def test_the_previous_layer_is_the_latest_earlier_snapshot_in_build_order(image: Image) -> None:
     image.pip("alpha==1.0")
     assert image.guard("v2-01").code == 0
@@ -169,6 +172,7 @@ def test_the_previous_layer_is_the_latest_earlier_snapshot_in_build_order(image:
     assert image.guard("v10-02").violations[0]["before"] == "1.0"
 
 
+@pytest.mark.slow
 def test_the_lock_must_be_installed_exactly(image: Image) -> None:
     image.pip("alpha==1.0")
     run = image.guard("v1-01", image.lock("v1-01", "alpha==1.0", "nccl-like==2.30.0"))
@@ -178,12 +182,14 @@ def test_the_lock_must_be_installed_exactly(image: Image) -> None:
     assert violation["package"] == "nccl-like"
 
 
+@pytest.mark.slow
 def test_lock_pins_for_other_platforms_are_skipped(image: Image) -> None:
     image.pip("alpha==1.0")
     lock = image.lock("v1-01", "alpha==1.0", 'nccl-like==2.30.0 ; sys_platform == "win32"')
     assert image.guard("v1-01", lock).code == 0
 
 
+@pytest.mark.slow
 def test_a_waiver_allows_the_change_until_it_expires(image: Image) -> None:
     waiver = Waiver("alpha", "1.0", "0.9", "0.9 is the tested one", dt.date(2026, 12, 31))
     image.write_context(Policy(waivers=(waiver,)))
@@ -196,6 +202,7 @@ def test_a_waiver_allows_the_change_until_it_expires(image: Image) -> None:
     assert "waiver-expired" in {v["rule"] for v in expired.violations}
 
 
+@pytest.mark.slow
 def test_a_lockstep_skew_fails(image: Image, wheelhouse: Wheelhouse) -> None:
     wheelhouse("cutlass-dsl", "4.3.0")
     wheelhouse("cutlass-dsl-libs-base", "4.3.0")
@@ -217,6 +224,7 @@ def test_a_lockstep_skew_fails(image: Image, wheelhouse: Wheelhouse) -> None:
     assert "(none)" not in line
 
 
+@pytest.mark.slow
 def test_a_cpu_torch_names_its_versions_in_every_summary_line(
     image: Image, wheelhouse: Wheelhouse
 ) -> None:
@@ -238,6 +246,7 @@ def test_a_cpu_torch_names_its_versions_in_every_summary_line(
     ]
 
 
+@pytest.mark.slow
 def test_a_base_that_changed_under_its_tag_is_caught_at_the_first_layer(image: Image) -> None:
     image.pip("alpha==1.0")
     image.record_base()  # the recorded base has alpha 1.0 ...
@@ -257,6 +266,7 @@ def test_without_a_base_snapshot_the_guard_reports_bad_input(image: Image) -> No
     assert "--record-base" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_tampered_trail_snapshot_is_refused(image: Image) -> None:
     image.pip("alpha==1.0")
     assert image.guard("v1-01").code == 0
@@ -331,6 +341,7 @@ def guard_imports(image: Image, step: str, lock: Path) -> tuple[int, set[str]]:
     return done.returncode, {line.rsplit("|", 1)[1].strip() for line in lines}
 
 
+@pytest.mark.slow
 def test_plain_pins_and_unmoved_floors_spare_the_pep508_parser(image: Image) -> None:
     image.write_context(Policy(requirements=("nccl-like>=2.30",)))
     image.pip("alpha==1.0")
@@ -343,6 +354,7 @@ def test_plain_pins_and_unmoved_floors_spare_the_pep508_parser(image: Image) -> 
     assert "packaging.requirements" in modules
 
 
+@pytest.mark.slow
 def test_the_guard_applies_a_preset_and_names_it(image: Image, wheelhouse: Wheelhouse) -> None:
     """The preset travels in guard.json and the vendored core: the field's cutlass-dsl skew
     (4.4.0 beside libs 4.8.1: only upgrades) fails the layer, naming the preset rule."""

@@ -175,6 +175,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_hostile_input_is_handled(
     name: str, project: Path, capsys: pytest.CaptureFixture[str]
@@ -211,6 +212,58 @@ def test_copy_dot_at_the_root_leaves_the_projects_own_folders_out(project: Path)
     copied = project / "images" / "rooted" / "context"
     assert sorted(p.name for p in copied.iterdir()) == ["Dockerfile", "serve.py"]
     assert (project / "images" / "other" / "image.toml").read_text() == "# another recipe\n"
+
+
+def ignored_context(root: Path) -> Path:
+    """A context whose ``.dockerignore`` keeps secrets and logs out, except one log."""
+    ctx = root / "ctx"
+    for relpath, text in {
+        "serve.py": "print('serve')\n",
+        ".env": f"HF_TOKEN={TOKEN}\n",
+        "secrets/ci.json": f'{{"password": "{SECRET}"}}\n',
+        "logs/run.log": "noise\n",
+        "logs/keep.log": "kept\n",
+        "src/pkg/cache.pyc": "bytecode\n",
+        "src/pkg/mod.py": "X = 1\n",
+    }.items():
+        (ctx / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (ctx / relpath).write_text(text)
+    (ctx / ".dockerignore").write_text(
+        "# what never goes into an image\n.env\n/secrets\nlogs/*.log\n!logs/keep.log\n**/*.pyc\n"
+    )
+    path = ctx / "Dockerfile"
+    path.write_text(
+        "FROM python:3.12 AS v1\nCOPY . /app\nCOPY secrets/ci.json /etc/ci.json\n"
+        "CMD python3 /app/serve.py\n"
+    )
+    return path
+
+
+def test_what_the_dockerignore_leaves_out_is_not_copied(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``docker build`` never sends what ``.dockerignore`` names: ``import`` copies what Docker
+    would have (no ``.env``, no secrets folder, no ``*.pyc``; the re-included log stays), and a
+    COPY of an ignored file, which Docker would fail, is kept unmapped, never copied."""
+    assert main(["import", str(ignored_context(project)), "--image", "ignored"]) == 0
+    out = capsys.readouterr().out
+    recipe = project / "images" / "ignored"
+    copied = sorted(files_under(recipe / "context"))
+    assert copied == [".dockerignore", "Dockerfile", "logs/keep.log", "serve.py", "src/pkg/mod.py"]
+    written = files_under(recipe)
+    assert all(SECRET.encode() not in data and TOKEN.encode() not in data
+               for data in written.values())  # fmt: skip
+    assert "secrets/ci.json" in (recipe / "image.toml").read_text()  # kept as an unmapped line
+    assert "not mapped" in out
+
+
+def test_a_dockerfile_s_own_ignore_file_comes_first(project: Path) -> None:
+    """BuildKit reads ``<Dockerfile>.dockerignore`` beside the Dockerfile before the context's."""
+    path = ignored_context(project)
+    path.with_name("Dockerfile.dockerignore").write_text(".env\nsecrets\n")
+    assert main(["import", str(path), "--image", "own"]) == 0
+    copied = files_under(project / "images" / "own" / "context")
+    assert "logs/run.log" in copied and "src/pkg/cache.pyc" in copied and ".env" not in copied
 
 
 def test_a_link_inside_the_context_is_followed(project: Path) -> None:

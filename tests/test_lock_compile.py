@@ -67,6 +67,7 @@ def lock_bytes(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / "locks" / "t").glob("v*.txt"))}
 
 
+@pytest.mark.slow
 def test_a_clean_layered_lock_then_nothing_recompiled(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,6 +104,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 def test_an_unchanged_rerun_takes_no_file_lock_and_loads_nothing_heavy(project: Path) -> None:
     assert run_lock("t", "--host") == 0
     (project / "locks/t/.lock").unlink()
@@ -118,6 +120,7 @@ def test_an_unchanged_rerun_takes_no_file_lock_and_loads_nothing_heavy(project: 
     assert not (project / "locks/t/.lock").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "problem"),
     [
@@ -136,6 +139,7 @@ def test_the_quick_look_still_refuses_a_damaged_lock(
     assert f"locks/t/v1-01.txt: {problem}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_layer_that_needs_a_lower_version_fails_with_the_clear_message(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,6 +153,7 @@ def test_a_layer_that_needs_a_lower_version_fails_with_the_clear_message(
     assert not (project / "locks/t/v2-01.txt").exists()
 
 
+@pytest.mark.slow
 def test_an_installed_package_that_must_move_up_is_upgraded_and_pinned(
     tmp_path: Path,
     wheels: Wheelhouse,
@@ -216,6 +221,7 @@ def test_an_undeclared_index_is_refused(project: Path, capsys: pytest.CaptureFix
     assert not (project / "locks/t/v1-01.txt").exists()
 
 
+@pytest.mark.slow
 def test_check_names_an_edited_requirements_file(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -237,6 +243,7 @@ def test_a_host_that_does_not_match_is_refused(
     assert "--host: cannot compile on this machine" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ambient_pip_configuration_changes_nothing(
     project: Path, tmp_path: Path, wheels: Wheelhouse
 ) -> None:
@@ -265,6 +272,7 @@ def test_ambient_pip_configuration_changes_nothing(
     assert lock_bytes(project) == clean
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_write_leaves_the_old_lock_intact(project: Path, tmp_path: Path) -> None:
     assert run_lock("t", "--host") == 0
     before = lock_bytes(project)
@@ -300,6 +308,7 @@ def waiting_for_a_file_lock(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_produce_one_valid_lock(project: Path) -> None:
     """Both runs find the locks missing and queue for the image's file lock, held here until
     both wait (no race left to chance); the first to get it compiles, the other then finds
@@ -349,6 +358,7 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/simple/"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["503", "refused"])
 def test_an_index_that_fails_is_an_environment_problem_naming_it(
     which: str,

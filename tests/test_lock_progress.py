@@ -28,6 +28,16 @@ from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, wri
 
 pytestmark = pytest.mark.slow
 MAX_GAP = 2.6  # seconds: the heartbeat is every 2 s, plus scheduling on a busy machine
+# Before its first line the program is starting (an interpreter and its imports): on a machine
+# busy with parallel test workers that alone can take seconds, and it is not the heartbeat.
+FIRST_LINE_WITHIN = 15.0
+
+
+def beats(times: list[float]) -> list[float]:
+    """The gaps between what the program printed, after the first line: the heartbeat's."""
+    assert len(times) > 2, "the program printed fewer than two lines"
+    assert times[1] - times[0] < FIRST_LINE_WITHIN, "no first line within 15 s of the start"
+    return gaps(times[1:])
 
 
 @pytest.fixture
@@ -73,7 +83,7 @@ def test_on_a_pipe_a_timestamped_line_comes_at_least_every_two_seconds(
     assert times[-1] - started > 10, "the slow index did not make the lock long"
     progress = [line for line in lines if line.startswith("[")]
     assert any("resolving with pip-compile" in line for line in progress)
-    assert max(gaps(times)) < MAX_GAP, lines
+    assert max(beats(times)) < MAX_GAP, lines
 
 
 def test_on_a_terminal_the_status_line_keeps_moving(slow_project: Path) -> None:
@@ -97,7 +107,7 @@ def test_on_a_terminal_the_status_line_keeps_moving(slow_project: Path) -> None:
         chunks.append(data.decode(errors="replace"))
     assert proc.wait(timeout=60) == 0, "".join(chunks)
     assert times[-1] - started > 10
-    assert max(gaps(times)) < MAX_GAP
+    assert max(beats(times)) < MAX_GAP
     assert "resolving" in "".join(chunks)
 
 

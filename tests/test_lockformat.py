@@ -8,7 +8,7 @@ accepts, including texts built to look almost like that layout.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from audit.core.lockformat import LockFormatError, _layout_pins, _line_pins, parse_pins
@@ -47,6 +47,8 @@ def outcome(reader: object, text: str) -> object:
 
 
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=12))
+@example(["numpy==1.26.4 \\\n", f"\t{HASH}\n"])  # a tab before an option: found by Hypothesis
+@example(["numpy==1.26.4 \\\n", f"    {HASH} \\\n", f"\t{HASH}\n"])
 def test_the_fast_path_agrees_wherever_it_reads(pieces: list[str]) -> None:
     text = "".join(pieces)
     fast = _layout_pins(text)

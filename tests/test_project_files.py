@@ -66,6 +66,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("make", "words"), CASES, ids=[case[0] for case in CASES])
 @pytest.mark.parametrize(
     "command", [["render", "demo"], ["lock", "demo", "--check"], ["audit-deps", "demo"]]
@@ -83,6 +84,7 @@ def test_a_requirements_file_that_is_not_a_project_file_is_refused(
 COPY_CASES = [case for case in CASES if case[0] != "folder"]  # a folder is a fine copy source
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("make", "words"), COPY_CASES, ids=[case[0] for case in COPY_CASES])
 def test_a_copy_source_that_is_not_a_project_file_is_refused(
     demo: Path, tmp_path: Path, make: str, words: str
@@ -95,6 +97,7 @@ def test_a_copy_source_that_is_not_a_project_file_is_refused(
     assert not (demo / "build" / "demo" / "Dockerfile").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", ["fifo", "link-out", "huge"])
 def test_a_template_that_is_not_a_project_file_is_refused(
     demo: Path, tmp_path: Path, make: str

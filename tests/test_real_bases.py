@@ -118,6 +118,7 @@ def findings(document: Mapping[str, object]) -> list[dict[str, str]]:
     return [f for section in sections for f in section["findings"]]
 
 
+@pytest.mark.slow
 def test_a_layer_on_off_index_packages_locks_and_pins_neither(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_layer_on_off_index_packages_locks_and_pins_neither(
     assert "# requires vllm-router: " in text and f"torch=={TORCH}" in text
 
 
+@pytest.mark.slow
 def test_the_nightly_layer_reports_every_conflict_in_one_run(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
@@ -146,6 +148,7 @@ def test_the_nightly_layer_reports_every_conflict_in_one_run(
     assert not (root / "locks/field/v2-01.txt").exists()
 
 
+@pytest.mark.slow
 def test_the_re_pin_override_locks_and_audits_with_zero_waivers(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
@@ -166,6 +169,7 @@ def test_the_re_pin_override_locks_and_audits_with_zero_waivers(
     assert nccl["severity"] == "warning"
 
 
+@pytest.mark.slow
 def test_an_override_to_another_version_is_pinned_and_still_judged(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str], wheelhouse: Wheelhouse
 ) -> None:
@@ -194,6 +198,7 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_later_stage_that_drags_nccl_back_fails_lock(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
@@ -207,6 +212,7 @@ def test_a_later_stage_that_drags_nccl_back_fails_lock(
     assert not (root / "locks/field/v3-01.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_waiver_is_a_verdict_not_an_input_and_audit_deps_applies_it(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -240,6 +246,7 @@ def test_a_waiver_is_a_verdict_not_an_input_and_audit_deps_applies_it(
     assert {f["where"] for f in failing} == {"field v3 layer 1 (requirements/v3.in)"}
 
 
+@pytest.mark.slow
 def test_a_downgrade_waiver_does_not_waive_the_floor(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -255,6 +262,7 @@ def test_a_downgrade_waiver_does_not_waive_the_floor(
     assert "requirement: nvidia-nccl-cu13" in listed and "downgraded" not in listed
 
 
+@pytest.mark.slow
 def test_a_waiver_between_local_versions_works_and_not_for_the_cuda_rule(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -278,6 +286,7 @@ def test_a_waiver_between_local_versions_works_and_not_for_the_cuda_rule(
     assert pins(root, "v1-01") == {"torch": "2.9.0+cpu"}
 
 
+@pytest.mark.slow
 def test_uv_locks_for_an_arm64_target_on_this_host_with_aarch64_hashes(
     tmp_path: Path,
     wheelhouse: Wheelhouse,
@@ -312,6 +321,7 @@ def moves_project(root: Path, index: str, policy: str = "", resolver: str = "pip
     return write_project(root, spec)
 
 
+@pytest.mark.slow
 def test_a_re_lock_keeps_earlier_pins_and_upgrade_package_moves_one(
     field: tuple[Path, str],
     wheelhouse: Wheelhouse,
@@ -338,6 +348,7 @@ def test_a_re_lock_keeps_earlier_pins_and_upgrade_package_moves_one(
     assert pins(root, "v1-01") == {"beta": "1.1", "gamma": "1.0", "delta": "1.0"}
 
 
+@pytest.mark.slow
 def test_an_upgrade_the_policy_forbids_is_refused(
     field: tuple[Path, str], wheelhouse: Wheelhouse, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -365,6 +376,7 @@ def test_upgrade_package_refuses_what_is_not_a_name_or_pin(
 # --- several indexes ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_package_on_the_extra_index_never_comes_from_the_primary_one(
     tmp_path: Path,
     wheelhouse: Wheelhouse,
@@ -418,6 +430,7 @@ def differential_index(wheelhouse: Wheelhouse) -> None:
 DIFFERENTIAL_IN = "plat\nextrad[fast]\npreonly\nlocalpkg==1.0+cu130\nyanky\noldpy<2\n"
 
 
+@pytest.mark.slow
 def test_both_backends_lock_the_same_pins_for_the_same_layer(
     tmp_path: Path,
     wheelhouse: Wheelhouse,
@@ -444,6 +457,7 @@ def test_both_backends_lock_the_same_pins_for_the_same_layer(
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_no_deps_re_pin_layer_after_the_nightly_needs_no_waiver_either(
     field: tuple[Path, str], capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:

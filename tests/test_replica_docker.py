@@ -80,6 +80,18 @@ def audit(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def lock_on_replica(
+    root: Path, tag: str, url: str, requirements: str, extra: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """A one-layer uv recipe ``t`` on the replica, locked with ``--record-base``."""
+    toml = pip_recipe_toml(["v1"], base=tag, cuda="cu130", index_url=url, extra=extra)
+    folder = root / "images" / "t"
+    (folder / "requirements").mkdir(parents=True)
+    (folder / "image.toml").write_text(toml.replace("[image]\n", '[image]\nresolver = "uv"\n', 1))
+    (folder / "requirements" / "v1.in").write_text(requirements)
+    return audit(root, "lock", "t", "--record-base")
+
+
 def in_image(image: str, code: str) -> str:
     argv = ["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", PYTHON]
     return subprocess.run(
@@ -119,16 +131,8 @@ def test_the_replica_holds_the_pins_with_their_published_metadata_and_no_payload
 def test_the_replica_records_as_replica_and_replays_the_nccl_downgrade(
     replica: tuple[str, subprocess.CompletedProcess[str]], index: tuple[str, Path], tmp_path: Path
 ) -> None:
-    tag, _ = replica
-    url, _ = index
-    toml = pip_recipe_toml(["v1"], base=tag, cuda="cu130", index_url=url,
-                           extra='[policy]\nrequire = ["nvidia-nccl-cu13>=2.30"]\n')  # fmt: skip
-    toml = toml.replace("[image]\n", '[image]\nresolver = "uv"\n', 1)
-    folder = tmp_path / "images" / "t"
-    (folder / "requirements").mkdir(parents=True)
-    (folder / "image.toml").write_text(toml)
-    (folder / "requirements" / "v1.in").write_text("torch==2.13.0\n")
-    locked = audit(tmp_path, "lock", "t", "--record-base")
+    floor = '[policy]\nrequire = ["nvidia-nccl-cu13>=2.30"]\n'
+    locked = lock_on_replica(tmp_path, replica[0], index[0], "torch==2.13.0\n", floor)
     record = json.loads((tmp_path / "locks/t/base.json").read_text())
     assert record["source"] == "replica"
     (env,) = record["snapshot"]["environments"]
@@ -142,3 +146,33 @@ def test_the_replica_records_as_replica_and_replays_the_nccl_downgrade(
     )
     assert "torch 2.13.0 requires nvidia-nccl-cu13==2.29.7" in said
     assert not (tmp_path / "locks/t/v1-01.txt").exists()
+
+
+def test_the_image_audited_is_the_image_recorded(
+    replica: tuple[str, subprocess.CompletedProcess[str]], index: tuple[str, Path], tmp_path: Path
+) -> None:
+    """``audit-deps --image`` of the replica lists exactly what ``lock --record-base`` recorded:
+    the record a dry build trusts is what the image holds, package for package."""
+    tag, _ = replica
+    locked = lock_on_replica(tmp_path, tag, index[0], "nvidia-nccl-cu13==2.30.7\n")
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    record = json.loads((tmp_path / "locks/t/base.json").read_text())
+    (env,) = record["snapshot"]["environments"]
+    recorded = {(d["name"], d["version"]) for d in env["distributions"]}
+    sbom = audit(tmp_path, "audit-deps", "--image", tag, "--recipe", "t", "--format", "cyclonedx")
+    assert sbom.returncode == 0, sbom.stderr[-3000:]
+    listed = {
+        (c["name"], c["version"])
+        for c in json.loads(sbom.stdout)["components"]
+        if c["purl"].startswith("pkg:pypi/") and interpreter_of(c) == env["interpreter"]
+    }
+    assert ("torch", "2.14.0") in recorded and ("vllm", VENDOR_VLLM) in recorded
+    assert listed == recorded
+
+
+def interpreter_of(component: dict[str, object]) -> str:
+    """The interpreter an SBOM component was seen by (the image's other Pythons are listed too:
+    bookworm's /usr/bin/python3 with Debian's wheel, which the recipe does not audit)."""
+    properties = component["properties"]
+    assert isinstance(properties, list)
+    return next(str(p["value"]) for p in properties if p["name"] == "layer-audit:interpreter")

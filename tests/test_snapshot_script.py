@@ -73,6 +73,7 @@ def _site(python: Path) -> str:
     return next(p for p in snapshot_of(python).paths if p.endswith("site-packages"))
 
 
+@pytest.mark.slow
 def test_venv_snapshot_records_name_version_location_installer_digest(venv: Path) -> None:
     env = snapshot_of(venv)
     foo = env.winners()["foo-bar"]
@@ -97,6 +98,7 @@ def test_output_is_deterministic_and_written_atomically(venv: Path, tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == ["snap.json"]
 
 
+@pytest.mark.slow
 def test_same_version_reinstalled_with_other_files_changes_the_digest(
     venv: Path, tmp_path: Path
 ) -> None:

@@ -92,6 +92,7 @@ def test_unknown_project_is_404(local_index: str) -> None:
     assert caught.value.code == 404
 
 
+@pytest.mark.slow
 def test_pip_installs_from_local_index_with_dependencies(
     wheelhouse: Wheelhouse, local_index: str, venv_python: Path, tmp_path: Path
 ) -> None:
@@ -111,6 +112,7 @@ def test_pip_installs_from_local_index_with_dependencies(
     assert shown.strip() == "1.0+cu130"
 
 
+@pytest.mark.slow
 def test_pip_skips_yanked_and_honours_hashes(
     wheelhouse: Wheelhouse, venv_python: Path, tmp_path: Path
 ) -> None:

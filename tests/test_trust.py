@@ -280,6 +280,7 @@ def test_pips_externally_managed_error_becomes_exit_2_naming_the_setting(demo: P
     assert "break_system_packages = true" in failure.hint and "no tag was moved" in failure.hint
 
 
+@pytest.mark.slow
 def test_a_base_recorded_elsewhere_locks_checks_and_audits_with_no_docker_here(
     tmp_path: Path,
     wheelhouse: Wheelhouse,

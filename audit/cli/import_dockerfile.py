@@ -9,7 +9,8 @@ existing recipe folder is never touched.
 Hostile input ends in exit 2 or 3 with the path named, nothing half-written: a Dockerfile over
 ``MAX_DOCKERFILE`` bytes, binary or not a regular file; a link in a copied folder that leaves
 the build context, dangles or loops; a FIFO or device; an unwritable ``images/`` (exit 3).
-``COPY .`` never copies the project's own ``images/``, ``build/``, ``locks/`` nor ``.git``.
+``COPY .`` never copies the project's own ``images/``, ``build/``, ``locks/`` nor ``.git``, and no
+COPY copies what the context's ``.dockerignore`` leaves out (:mod:`audit.engines.dockerignore`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,8 @@ from audit.core.errors import (
     UsageError,
 )
 from audit.core.redact import redact
-from audit.engines import atomic, console
+from audit.engines import atomic, console, dockerignore
+from audit.engines.dockerignore import Ignored
 from audit.plan import paths
 from audit.plan.dockerfile_import import ImportPlan, plan_import, unmapped_lines
 from audit.plan.recipe_parse import load_recipe
@@ -85,19 +88,19 @@ def handle(args: argparse.Namespace) -> int:
             f"{target}: a recipe folder already exists",
             "choose another name with --image, or move that folder away first",
         )
+    leaves_out = dockerignore.ignored(context, dockerfile)
     plan = plan_import(
         data,
         image,
-        lambda relpath: _in_context(context, relpath),
+        lambda relpath: _in_context(context, relpath, leaves_out),
         where=str(dockerfile),
         platform=args.platform,
         cuda=args.cuda,
         interpreter=args.interpreter,
     )
-    skip = {root / name for name in PROJECT_FOLDERS}
-    copies = {
-        relpath: list(_files(context, source, skip)) for relpath, source in plan.copies.items()
-    }
+    skip = frozenset((root / name).resolve() for name in PROJECT_FOLDERS)
+    seen = _Context(context, skip, leaves_out)
+    copies = {relpath: list(_files(seen, source)) for relpath, source in plan.copies.items()}
     write_recipe(root, plan, copies, dockerfile)
     show(root, dockerfile, plan)
     return EXIT_OK
@@ -155,39 +158,55 @@ def project_root(args: argparse.Namespace) -> Path:
         return Path.cwd().resolve()
 
 
-def _in_context(context: Path, relpath: str) -> bool:
-    """Whether ``relpath`` names an entry inside the context (a link is judged when copied)."""
-    return os.path.lexists(context / relpath)
+def _in_context(context: Path, relpath: str, ignored: Ignored) -> bool:
+    """Whether ``relpath`` names an entry Docker would send in the context (one its ignore
+    file leaves out is not there for COPY either; a link is judged when copied)."""
+    return os.path.lexists(context / relpath) and not ignored(os.path.normpath(relpath))
 
 
-def _files(context: Path, relpath: str, skip: set[Path]) -> Iterator[tuple[str, Path]]:
+@dataclass(frozen=True)
+class _Context:
+    """The build context as a COPY sees it: its resolved root, the project folders it never
+    copies into a recipe, and what its ignore file leaves out."""
+
+    root: Path
+    skip: frozenset[Path]
+    ignored: Ignored
+
+    def left_out(self, path: Path, real: Path) -> bool:
+        relpath = path.relative_to(self.root).as_posix()
+        top = real.parent == self.root and real.name in CONTEXT_SKIPPED
+        return real in self.skip or top or (relpath != "." and self.ignored(relpath))
+
+
+def _files(context: _Context, relpath: str) -> Iterator[tuple[str, Path]]:
     """(path under the copied source, real file) for every file it brings in, links followed
-    only while they stay inside the context; a link out, a loop or a special file refuses."""
-    start = context / relpath
-    yield from _walk(context.resolve(), start, "", {p.resolve() for p in skip}, frozenset())
+    only while they stay inside the context; a link out, a loop or a special file refuses;
+    what the ignore file leaves out is not copied."""
+    yield from _walk(context, context.root / relpath, "", frozenset())
 
 
 def _walk(
-    context: Path, path: Path, shown: str, skip: set[Path], above: frozenset[Path]
+    context: _Context, path: Path, shown: str, above: frozenset[Path]
 ) -> Iterator[tuple[str, Path]]:
     name = str(path)
     try:
         real = path.resolve(strict=True)
     except (OSError, RuntimeError) as exc:  # a dangling link, or a loop of links
         raise UsageError(f"{name}: a broken link or a loop of links ({exc})", LINK_HINT) from exc
-    if not real.is_relative_to(context):
+    if not real.is_relative_to(context.root):
         raise UsageError(
-            f"{name}: a link to {real}, outside the build context {context}", LINK_HINT
+            f"{name}: a link to {real}, outside the build context {context.root}", LINK_HINT
         )
     if real in above:
         raise UsageError(f"{name}: a link back to a folder that contains it (a loop)", LINK_HINT)
-    if real in skip or (real.parent == context and real.name in CONTEXT_SKIPPED):
+    if context.left_out(path, real):
         return
     mode = real.stat().st_mode
     if stat.S_ISDIR(mode):
         for child in sorted(real.iterdir()):
             inner = f"{shown}/{child.name}" if shown else child.name
-            yield from _walk(context, path / child.name, inner, skip, above | {real})
+            yield from _walk(context, path / child.name, inner, above | {real})
     elif stat.S_ISREG(mode):
         yield shown, real
     else:

@@ -117,9 +117,12 @@ def _full(requirement: str) -> tuple[str, str, str | None]:
     return canonical_name(parsed.name), specs[0].version, marker
 
 
+_OPTION = re.compile(r"\s+--")  # an option starts after any whitespace (pip: a tab too)
+
+
 def parse_pin(line: str) -> Pin:
     """One logical line, ``name==version [; marker] --hash=...``; :class:`LockFormatError`."""
-    words = line.split(" --")
+    words = _OPTION.split(line)
     simple = _simple(words[0].strip())
     name, version, marker = (*simple, None) if simple else _full(words[0].strip())
     hashes = []

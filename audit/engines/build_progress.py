@@ -278,6 +278,7 @@ class LiveView:
                 f"{self.live_log})",
                 markup=False,
                 highlight=False,
+                soft_wrap=True,  # never break a path in two: it is copied into a shell
             )
         if self.console.is_terminal:
             self._live = Live(

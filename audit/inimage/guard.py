@@ -99,8 +99,16 @@ def load_environments(data: bytes, where: str) -> Tuple[Environment, ...]:
         raise GuardError(str(exc)) from exc
 
 
+def host_command(config: Dict[str, Any], what: str) -> str:
+    """The host command for ``what`` (``lock``, ``record``) as this project runs it (``nox -s
+    lock -- demo`` or ``layer-audit lock demo``), from the config the host wrote."""
+    commands = config.get("commands") or {}
+    fallback = "layer-audit lock IMAGE" + (" --record-base" if what == "record" else "")
+    return str(commands.get(what) or fallback)
+
+
 def previous_environments(
-    trail: str, step: str, base_path: str
+    trail: str, step: str, base_path: str, record_command: str = "layer-audit lock IMAGE"
 ) -> Tuple[str, Tuple[Environment, ...]]:
     """``(name, environments)`` of what the layer must be compared with."""
     slug = previous_slug(trail, step)
@@ -111,7 +119,7 @@ def previous_environments(
     if not os.path.isfile(base_path):
         raise GuardError(
             f"{base_path}: no base snapshot to compare the first layer with; "
-            "record it on the host: nox -s lock -- IMAGE --record-base"
+            "record it on the host: " + record_command
         )
     record = read_json(base_path)
     if not isinstance(record, dict) or "snapshot" not in record:
@@ -202,7 +210,9 @@ def _same_version(wanted: str, found: str) -> bool:
         return False
 
 
-def _lock_finding(name: str, wanted: str, found: Optional[str], where: str) -> Finding:
+def _lock_finding(
+    name: str, wanted: str, found: Optional[str], where: str, lock_command: str
+) -> Finding:
     state = f"{found} is installed" if found else "it is not installed"
     return Finding(
         rule="lock-mismatch",
@@ -212,11 +222,13 @@ def _lock_finding(name: str, wanted: str, found: Optional[str], where: str) -> F
         after=found,
         message=f"{name}: the layer's lock pins {wanted} but {state}",
         where=where,
-        hint="re-compile the locks (nox -s lock -- IMAGE) or find what replaced it in this layer",
+        hint=f"re-compile the locks ({lock_command}) or find what replaced it in this layer",
     )
 
 
-def check_lock(pins: Sequence[Pin], env: Environment, where: str) -> List[Finding]:
+def check_lock(
+    pins: Sequence[Pin], env: Environment, where: str, lock_command: str = "layer-audit lock IMAGE"
+) -> List[Finding]:
     """What the lock pins (for this interpreter's markers) must be installed exactly."""
     winners = env.winners()
     findings = []
@@ -226,7 +238,7 @@ def check_lock(pins: Sequence[Pin], env: Environment, where: str) -> List[Findin
         dist = winners.get(pin.name)
         if dist is None or not _same_version(pin.version, dist.version):
             found = dist.version if dist else None
-            findings.append(_lock_finding(pin.name, pin.version, found, where))
+            findings.append(_lock_finding(pin.name, pin.version, found, where, lock_command))
     return findings
 
 
@@ -321,7 +333,7 @@ def verdict(
         previous = matching(before, interpreters[index], index)
         findings += judge(previous, env, policy, where=where, today=today, context=ctx)
         if index == 0 and pins:  # pip layers install with the first interpreter
-            findings += check_lock(pins, env, where)
+            findings += check_lock(pins, env, where, host_command(config, "lock"))
     return findings
 
 
@@ -427,7 +439,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> GuardArgs:
 def run(args: GuardArgs) -> int:
     slug_key(args.step)
     config = read_json(args.config)
-    previous, before = previous_environments(args.trail, args.step, args.base)
+    record = host_command(config, "record")
+    previous, before = previous_environments(args.trail, args.step, args.base, record)
     libraries = tuple(config["policy"].get("native_libraries", ()))
     after = snapshot_all(config["interpreters"], libraries)
     pins = lock_pins(args.lock) if args.lock else []

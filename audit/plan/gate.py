@@ -20,8 +20,9 @@ against head ref).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
 
@@ -90,6 +91,7 @@ class Side:
     steps: tuple[PredictedStep, ...]
     stages: Mapping[str, Installed]
     lock_states: tuple[LockState, ...] = ()
+    stdin_digests: Mapping[str, str] = field(default_factory=dict)  # run stdin file -> sha256
 
     @property
     def final_env(self) -> Installed:
@@ -311,7 +313,21 @@ def read_side(source: Source, recipe: Recipe) -> Side:
     base_env = base_environment(record, recipe, source)
     steps = tuple(predict_from(base_env, source, recipe, survey.locks))
     stages = _stage_envs(recipe, base_env, steps)
-    return Side(recipe, record, base_env, steps, stages, survey.states)
+    stdin = _stdin_digests(source, recipe)
+    return Side(recipe, record, base_env, steps, stages, survey.states, stdin)
+
+
+def _stdin_digests(source: Source, recipe: Recipe) -> Mapping[str, str]:
+    """The sha256 of each run layer's standard-input file at this ref (a heredoc kept as a
+    file): the command text alone does not change when only the script does."""
+    names = {s.layer.stdin for s in recipe.steps() if isinstance(s.layer, RunLayer)} - {None}
+    folder = recipe.source.parent.as_posix()
+    return MappingProxyType(
+        {
+            name: hashlib.sha256(source.read_bytes(f"{folder}/{name}")).hexdigest()
+            for name in sorted(n for n in names if n)
+        }
+    )
 
 
 def _stage_envs(
@@ -460,7 +476,7 @@ def _stage_sections(
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
         fresh = [f if f.layer else f.located(name, stage.name) for f in fresh]
         seen = _seen_keys(found)
-        runs = run_layer_findings(name, old.recipe, new.recipe, stage)
+        runs = run_layer_findings(name, old, new, stage)
         sections.append(Section(section_title(name, stage.name), (*runs, *fresh)))
     sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
     return sections
@@ -489,35 +505,47 @@ def _overridden_in(side: Side, stage: Stage) -> tuple[str, ...]:
     return tuple(names)
 
 
-def run_layer_findings(name: str, old: Recipe | None, new: Recipe, stage: Stage) -> list[Finding]:
+RunKey = tuple[str, str, str]  # stage, command, sha256 of its standard input ("" without)
+
+
+def _run_key(side: Side, step: Step) -> RunKey:
+    assert isinstance(step.layer, RunLayer)
+    digest = side.stdin_digests.get(step.layer.stdin or "", "")
+    return step.stage.name, step.layer.command, digest
+
+
+def _run_steps(side: Side) -> list[Step]:
+    steps = side.recipe.steps() if side.recipe else ()
+    return [step for step in steps if isinstance(step.layer, RunLayer)]
+
+
+def run_layer_findings(name: str, old: Side, new: Side, stage: Stage) -> list[Finding]:
     """A warning per shell (``run``) layer of ``stage`` that is new or changed at the head.
 
     What a shell step installs cannot be predicted from locks: only the build's guard sees
-    it. A command the base ref already ran in the same stage is not reported again.
+    it. A command the base ref already ran in the same stage, with the same standard input,
+    is not reported again; one whose stdin file alone changed is, and says so.
     """
-    before = {
-        (step.stage.name, step.layer.command)
-        for step in (old.steps() if old else ())
-        if isinstance(step.layer, RunLayer)
-    }
-    return [
-        _run_finding(name, step)
-        for step in new.steps()
-        if step.stage is stage
-        and isinstance(step.layer, RunLayer)
-        and (stage.name, step.layer.command) not in before
-    ]
+    before = {_run_key(old, step) for step in _run_steps(old)}
+    commands = {key[:2] for key in before}
+    found = []
+    for step in _run_steps(new):
+        key = _run_key(new, step)
+        if step.stage is stage and key not in before:
+            found.append(_run_finding(name, step, key[:2] in commands))
+    return found
 
 
-def _run_finding(name: str, step: Step) -> Finding:
+def _run_finding(name: str, step: Step, only_stdin: bool = False) -> Finding:
     assert isinstance(step.layer, RunLayer)
+    changed = f" (its standard input {step.layer.stdin} changed)" if only_stdin else ""
     return Finding(
         RUN_LAYER_RULE,
         WARNING,
         "",
         None,
         None,
-        f"{NOT_PREDICTABLE}: {step.layer.command}",
+        f"{NOT_PREDICTABLE}: {step.layer.command}{changed}",
         where=f"{name} {step.label}",
         hint=f"build the image ({frontdoor.command('build')}) to see what this command changes",
     ).located(name, step.stage.name, step.position)

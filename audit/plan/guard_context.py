@@ -28,6 +28,7 @@ import packaging
 from packaging.specifiers import SpecifierSet
 
 from audit.core.errors import RecipeError
+from audit.plan import frontdoor
 from audit.plan.lockfile import base_relpath, parse_base
 from audit.plan.recipe import PipLayer, Recipe
 
@@ -57,6 +58,10 @@ def guard_config(recipe: Recipe) -> bytes:
         "interpreters": list(recipe.interpreters),
         "policy": recipe.policy.to_json(),
         "overrides": overrides_config(recipe),
+        "commands": {  # what the guard's hints tell the user to run on the host
+            "lock": frontdoor.command("lock", recipe.name),
+            "record": frontdoor.command("lock", f"{recipe.name} --record-base"),
+        },
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
 

@@ -20,6 +20,7 @@ a daemon that does not answer (or missing emulation) is a failure, never a skip.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -140,20 +141,32 @@ BaseImageFactory = Callable[..., str]
 
 
 @pytest.fixture(scope="session")
-def base_image(pytestconfig: pytest.Config, docker_client: Any) -> BaseImageFactory:
+def base_image(
+    pytestconfig: pytest.Config, docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> BaseImageFactory:
     from audit.engines import baseimage
 
     built: dict[tuple[str, str], str] = {}
+    locks = _run_folder(tmp_path_factory)
 
     def factory(suite: str = "bookworm", arch: str = "amd64") -> str:
         if (suite, arch) not in built:
-            try:
-                built[suite, arch] = baseimage.ensure_base_image(suite, arch)
-            except AuditError as error:
-                _environment_failure(error)
+            with (locks / f"base-{suite}-{arch}.lock").open("w") as guard:
+                fcntl.flock(guard, fcntl.LOCK_EX)  # parallel workers build each image once
+                try:
+                    built[suite, arch] = baseimage.ensure_base_image(suite, arch)
+                except AuditError as error:
+                    _environment_failure(error)
         return built[suite, arch]
 
     return factory
+
+
+def _run_folder(factory: pytest.TempPathFactory) -> Path:
+    """A folder every worker of this test run shares (the parent of each worker's temp
+    folder under pytest-xdist; the session's own temp folder without it)."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

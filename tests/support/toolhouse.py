@@ -13,6 +13,7 @@ machine takes part (they may carry constraints, find-links and local indexes).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -66,12 +67,22 @@ def ensure_wheels(cache: Path, index: str) -> Path:
     """``cache/<versions>/``, holding the wheels; downloaded from ``index`` when missing.
 
     Invariant: the folder exists only whole (a ``.complete`` marker inside, written last, and
-    the folder renamed into place), so an interrupted download is never mistaken for a cache.
+    the folder renamed into place), so an interrupted download is never mistaken for a cache;
+    parallel test workers sharing ``cache`` download it once (a file lock beside it).
     """
     target = cache / folder_name()
     if (target / COMPLETE).is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".download.lock").open("w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if not (target / COMPLETE).is_file():
+            _download(cache, target, index)
+    return target
+
+
+def _download(cache: Path, target: Path, index: str) -> None:
+    """Every Python's wheels into a partial folder, renamed into ``target`` when whole."""
     partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=cache))
     try:
         for python in PYTHONS:
@@ -82,4 +93,3 @@ def ensure_wheels(cache: Path, index: str) -> Path:
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    return target

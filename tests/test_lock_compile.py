@@ -170,6 +170,7 @@ def test_an_installed_package_that_must_move_up_is_upgraded_and_pinned(
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_one_line_edit_hashes_no_installed_pin_and_reads_only_new_pins_metadata(
     tmp_path: Path, wheels: Wheelhouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,6 +197,7 @@ def test_a_one_line_edit_hashes_no_installed_pin_and_reads_only_new_pins_metadat
     assert v2.metadata["delta"].requires_dist == ("alpha",)
 
 
+@pytest.mark.slow
 def test_an_earlier_lock_that_comes_out_the_same_leaves_later_layers_uncompiled(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,7 +1,7 @@
 """``lock`` against the bare resolver it wraps, side by side in one run (issue 22's targets).
 
 Usage: ``python benchmarks/bench_lock_bare.py [RECIPE_DIR] [--rounds N] [--skip-pip-tools]
-[--before REF]``
+[--skip-uv] [--before REF]``
 (default: ``benchmarks/recipes/sci-stack``: numpy, scipy, pandas, scikit-learn, matplotlib from
 real PyPI). Three comparisons, each timed as whole processes, medians of ``--rounds`` (>= 3):
 
@@ -16,7 +16,8 @@ real PyPI). Three comparisons, each timed as whole processes, medians of ``--rou
   compile given its previous output (``-o`` the same file) and the same edit, warm caches;
 - **pip-tools, one edit**: the same edit with ``resolver = "pip-tools"`` (pip-compile inside the
   base image) vs bare ``pip-compile --generate-hashes`` in the same image, the same pip-tools
-  environment, given its previous output and the same edit (warm HTTP cache on both sides).
+  environment, given its previous output and the same edit (warm HTTP cache on both sides);
+  with ``--before REF``, the same one edit with the code of ``REF`` in the same rounds.
 
 Every timed run must succeed (exit 0, or the script stops); the ratios print beside the targets
 (uv <= 1.3x cold and one edit; pip-tools one edit <= 1.5x). Exit 0 when all targets hold.
@@ -236,23 +237,38 @@ def bare_pip_compile(project: Project, work: Path) -> float:
     return timed(argv)
 
 
-def measure_pip_tools(recipe: Path, rounds: int) -> dict[str, Row]:
+def one_edit(project: Project) -> float:
+    """The timed relock after the edit; the edit is then undone and relocked (untimed)."""
+    project.edit(True)
+    seconds = project.lock()
+    project.edit(False)
+    project.lock()
+    return seconds
+
+
+def measure_pip_tools(recipe: Path, rounds: int, before: Path | None = None) -> dict[str, Row]:
     project = Project(recipe, "pip-tools")
     project.lock("--record-base")  # records the base, installs pip-tools, compiles (untimed)
+    earlier = Project(recipe, "pip-tools", before, "-before") if before else None
+    if earlier:
+        earlier.lock("--record-base")
     work = project.root / "bare"
     work.mkdir(exist_ok=True)
     bare_pip_compile(project, work)  # the bare previous output, and a warm HTTP cache
-    project_runs, bare_runs = [], []
+    project_runs, earlier_runs, bare_runs = [], [], []
     for _ in range(rounds):
+        project_runs.append(one_edit(project))
+        if earlier:
+            earlier_runs.append(one_edit(earlier))
         project.edit(True)
-        project_runs.append(project.lock())
         bare_runs.append(bare_pip_compile(project, work))
         project.edit(False)
-        project.lock()
         bare_pip_compile(project, work)
-    return {
-        "pip-tools one edit": (statistics.median(project_runs), statistics.median(bare_runs), 0, 0)
-    }
+    bare = statistics.median(bare_runs)
+    found = {"pip-tools one edit": (statistics.median(project_runs), bare, 0, 0)}
+    if earlier_runs:
+        found["pip-tools one edit, --before"] = (statistics.median(earlier_runs), bare, 0, 0)
+    return found
 
 
 def main() -> int:
@@ -260,15 +276,17 @@ def main() -> int:
     parser.add_argument("recipe", nargs="?", default=str(ROOT / "benchmarks/recipes/sci-stack"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-pip-tools", action="store_true")
-    parser.add_argument("--before", metavar="REF", help="also time the lock of git REF, cold")
+    parser.add_argument("--skip-uv", action="store_true")
+    parser.add_argument("--before", metavar="REF", help="also time the code of git REF beside")
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds: medians of at least 3")
     recipe = Path(args.recipe)
-    results = measure_uv(recipe, args.rounds, args.before)
+    results = {} if args.skip_uv else measure_uv(recipe, args.rounds, args.before)
     print(json.dumps(results), flush=True)  # kept even if the pip-tools part stops the script
     if not args.skip_pip_tools:
-        results |= measure_pip_tools(recipe, args.rounds)
+        before = export(args.before) if args.before else None
+        results |= measure_pip_tools(recipe, args.rounds, before)
     print(f"{'case':26} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  "
           "bytes downloaded")  # fmt: skip
     met = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import platform
 import signal
@@ -167,6 +168,50 @@ def test_an_installed_package_that_must_move_up_is_upgraded_and_pinned(
     v1 = parse_lock((root / "locks/t/v1-01.txt").read_bytes(), "v1")
     assert {n: p.version for n, p in v1.pins.items()} == {"alpha": "2.0", "beta": "1.0"}
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_one_line_edit_hashes_no_installed_pin_and_reads_only_new_pins_metadata(
+    tmp_path: Path, wheels: Wheelhouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # alpha 2.0 (installed by v1) also has a wheel no resolution for this host picks: only
+    # hashing every file of alpha 2.0 would fetch it
+    wheels("alpha", "2.0", tag="cp39-cp39-win_amd64")
+    wheels("epsilon", "1.0")
+    served: list[str] = []
+    with serve_index(wheels.path, served=served) as index:
+        root = write_project(tmp_path / "project", index, "beta\n", "delta\n")
+        monkeypatch.chdir(root)
+        assert run_lock("t", "--host") == 0
+        assert any("win_amd64" in name for name in served)  # v1 pins alpha: every file hashed
+        (root / "images/t/requirements/v2.in").write_text("delta\nepsilon\n")
+        served.clear()
+        assert run_lock("t", "--host") == 0
+    v2 = parse_lock((root / "locks/t/v2-01.txt").read_bytes(), "v2")
+    assert {n: p.version for n, p in v2.pins.items()} == {"delta": "1.0", "epsilon": "1.0"}
+    assert all(pin.hashes for pin in v2.pins.values())
+    assert not [name for name in served if "win_amd64" in name]
+    # delta did not move: its metadata comes from the previous lock, pip reads epsilon's only
+    log = (root / "build/.layer-audit/lock-logs/t/v2-01.log").read_text()
+    assert "Would install epsilon-1.0\n" in log
+    assert v2.metadata["delta"].requires_dist == ("alpha",)
+
+
+@pytest.mark.slow
+def test_an_earlier_lock_that_comes_out_the_same_leaves_later_layers_uncompiled(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_lock("t", "--host") == 0
+    before = lock_bytes(project)
+    (project / "images/t/requirements/v1.in").write_text("# what v2 builds on\nbeta\n")
+    capsys.readouterr()
+    assert run_lock("t", "--host", "--format", "json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["written"] == ["locks/t/v1-01.txt"] and summary["fresh"] == 1
+    after = lock_bytes(project)
+    assert after["v2-01.txt"] == before["v2-01.txt"]  # v1's body is the same: v2 was kept
+    assert after["v1-01.txt"] != before["v1-01.txt"]  # its header names the new input
+    assert run_lock("t", "--check") == 0
 
 
 def test_an_undeclared_index_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

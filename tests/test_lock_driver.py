@@ -6,13 +6,20 @@ here each decision it makes is checked on its own, on files in a temporary work 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from audit.core.policy import Policy
+from audit.engines.resolvers.job import CompileJob
+from audit.engines.resolvers.piptools import known_pins, with_known
 from audit.inimage import lock_driver
+from audit.plan.lock import LayerInputs, pip_steps
+from audit.plan.recipe import PipLayer, Recipe, Stage
 
 
 def job(tmp_path: Path, **changes: Any) -> dict[str, Any]:
@@ -64,6 +71,25 @@ def test_a_no_deps_layer_reports_its_own_file_and_a_layer_that_moves_nothing_rep
     assert (tmp_path / lock_driver.MOVED).read_text() == ""
 
 
+def test_pip_reads_only_moved_pins_the_host_does_not_know_and_every_override(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / lock_driver.INSTALLED).write_text("alpha==1.0\n")
+    compiled = "".join(f"{pin} \\\n    --hash=sha256:aa\n" for pin in ("Beta==3.0", "gamma==1.0"))
+    (tmp_path / lock_driver.OUTPUT).write_text(compiled)
+    known = job(tmp_path, known=["beta==3.0", "gamma==0.9"])
+    assert lock_driver.report_wanted(known, str(tmp_path)) == [
+        "-r",
+        str(tmp_path / lock_driver.READ),
+    ]
+    assert (tmp_path / lock_driver.MOVED).read_text() == "Beta==3.0\ngamma==1.0\n"
+    assert (tmp_path / lock_driver.READ).read_text() == "gamma==1.0\n"  # 1.0 is not known
+    all_known = job(tmp_path, known=["beta==3.0", "gamma==1.0"])
+    assert lock_driver.report_wanted(all_known, str(tmp_path)) == []
+    overridden = job(tmp_path, known=["beta==3.0", "gamma==1.0"], overrides=["gamma==1.0"])
+    assert lock_driver.to_read(["Beta==3.0", "gamma==1.0"], overridden) == ["gamma==1.0"]
+
+
 def test_the_environment_is_made_from_nothing_with_its_caches_in_the_cache_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,3 +121,41 @@ def test_a_base_without_venv_exits_with_its_own_code_and_marker(
     assert stopped.value.code == lock_driver.EXIT_NO_VENV
     assert lock_driver.STEP_PREFIX + lock_driver.NO_VENV in capsys.readouterr().err
     assert not Path(lock_driver.tools_folder(document)).exists()
+
+
+def compile_job(overrides: tuple[str, ...] = (), extra_index: str | None = None) -> CompileJob:
+    index = "http://127.0.0.1:9/simple"
+    stage = Stage("v1", (PipLayer("requirements/v1.in"),))
+    recipe = Recipe(
+        "t", Path("images/t"), "b", None, "linux/amd64", "cpu", ("/usr/bin/python3",), "r",
+        "{stage}", "latest", index, (), (stage,), Policy(),
+    )  # fmt: skip
+    inputs = LayerInputs(
+        pip_steps(recipe)[0], "locks/t/v1-01.txt", "v1.in", {}, index, None, False, {}
+    )
+    known = {("beta", "3.0"): (("alpha>=1",), ">=3.9"), ("gamma", "1.0"): ((), "")}
+    job = CompileJob(inputs, "", {}, overrides=overrides, known=known)
+    return dataclasses.replace(job, inputs=dataclasses.replace(inputs, extra_index_url=extra_index))
+
+
+def test_the_host_fills_in_what_pip_was_not_asked_to_read_from_the_previous_lock() -> None:
+    pip_read = {"install": [{"metadata": {"name": "delta", "version": "2.0"}, "x": 1}]}
+    moved = "Beta==3.0\ndelta==2.0\ngamma==1.0\n"
+    items = json.loads(with_known(json.dumps(pip_read), moved, compile_job()))["install"]
+    assert items[0] == pip_read["install"][0]  # pip's own items untouched
+    assert items[1:] == [
+        {"metadata": {"name": "beta", "version": "3.0", "requires_dist": ["alpha>=1"],
+                      "requires_python": ">=3.9"}},
+        {"metadata": {"name": "gamma", "version": "1.0", "requires_dist": [],
+                      "requires_python": ""}},
+    ]  # fmt: skip
+    # an override is always read by pip (its hashes come from the report), never filled in
+    overridden = json.loads(with_known("", moved, compile_job(("gamma==1.0",))))["install"]
+    assert [item["metadata"]["name"] for item in overridden] == ["beta"]
+    assert with_known("", "", compile_job()) == ""  # a failed run stays empty
+
+
+def test_with_an_extra_index_pip_reports_every_moved_pin_for_the_origin_check() -> None:
+    assert known_pins(compile_job()) == ["beta==3.0", "gamma==1.0"]
+    assert known_pins(compile_job(extra_index="http://127.0.0.1:9/extra")) == []
+    assert with_known("", "beta==3.0\n", compile_job(extra_index="http://x/simple")) == ""

@@ -156,6 +156,18 @@ def test_preferred_pins_carry_the_previous_locks_hashes_so_unmoved_pins_are_not_
     assert preferred_pins(installed, previous, Upgrade(everything=True)) == "pip==23.0\n"
 
 
+def test_installed_pins_carry_their_stand_in_hash_unless_the_previous_lock_pins_them() -> None:
+    installed = {
+        "pip": Constraint("pip", "23.0", BASE_ORIGIN),
+        "alpha": Constraint("alpha", "1.0", "v1 layer 1"),
+    }
+    previous = Lock("x", "d", {"alpha": Pin("alpha", "2.0", ("sha256:aa",))})
+    given = {"pip": "sha256:p1", "alpha": "sha256:a1"}
+    text = preferred_pins(installed, previous, Upgrade(), given)
+    assert text == "alpha==2.0 \\\n    --hash=sha256:aa\npip==23.0 \\\n    --hash=sha256:p1\n"
+    assert preferred_pins(installed, None, Upgrade(), {}) == "alpha==1.0\npip==23.0\n"
+
+
 def test_only_what_a_layer_installs_or_moves_is_pinned() -> None:
     installed = {
         "torch": Constraint("torch", "2.9.0+cu130", BASE_ORIGIN),

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zipfile
 
 from audit.plan.lock import Constraint
-from audit.plan.standins import metadata_text, provided_extras, standin_wheel, standin_wheels
+from audit.plan.standins import (
+    metadata_text,
+    provided_extras,
+    standin_digests,
+    standin_wheel,
+    standin_wheels,
+)
 
 VLLM = Constraint(
     "vllm",
@@ -45,3 +52,9 @@ def test_extras_are_normalised() -> None:
         "gpu",
         "x",
     ]
+
+
+def test_a_stand_in_digest_is_the_sha256_of_the_wheel_the_resolver_is_offered() -> None:
+    digests = standin_digests({"vllm": VLLM})
+    data = next(iter(standin_wheels({"vllm": VLLM}).values()))
+    assert digests == {"vllm": "sha256:" + hashlib.sha256(data).hexdigest()}

@@ -35,6 +35,7 @@ from audit.plan.lock import (
     LayerInputs,
     LockState,
     Upgrade,
+    changed_inputs,
     existing_pins,
     installed_before,
     layer_inputs,
@@ -51,7 +52,7 @@ from audit.plan.lockfile import Lock, PinMetadata, lock_relpath, parse_lock, ren
 from audit.plan.predict import Installed, StepJudge, apply_lock
 from audit.plan.recipe import PipLayer, Recipe, Step
 from audit.plan.sources import Source
-from audit.plan.standins import standin_wheels
+from audit.plan.standins import standin_digests, standin_wheels
 
 
 @dataclass
@@ -76,7 +77,7 @@ class LockRun:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger) under
         today's policy and waivers: a kept lock that no longer passes stops the run (exit 1)."""
         before = self.environment()
-        if state.status == "fresh" and not self.upgrade.active:
+        if (state.status == "fresh" or self.still_fresh(state)) and not self.upgrade.active:
             lock = self.fresh_locks[state.step.slug]
             installed = installed_before(self.base_pins, self.earlier)
             self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
@@ -102,6 +103,19 @@ class LockRun:
         """(canonical name, version) of what the base installs."""
         return {(c.name, str(Version(c.version))) for c in self.base_pins}
 
+    def still_fresh(self, state: LockState) -> bool:
+        """Whether a lock the survey staled only because an earlier layer was stale records
+        exactly today's inputs, now that the earlier layers are compiled: an earlier lock that
+        came out byte-identical (a comment edited, a line reordered) gives a later layer the
+        same installed set, so it is kept, not compiled again."""
+        previous = self.fresh_locks.get(state.step.slug)
+        if previous is None or state.status != "stale":
+            return False
+        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        inputs = layer_inputs(self.source, self.recipe, state.step, self.base_digest, earlier,
+                              resolver=self.backend.label)  # fmt: skip
+        return not changed_inputs(previous.inputs, inputs.digests)
+
     def environment(self) -> Installed:
         """What is installed before the next layer, as prediction sees it: the base, then
         every visited layer's lock (kept up to date by :meth:`visit`, never recomputed)."""
@@ -124,7 +138,7 @@ class LockRun:
             standin_wheels(installed),
             layer.no_deps,
             layer.override,
-            preferred_pins(installed, previous, self.upgrade),
+            preferred_pins(installed, previous, self.upgrade, standin_digests(installed)),
             upgrade_constraints(self.upgrade),
             known_metadata(previous),
         )

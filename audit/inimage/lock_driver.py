@@ -13,7 +13,9 @@ pip-compile starts from).
    ``PIP_*`` from anywhere, ``PIP_CONFIG_FILE=/dev/null``; pip's HTTP cache lives in the cache
    folder, so it persists across runs.
 3. Runs ``pip install --dry-run --report`` of what the layer installs or moves, for its metadata
-   (and, for a no_deps layer, its hashes).
+   (and, for a no_deps layer and overrides, its hashes): only the moved pins whose metadata the
+   host does not hold already (``known``: the layer's previous lock), so a one-line edit whose
+   pins did not move downloads nothing here. Every moved pin is listed in ``moved.txt``.
 
 Exits with the first failing step's code; a base that cannot make a virtual environment exits
 :data:`EXIT_NO_VENV` after one ``layer-audit: no-venv`` line, and tools that cannot be installed
@@ -41,6 +43,7 @@ JOB_FILE = "job.json"
 INSTALLED = "installed.txt"
 OUTPUT = "compiled.txt"
 MOVED = "moved.txt"
+READ = "read.txt"
 REPORT = "report.json"
 
 
@@ -142,14 +145,29 @@ def moved(work: str, overrides: List[str]) -> List[str]:
     return [p for p in pins + overrides if key(p) not in installed]
 
 
+def to_read(lines: List[str], job: Dict[str, Any]) -> List[str]:
+    """The moved pins pip must report: overrides (their hashes come from the report) and every
+    pin whose metadata the host does not already hold (``known``)."""
+    known = {key(line) for line in job.get("known", [])}
+    overridden = {key(line)[0] for line in job["overrides"]}
+    return [line for line in lines if key(line) not in known or key(line)[0] in overridden]
+
+
+def write_lines(path: str, lines: List[str]) -> None:
+    with open(path, "w") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
 def report_wanted(job: Dict[str, Any], work: str) -> List[str]:
-    """pip's requirement arguments for the report: the moved pins, or a no_deps layer's file."""
+    """pip's requirement arguments for the report: the moved pins it must read (all of them are
+    written to ``moved.txt``), or a no_deps layer's file."""
     if not job["compile"]:
         return ["-r", job["requirements"]]
     lines = moved(work, list(job["overrides"]))
-    with open(os.path.join(work, MOVED), "w") as handle:
-        handle.write("".join(line + "\n" for line in lines))
-    return ["-r", os.path.join(work, MOVED)] if lines else []
+    write_lines(os.path.join(work, MOVED), lines)
+    wanted = to_read(lines, job)
+    write_lines(os.path.join(work, READ), wanted)
+    return ["-r", os.path.join(work, READ)] if wanted else []
 
 
 def report_argv(python: str, job: Dict[str, Any], work: str) -> List[str]:

@@ -422,14 +422,20 @@ def parse_upgrade_package(text: str) -> tuple[str, str | None]:
 
 
 def preferred_pins(
-    installed: Mapping[str, Constraint], previous: Lock | None, upgrade: Upgrade
+    installed: Mapping[str, Constraint],
+    previous: Lock | None,
+    upgrade: Upgrade,
+    given: Mapping[str, str] | None = None,
 ) -> str:
-    """The resolver's existing output for one layer: what is installed, then what the layer's
-    previous lock pinned (unless ``--upgrade``) with its hashes, without the packages to
-    upgrade. The hashes let pip-compile's ``--reuse-hashes`` keep every pin that did not move
-    without fetching or hashing its files again."""
+    """The resolver's existing output for one layer: what is installed (with its hash from
+    ``given``, canonical name -> ``sha256:HEX`` of its stand-in, when known), then what the
+    layer's previous lock pinned (unless ``--upgrade``) with its hashes, without the packages
+    to upgrade. The hashes let pip-compile's ``--reuse-hashes`` keep every pin that did not
+    move, installed ones included, without fetching or hashing its files again."""
+    digests = given or {}
     preferred: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
-        name: (c.version, None, ()) for name, c in installed.items()
+        name: (c.version, None, (digests[name],) if name in digests else ())
+        for name, c in installed.items()
     }
     if previous is not None and not upgrade.everything:
         preferred |= {n: (p.version, p.marker, p.hashes) for n, p in previous.pins.items()}

@@ -15,6 +15,7 @@ stand-in for one of them), and so are unparsable ``Requires-Python`` values.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import zipfile
@@ -112,3 +113,14 @@ def standin_wheel(constraint: Constraint) -> tuple[str, bytes]:
 def standin_wheels(installed: Mapping[str, Constraint]) -> dict[str, bytes]:
     """Filename -> bytes for every installed distribution (versions are PEP 440 already)."""
     return dict(standin_wheel(c) for _, c in sorted(installed.items()))
+
+
+def standin_digests(installed: Mapping[str, Constraint]) -> dict[str, str]:
+    """Canonical name -> ``sha256:HEX`` of its stand-in wheel (the file the resolver is offered
+    for it). Given as the hash of an installed pin in the resolver's existing output, it lets
+    pip-compile's ``--reuse-hashes`` keep a pin that cannot move without fetching and hashing
+    every file the index holds of it (a pin at its installed version is never locked)."""
+    return {
+        name: "sha256:" + hashlib.sha256(standin_wheel(c)[1]).hexdigest()
+        for name, c in sorted(installed.items())
+    }

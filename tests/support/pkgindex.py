@@ -14,6 +14,9 @@ wheel, long enough for a test to interrupt the download.
 
 A folder filled on demand: ``serve_index(dir, prepare=fill)`` runs ``fill()`` once, before the
 first request is answered (the test session's pip-tools wheels, downloaded only when needed).
+
+What was fetched: ``serve_index(dir, served=names)`` appends the file name of every file body it
+sends (GET, not HEAD) to ``names``, so a test can say which files a run downloaded.
 """
 
 from __future__ import annotations
@@ -122,8 +125,10 @@ def _handler_for(
     delivery: Delivery,
     prepare: Callable[[], object] | None = None,
     slow_seconds: float = SLOW_SECONDS,
+    served: list[str] | None = None,
 ) -> type[BaseHTTPRequestHandler]:
     ready = _once(prepare)
+    fetched = served if served is not None else []
 
     class IndexHandler(BaseHTTPRequestHandler):
         head_only = False
@@ -148,6 +153,8 @@ def _handler_for(
             if delivery == "slow" and path.is_file():
                 time.sleep(slow_seconds)
             body = path.read_bytes() if path.is_file() else None
+            if body is not None and not self.head_only:
+                fetched.append(path.name)
             self._send(body, "binary/octet-stream", drop=delivery == "drop")
 
         def _send(self, body: bytes | None, content_type: str, drop: bool = False) -> None:
@@ -191,14 +198,16 @@ def serve_index(
     *,
     prepare: Callable[[], object] | None = None,
     slow_seconds: float = SLOW_SECONDS,
+    served: list[str] | None = None,
 ) -> Iterator[str]:
     """Serve ``wheel_dir`` as a simple index; yield ``http://127.0.0.1:PORT/simple/``.
 
     ``delivery`` says how wheels are sent: ``"whole"``, or a bad network (``"drop"``, ``"slow"``).
     ``prepare``, when given, fills ``wheel_dir`` before the first request is answered (once),
-    so an index nobody asks costs nothing.
+    so an index nobody asks costs nothing. ``served``, when given, collects the name of every
+    file sent (in order; a file sent twice is named twice).
     """
-    handler = _handler_for(wheel_dir, delivery, prepare, slow_seconds)
+    handler = _handler_for(wheel_dir, delivery, prepare, slow_seconds, served)
     server = QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, name="test-index", daemon=True)
     thread.start()

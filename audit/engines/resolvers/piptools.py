@@ -160,7 +160,17 @@ def job_document(job: CompileJob, cache: str, cert: str) -> dict[str, Any]:
         "report": index_args(job.inputs),
         "requirements": job.inputs.requirements,
         "overrides": list(job.overrides),
+        "known": known_pins(job),
     }
+
+
+def known_pins(job: CompileJob) -> list[str]:
+    """``name==version`` of the pins whose metadata the host holds (the layer's previous lock):
+    pip's report skips them. None with an extra index: the host then checks which index every
+    moved file came from, so pip must report each one (:func:`chosen_files`)."""
+    if job.inputs.extra_index_url:
+        return []
+    return sorted(f"{name}=={version}" for name, version in job.known)
 
 
 # -- running --------------------------------------------------------------------------------
@@ -172,7 +182,33 @@ def _read_output(work: Path, job: CompileJob, returncode: int, log: str) -> Outc
         return path.read_text() if returncode == 0 and path.is_file() else ""
 
     output = "" if job.no_deps else text(OUTPUT)
-    return Outcome(returncode, output, text(REPORT), log)
+    return Outcome(returncode, output, with_known(text(REPORT), text(lock_driver.MOVED), job), log)
+
+
+def with_known(report: str, moved: str, job: CompileJob) -> str:
+    """pip's report plus, in its shape (``install[].metadata``), the previous lock's metadata
+    of every moved pin pip was not asked to read (the driver's rule: :func:`lock_driver.to_read`);
+    the report unchanged when pip read them all (or is unreadable: the caller says so)."""
+    lines = [line for line in moved.splitlines() if "==" in line]
+    document = {"known": known_pins(job), "overrides": list(job.overrides)}
+    read = set(lock_driver.to_read(lines, document))
+    pins = [lock_driver.key(line) for line in lines if line not in read]
+    extra = [metadata_item(name, version, *job.known[name, version]) for name, version in pins]
+    if not extra:
+        return report
+    try:
+        items = json.loads(report)["install"] if report else []
+    except (ValueError, KeyError, TypeError):
+        return report
+    return json.dumps({"install": [*items, *extra]})
+
+
+def metadata_item(
+    name: str, version: str, requires: tuple[str, ...], python: str
+) -> dict[str, object]:
+    """One ``install[]`` item of pip's report holding only what a lock records of a pin."""
+    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires),
+                         "requires_python": python}}  # fmt: skip
 
 
 def _write_job(work: Path, job: CompileJob, cache: str, cert: str) -> None:

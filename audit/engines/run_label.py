@@ -32,7 +32,8 @@ def work_prefix(prefix: str) -> str:
     return f"{prefix}{os.getpid()}-"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -45,7 +46,7 @@ def _alive(pid: int) -> bool:
 def gone(owner: str) -> bool:
     """True when ``HOST:PID`` names a run on this host that no longer exists."""
     host, _, pid = owner.rpartition(":")
-    return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
+    return host == socket.gethostname() and pid.isdigit() and not alive(int(pid))
 
 
 def sweep_folders(prefix: str, folder: Path | None = None) -> list[Path]:
@@ -54,7 +55,7 @@ def sweep_folders(prefix: str, folder: Path | None = None) -> list[Path]:
     removed = []
     for path in where.glob(f"{prefix}*-*"):
         pid = path.name[len(prefix) :].split("-", 1)[0]
-        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+        if path.is_dir() and pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

@@ -16,7 +16,7 @@ import functools
 import os
 import re
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,3 +222,11 @@ def disk_full(where: str, log: str) -> EnvironmentProblem | None:
         f"{where}: the disk filled up while the resolver downloaded or built",
         f"free space where the lock cache lives ({cache_root()}) and run lock again",
     )
+
+
+def metadata_item(
+    name: str, version: str, requires: Sequence[str], python: str
+) -> dict[str, object]:
+    """One ``install[]`` item of pip's report holding only what a lock records of a pin."""
+    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires),
+                         "requires_python": python}}  # fmt: skip

@@ -48,6 +48,7 @@ from audit.engines.resolvers.job import (
     cache_root,
     disk_full,
     last_word,
+    metadata_item,
     network_failure,
     prepare_work,
     probe_indexes,
@@ -201,14 +202,6 @@ def with_known(report: str, moved: str, job: CompileJob) -> str:
     except (ValueError, KeyError, TypeError):
         return report
     return json.dumps({"install": [*items, *extra]})
-
-
-def metadata_item(
-    name: str, version: str, requires: tuple[str, ...], python: str
-) -> dict[str, object]:
-    """One ``install[]`` item of pip's report holding only what a lock records of a pin."""
-    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires),
-                         "requires_python": python}}  # fmt: skip
 
 
 def _write_job(work: Path, job: CompileJob, cache: str, cert: str) -> None:

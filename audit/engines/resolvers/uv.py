@@ -55,6 +55,7 @@ from audit.engines.resolvers.job import (
     clean_body,
     disk_full,
     meaningful_lines,
+    metadata_item,
     network_failure,
     prepare_work,
     probe_indexes,
@@ -331,9 +332,9 @@ def _metadata(session: _Session, job: CompileJob, target: UvTarget, moved: list[
         kept = private_bytes(session.ahead.cache) / 1e6
         session.note(f"read ahead so far: {session.ahead.stats.summary()}; "
                      f"uv's project pages of this run so far: {kept:.2f} MB")  # fmt: skip
-    items = [_item(name, version, *job.known[name, version])
+    items = [metadata_item(name, version, *job.known[name, version])
              for name, version in pins if (name, version) in job.known]  # fmt: skip
-    items += [_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
+    items += [metadata_item(meta.name, meta.version, meta.requires_dist, meta.requires_python)
               for meta in found]  # fmt: skip
     if missing:
         names = ", ".join(sorted(missing))
@@ -388,11 +389,6 @@ def _read_ahead(
     return meta if canonical_name(meta.name) == pin[0] else None
 
 
-def _item(name: str, version: str, requires: Sequence[str], python: str) -> dict[str, object]:
-    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires),
-                         "requires_python": python}}  # fmt: skip
-
-
 def _downloaded(session: _Session, pins: list[str]) -> list[dict[str, object]] | None:
     """The fallback: ``uv pip install --target --no-deps`` of exactly ``pins``, METADATA read."""
     (session.work / "moved.txt").write_text("".join(f"{line}\n" for line in pins))
@@ -406,7 +402,7 @@ def _downloaded(session: _Session, pins: list[str]) -> list[dict[str, object]] |
 
 def _read_metadata(folder: Path) -> dict[str, object]:
     message = email.parser.Parser().parsestr((folder / "METADATA").read_text(errors="replace"))
-    return _item(
+    return metadata_item(
         message.get("Name", ""),
         message.get("Version", ""),
         message.get_all("Requires-Dist") or [],

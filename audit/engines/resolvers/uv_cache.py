@@ -26,6 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from audit.engines.run_label import alive
+
 PRIVATE = ("simple-", "flat-index-")  # bucket name prefixes kept for one run only
 PAGES_FOR = 3600  # seconds: longer than any run; the pages go when the run ends
 FILES_FOR = 60  # seconds a wheel's metadata is reused, within and across runs
@@ -60,18 +62,8 @@ def _sweep(runs: Path) -> None:
     """Remove what runs that were killed left (their process is gone)."""
     for folder in runs.iterdir():
         pid = folder.name.split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process: alive
-    return True
 
 
 def close_run_cache(run: Path, shared: Path) -> None:

@@ -212,5 +212,5 @@ def _copy_problem(sources: list[str], dest: str, text: str, state: State) -> str
         if posix.is_absolute() or ".." in posix.parts or any(c in source for c in "*?["):
             return f"COPY source {source} is outside the build context, or a wildcard"
         if not state.context_has(posix.as_posix()):
-            return f"{source} is not in the build context"
+            return f"{source} is not in the build context (missing, or left out by .dockerignore)"
     return ""

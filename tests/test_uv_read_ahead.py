@@ -11,6 +11,7 @@ layers' logs say how many pins' metadata came from the read-ahead.
 from __future__ import annotations
 
 import platform
+import time
 import tomllib
 from pathlib import Path
 from typing import cast
@@ -105,7 +106,9 @@ def test_the_base_versions_are_handed_to_uv_as_a_pylock_file() -> None:
     ]
 
 
-def _project(root: Path, index: str, layers: dict[str, str]) -> None:
+def _project(
+    root: Path, index: str, layers: dict[str, str], python: str = platform.python_version()
+) -> None:
     recipe = (
         f'[image]\nbase = "local/base:1"\nplatform = "linux/amd64"\ncuda = "cpu"\n'
         f'interpreters = ["/opt/venv/bin/python"]\nrepository = "local/ahead"\n'
@@ -116,7 +119,7 @@ def _project(root: Path, index: str, layers: dict[str, str]) -> None:
         for name in layers
     )
     base = (Distribution("setuptools", "68.0", SITE, "pip", ZERO, "setuptools", requires_dist=()),)
-    record = base_record(*base, python=platform.python_version(), image="local/base:1")
+    record = base_record(*base, python=python, image="local/base:1")
     requirements = {f"{name}.in": text for name, text in layers.items()}
     write_project(root, ProjectSpec("ahead", recipe, requirements, record))
 
@@ -184,3 +187,26 @@ def test_locks_with_the_read_ahead_are_the_locks_without_it(
         assert "downgrade" in err and "gamma" in err
     else:
         assert "alpha==2.0" in with_ahead["v2-01.txt"]
+
+
+@pytest.mark.slow
+def test_a_target_python_this_machine_lacks_is_resolved_for_without_fetching_one(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A vLLM base runs Python 3.12, the host another: uv resolves for the base's version with
+    the interpreter running layer-audit beside it, and never tries to download a managed
+    CPython of the target's version (each compile retried for seconds without a route to it)."""
+    _index(wheelhouse)
+    wheelhouse.add("epsilon", "1.0", requires=['alpha>=2; python_version >= "3.12"'])
+    monkeypatch.chdir(tmp_path)
+    _project(tmp_path, local_index, {"v1": "epsilon\n"}, python="3.12.99")
+    started = time.monotonic()
+    assert cli.main(["lock", "ahead"]) == 0, capsys.readouterr().err
+    assert time.monotonic() - started < 60  # bounded, not a benchmark: it was 4-8 s a compile
+    lock = _locks(tmp_path)["v1-01.txt"]
+    assert "alpha==2.0" in lock  # resolved for 3.12, whatever runs uv
+    assert "managed Python" not in _notes(tmp_path)

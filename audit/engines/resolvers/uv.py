@@ -156,8 +156,14 @@ def _common(job: CompileJob, target: UvTarget) -> list[str]:
 
 
 def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFIG}") -> list[str]:
-    """The target's arguments; the indexes are in the run's configuration (:func:`uv_config`)."""
-    args = ["--no-config", "--config-file", config]
+    """The target's arguments; the indexes are in the run's configuration (:func:`uv_config`).
+
+    uv resolves for ``--python-version``/``--python-platform`` but wants an interpreter to run
+    beside: this one (``--python``; never a download, :func:`uv_environment`). Without it, uv
+    looks for one of exactly the target's version and, finding none, downloads a managed
+    CPython (tens of MB) or, with no route to it, retries for seconds on every compile.
+    """
+    args = ["--no-config", "--config-file", config, "--python", sys.executable]
     if inputs.pre:
         args += ["--prerelease", "allow"]
     return [*args, "--python-version", target.python_version,
@@ -197,6 +203,7 @@ def uv_environment(run_cache: Path | None = None) -> dict[str, str]:
     cache is the run's own (:mod:`~audit.engines.resolvers.uv_cache`) when there is one."""
     env = {"PATH": os.defpath, "HOME": str(cache_root() / "host" / "home"), "LC_ALL": "C.UTF-8"}
     env["UV_CACHE_DIR"] = str(run_cache or shared_cache())
+    env["UV_PYTHON_DOWNLOADS"] = "never"  # the target is a version, not an interpreter to fetch
     bundle = ambient_ca_bundle()
     if bundle:
         env["SSL_CERT_FILE"] = str(bundle)

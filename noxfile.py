@@ -118,8 +118,8 @@ def _workers(posargs: list[str]) -> list[str]:
     """pytest-xdist's options unless the caller chose (``-n``, ``-p no:xdist``) or runs a few
     tests by node id: one worker per core plus one, since most tests wait on a resolver, a
     local index or the Docker engine; Docker tests stay on one worker (``tests/conftest.py``)."""
-    chosen = any(arg.startswith(("-n", "--numprocesses", "-p", "--dist")) for arg in posargs)
-    if chosen or any("::" in arg for arg in posargs):
+    chosen = any(arg.startswith(("-n", "--numprocesses", "--dist")) for arg in posargs)
+    if chosen or "no:xdist" in " ".join(posargs) or any("::" in arg for arg in posargs):
         return []
     return ["-n", str((os.cpu_count() or 1) + 1), "--dist", "loadgroup"]
 

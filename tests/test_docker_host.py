@@ -154,38 +154,47 @@ def test_run_in_a_missing_image_names_it_instead_of_pulling() -> None:
     assert "base-image --suite never --arch amd64" in caught.value.hint
 
 
-def _containers_of(client: Any, tag: str) -> set[str]:
-    """The ids of every container of ``tag`` (the engine is shared: compare before and after)."""
-    return {c.id for c in client.containers.list(all=True, filters={"ancestor": tag})}
+MARK = "layer-audit.test-run"  # a label this test's containers carry: the engine is shared
+
+
+def _mark(tmp_path: Path) -> dict[str, str]:
+    return {MARK: str(tmp_path)}
+
+
+def _containers_of(client: Any, mark: dict[str, str]) -> list[Any]:
+    """Every container, running or not, carrying ``mark`` (others' are none of this test's)."""
+    ((key, value),) = mark.items()
+    return list(client.containers.list(all=True, filters={"label": f"{key}={value}"}))
 
 
 @pytest.mark.docker
 def test_run_in_image_read_only_with_mounts(
     base_image: Any, docker_client: Any, tmp_path: Path
 ) -> None:
-    tag = base_image()
-    before = _containers_of(docker_client, tag)
+    tag, mark = base_image(), _mark(tmp_path)
     (tmp_path / "hello.txt").write_text("from the host\n")
     mount = BindMount(tmp_path, "/work")
-    out = docker_host.run_in_image(tag, ["/bin/cat", "/work/hello.txt"], mounts=[mount])
+    argv = ["/bin/cat", "/work/hello.txt"]
+    out = docker_host.run_in_image(tag, argv, mounts=[mount], labels=mark)
     assert out == "from the host\n"
-    denied = docker_host.run_in_image_result(tag, ["/bin/touch", "/etc/x"])
+    denied = docker_host.run_in_image_result(tag, ["/bin/touch", "/etc/x"], labels=mark)
     assert denied.exit_code != 0
     assert "Read-only file system" in denied.stderr
-    assert not _containers_of(docker_client, tag) - before  # every run removed its container
+    assert not _containers_of(docker_client, mark)  # every run removed its container
 
 
 @pytest.mark.docker
-def test_run_in_image_failure_carries_stderr(base_image: Any, docker_client: Any) -> None:
-    tag = base_image()
-    before = _containers_of(docker_client, tag)
+def test_run_in_image_failure_carries_stderr(
+    base_image: Any, docker_client: Any, tmp_path: Path
+) -> None:
+    tag, mark = base_image(), _mark(tmp_path)
     script = "import sys; sys.stderr.write('boom at the end'); sys.exit(4)"
     with pytest.raises(CommandFailed) as caught:
-        docker_host.run_in_image(tag, ["/opt/venv/bin/python", "-c", script])
+        docker_host.run_in_image(tag, ["/opt/venv/bin/python", "-c", script], labels=mark)
     assert caught.value.returncode == 4
     assert caught.value.exit_code == EXIT_ENVIRONMENT
     assert "boom at the end" in caught.value.output
-    assert not _containers_of(docker_client, tag) - before
+    assert not _containers_of(docker_client, mark)
 
 
 @pytest.mark.docker

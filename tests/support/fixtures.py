@@ -75,13 +75,15 @@ def _user_cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
-def _keep_machine_rootfs(cache_home: Path) -> None:
-    """Link the machine's Debian root file systems, when it has any, into the session's cache
-    home (without them a session that must make a base image keeps its own)."""
+def _keep_machine_rootfs(cache_home: Path, run_folder: Path) -> None:
+    """Link the machine's Debian root file systems into the session's cache home; on a machine
+    that has none yet, one folder every worker of this run shares (debootstrap takes minutes,
+    an arm64 one under qemu much longer: a rootfs is made once per run, under its lock)."""
     machine = _user_cache_home() / ROOTFS
-    if machine.is_dir():
-        (cache_home / ROOTFS).parent.mkdir(parents=True, exist_ok=True)
-        (cache_home / ROOTFS).symlink_to(machine, target_is_directory=True)
+    target = machine if machine.is_dir() else run_folder / "rootfs"
+    target.mkdir(parents=True, exist_ok=True)
+    (cache_home / ROOTFS).parent.mkdir(parents=True, exist_ok=True)
+    (cache_home / ROOTFS).symlink_to(target, target_is_directory=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,7 +95,7 @@ def hermetic_session(
     Set in ``os.environ``, so ``python -m audit`` processes the tests start inherit it too.
     """
     cache_home = tmp_path_factory.mktemp("cache-home")
-    _keep_machine_rootfs(cache_home)
+    _keep_machine_rootfs(cache_home, _run_folder(tmp_path_factory))
     wheels_cache = _wheels_cache(pytestconfig, tmp_path_factory)
     source = toolhouse.source_index()
     served = wheels_cache / toolhouse.folder_name()

@@ -173,10 +173,10 @@ def export(ref: str) -> Path:
 Row = tuple[float, float, int, int]
 
 
-def measure_uv(recipe: Path, rounds: int, before: str | None) -> dict[str, Row]:
+def measure_uv(recipe: Path, rounds: int, before: Path | None) -> dict[str, Row]:
     project = Project(recipe, "uv")
     project.lock("--record-base")  # records the base and installs uv (untimed)
-    old = Project(recipe, "uv", export(before), "-before") if before else None
+    old = Project(recipe, "uv", before, "-before") if before else None
     if old is not None:
         old.lock("--record-base")
     work, bare_cache = project.root / "bare", project.root / "bare-cache"
@@ -201,7 +201,7 @@ def measure_uv(recipe: Path, rounds: int, before: str | None) -> dict[str, Row]:
     results = {"uv cold": (mine[0], bare[0], mine[1], bare[1])}
     if old is not None:
         mine = _medians(cold["before"])
-        results[f"uv cold ({before})"] = (mine[0], bare[0], mine[1], bare[1])
+        results["uv cold, --before"] = (mine[0], bare[0], mine[1], bare[1])
     results["uv one edit"] = (statistics.median(edit_project), statistics.median(edit_bare), 0, 0)
     return results
 
@@ -282,12 +282,12 @@ def main() -> int:
     if args.rounds < 3:
         parser.error("--rounds: medians of at least 3")
     recipe = Path(args.recipe)
-    results = {} if args.skip_uv else measure_uv(recipe, args.rounds, args.before)
+    before = export(args.before) if args.before else None  # one export for both backends
+    results = {} if args.skip_uv else measure_uv(recipe, args.rounds, before)
     print(json.dumps(results), flush=True)  # kept even if the pip-tools part stops the script
     if not args.skip_pip_tools:
-        before = export(args.before) if args.before else None
         results |= measure_pip_tools(recipe, args.rounds, before)
-    print(f"{'case':26} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  "
+    print(f"{'case':29} {'layer-audit':>12} {'bare tool':>10} {'ratio':>7} {'target':>7}  "
           "bytes downloaded")  # fmt: skip
     met = True
     for case, (mine, bare, mine_bytes, bare_bytes) in results.items():
@@ -296,7 +296,7 @@ def main() -> int:
         met = met and (target is None or ratio <= target)
         sizes = f"{mine_bytes / 1e6:.1f} MB vs {bare_bytes / 1e6:.1f} MB" if bare_bytes else ""
         goal = f"{target:6.1f}x" if target else "      -"
-        print(f"{case:26} {mine:11.2f}s {bare:9.2f}s {ratio:6.2f}x {goal}  {sizes}")
+        print(f"{case:29} {mine:11.2f}s {bare:9.2f}s {ratio:6.2f}x {goal}  {sizes}")
     print(json.dumps({case: [round(v, 3) for v in values] for case, values in results.items()}))
     return 0 if met else 1
 

@@ -10,27 +10,23 @@ Invariant: nothing here builds, tags or writes; a drifted base raises before any
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from audit.core.snapshot import Environment
 from audit.engines import console, docker_host
 from audit.engines.image_audit import ImageTarget, snapshot_image
-from audit.plan.lockfile import BaseRecord, base_changes, base_relpath, read_base
+from audit.plan.lockfile import BaseRecord, base_changes
 from audit.plan.recipe import Recipe
-from audit.plan.sources import DirectorySource
 from audit.plan.trust import base_identity_drift, drift_failure
 
 
-def verify_base(root: Path, recipe: Recipe) -> None:
+def verify_base(recipe: Recipe, record: BaseRecord | None) -> None:
     """Raise "base drifted" (exit 1) when the local base is not the recorded one.
 
     No base record: nothing to verify against (the lock check before it already refused a
     build that needs one).
     """
-    source = DirectorySource(root)
-    if not source.exists(base_relpath(recipe)):
+    if record is None:
         return
-    record = read_base(source, base_relpath(recipe))
     info = docker_host.image_info(recipe.base_ref)
     differences = base_identity_drift(record, info.id, info.repo_digests)
     if differences:

@@ -62,8 +62,8 @@ from audit.plan.build import (
     secret_sources,
     target_stages,
 )
-from audit.plan.lock import read_base_digest, survey_locks
-from audit.plan.lockfile import base_relpath, read_base
+from audit.plan.lock import survey_locks
+from audit.plan.lockfile import BaseRecord, base_relpath, read_base
 from audit.plan.paths import build_dir
 from audit.plan.recipe import PipLayer, Recipe
 from audit.plan.recipe_parse import load_recipe
@@ -352,33 +352,37 @@ def _stage_images(plan: BuildPlan) -> list[dict[str, object]]:
     ]
 
 
-def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> None:
+def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> BaseRecord | None:
     """Before any Docker work: every lock up to the target is fresh (the ``lock --check`` rule,
-    a base record of another base included), else exit 1; the guard needs the base snapshot."""
+    a base record of another base included), else exit 1; the guard needs the base snapshot.
+    Returns the base record the survey read (None when there is none): the build's one read."""
     last = target_stages(recipe, options.stage)[0]
     wanted = {s.slug for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)}
-    states = [state for state in survey_locks(source, recipe).states if state.step.slug in wanted]
+    survey = survey_locks(source, recipe)
+    states = [state for state in survey.states if state.step.slug in wanted]
     failure = stale_locks_failure(recipe, states)
     if failure is not None:
         raise failure
-    if options.guard:
-        read_base(source, base_relpath(recipe))
+    if survey.base is None and options.guard:
+        read_base(source, base_relpath(recipe))  # raises: no base record, and what to do
+    return survey.base[0] if survey.base else None
 
 
 def build_image(root: Path, options: BuildOptions) -> BuildOutcome:
     """The build command: load the recipe, check its locks, render it, then :func:`run_build`."""
     source = DirectorySource(root)
     recipe = load_recipe(source, options.image)
-    check_locks(source, recipe, options)
-    options = dry_if_replica(source, recipe, options)
+    record = check_locks(source, recipe, options)
+    options = dry_if_replica(record, recipe, options)
     render(root, recipe, stage=options.stage)
-    return run_build(root, recipe, options, build_dir(root, recipe.name))
+    return run_build(root, recipe, options, build_dir(root, recipe.name), record)
 
 
-def dry_if_replica(source: DirectorySource, recipe: Recipe, options: BuildOptions) -> BuildOptions:
+def dry_if_replica(
+    record: BaseRecord | None, recipe: Recipe, options: BuildOptions
+) -> BuildOptions:
     """A base recorded as a replica makes the build dry (tags ``…-dry`` only; never pushed)."""
-    found = read_base_digest(source, recipe)
-    if found is None or found[0].source != REPLICA_SOURCE:
+    if record is None or record.source != REPLICA_SOURCE:
         return options
     if options.push:
         raise UsageError(
@@ -393,8 +397,11 @@ def dry_if_replica(source: DirectorySource, recipe: Recipe, options: BuildOption
     return dataclasses.replace(options, dry=True)
 
 
-def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) -> BuildOutcome:
-    """Detect the client, check the host, plan and execute; what it built, or a typed failure."""
+def run_build(
+    root: Path, recipe: Recipe, options: BuildOptions, context: Path, record: BaseRecord | None
+) -> BuildOutcome:
+    """Detect the client, check the host, plan and execute; what it built, or a typed failure.
+    ``record`` is the base record the lock check read (None: none to verify the base against)."""
     client = docker_host.detect_client(options.docker)
     docker_host.daemon()
     sources = secret_sources(options, os.environ, Path.home())
@@ -411,5 +418,5 @@ def run_build(root: Path, recipe: Recipe, options: BuildOptions, context: Path) 
         )
         if not plan.multi_platform:  # buildx pulls each platform's base itself
             check_base(recipe, plan.arch, client)
-            verify_base(root, recipe)  # before layer 1: the base is the one base.json recorded
+            verify_base(recipe, record)  # before layer 1: the base is the one base.json recorded
         return execute(root, recipe, plan, client)

@@ -108,7 +108,7 @@ def host_command(config: Dict[str, Any], what: str) -> str:
 
 
 def previous_environments(
-    trail: str, step: str, base_path: str, record_command: str = "layer-audit lock IMAGE"
+    trail: str, step: str, base_path: str, record_command: str
 ) -> Tuple[str, Tuple[Environment, ...]]:
     """``(name, environments)`` of what the layer must be compared with."""
     slug = previous_slug(trail, step)
@@ -227,7 +227,7 @@ def _lock_finding(
 
 
 def check_lock(
-    pins: Sequence[Pin], env: Environment, where: str, lock_command: str = "layer-audit lock IMAGE"
+    pins: Sequence[Pin], env: Environment, where: str, lock_command: str
 ) -> List[Finding]:
     """What the lock pins (for this interpreter's markers) must be installed exactly."""
     winners = env.winners()

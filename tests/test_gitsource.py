@@ -127,6 +127,7 @@ def test_a_dead_git_is_an_environment_error(repo: Path) -> None:
     source.read_bytes("README.md")
     assert source._pipe is not None
     source._pipe._proc.kill()
+    source._pipe._proc.wait()  # dead before the next request: the write meets a broken pipe
     source._blobs.clear()
     with pytest.raises(CommandFailed) as caught:
         source.read_bytes("images/demo/image.toml")

@@ -12,6 +12,7 @@ the program cannot start or (``check``) exits non-zero. Tests patch :func:`run` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -259,10 +260,14 @@ class Pipe:
 
 
 def _end(proc: subprocess.Popen[bytes], errors: IO[bytes]) -> tuple[int, str]:
-    """Close ``proc``'s stdin, wait for it, and return its exit code and stderr (idempotent)."""
+    """Close ``proc``'s stdin, wait for it, and return its exit code and stderr (idempotent).
+
+    A program that died leaves unread bytes in our stdin buffer: closing flushes them into a
+    broken pipe, which is the end being reported here, not a second error."""
     for stream in (proc.stdin, proc.stdout):
         if stream is not None and not stream.closed:
-            stream.close()
+            with contextlib.suppress(BrokenPipeError):
+                stream.close()
     code = proc.wait()
     if errors.closed:
         return code, ""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import re
+import sys
 
 import pytest
 
@@ -88,7 +90,8 @@ PIECES = ["https://", "user:pw@", "ghp_", "A" * 20, "github_pat_", "glpat-", "Be
           "machine h password ", "x:y@", "host", ":", "=", "@", " ", "\n", '"auth": "',
           "api_key=", "HF_TOKEN=", "--password=", "secret", "\u212a", "ſ", "paſſword=",
           "TO\u212aEN=", "pwd=", "credentials=", "api-key:", "Token", "SECRET:", "abc123xyz",
-          "/", "'", '"', MASK, "registry:5000/", "é"]  # fmt: skip
+          "/", "'", '"', MASK, "registry:5000/", "é", "→", "\u0130", "\u0131",
+          "AUTHOR\u0130ZATION: Basic ", "credent\u0131als=", "Bearer\u2003"]  # fmt: skip
 
 
 def every_rule(text: str) -> str:
@@ -106,3 +109,13 @@ def test_skipping_a_pattern_the_text_cannot_match_changes_nothing() -> None:
     for _ in range(20000):
         text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 8)))
         assert redact_module._redact(text) == every_rule(text), text
+
+
+def test_the_fold_table_holds_every_non_ascii_letter_a_case_blind_pattern_reads_as_ascii() -> None:
+    """The word checks fold a non-ASCII text through ``_FOLD``: every character that a
+    case-blind pattern matches as an ASCII letter must be in it, or a check could say "no"
+    where a pattern matches."""
+    letter = re.compile("[a-z]", re.IGNORECASE)
+    found = {code for code in range(128, sys.maxunicode + 1) if letter.match(chr(code))}
+    assert found == set(redact_module._FOLD)
+    assert all(letter.fullmatch(ascii) for ascii in redact_module._FOLD.values())

@@ -107,8 +107,9 @@ _KEY_WORDS = ("auth", "passw", "pwd", "token", "secret", "api", "credential")
 
 def _may_match(pattern: re.Pattern[str], text: str) -> bool:
     """False only when ``pattern`` cannot match ``text``: a character or word every match holds
-    is absent. Never a false "no": words are looked for case-blind in ASCII text only (a
-    case-blind pattern also matches some non-ASCII letters, such as the Kelvin sign for k)."""
+    is absent. Never a false "no": words are looked for case-blind (a
+    case-blind pattern also matches four non-ASCII letters, such as the Kelvin sign for k: a
+    non-ASCII text is folded through :data:`_FOLD` first)."""
     if pattern is _USERINFO or pattern is _BARE_USERINFO:
         return "@" in text
     if pattern is _TOKENS:
@@ -123,10 +124,22 @@ def _may_match(pattern: re.Pattern[str], text: str) -> bool:
 
 
 def _has_word(text: str, words: tuple[str, ...]) -> bool:
-    if not text.isascii():
-        return True
-    lower = text.lower()
+    lower = text.lower() if text.isascii() else _ascii_fold(text)
     return any(word in lower for word in words)
+
+
+# The only non-ASCII characters a case-blind pattern matches as an ASCII letter (checked over
+# all of Unicode): dotted capital I and dotless i as ``i``, long s as ``s``, the Kelvin sign as
+# ``k``. A text folded through this table holds a word wherever a case-blind pattern sees it.
+_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+
+
+def _ascii_fold(text: str) -> str:
+    """``text`` in lower case with :data:`_FOLD`'s letters made ASCII (an arrow or an accent
+    in a report no longer makes every word check answer "maybe")."""
+    if any(chr(code) in text for code in _FOLD):
+        text = text.translate(_FOLD)
+    return text.lower()
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")

@@ -40,9 +40,11 @@ from audit.plan.matrix import (
     StageMatrix,
     alarming_only,
     html_matrix,
-    matrix_tables,
+    matrix_grids,
     page_head,
 )
+from audit.plan.plain_table import Cell as PlainCell
+from audit.plan.plain_table import Column, Grid, cell, print_grid, print_line, rich_table
 from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
@@ -68,11 +70,16 @@ def print_views(
 ) -> None:
     """Per image its stages (a table where a row is left to read, else the title line) and
     its change matrix's alarming rows (split to fit), then the fixes and the summary line.
-    Routine rows fold behind counts: no rich table is built for them."""
+    Routine rows fold behind counts: no table is built for them. On a console without colour
+    (a pipe, a CI log) the tables are drawn as rich draws them, without rich
+    (:mod:`audit.plan.plain_table`)."""
     tables = {matrix.image: matrix for matrix in matrices}
     for view in views:
-        for table in view_tables(view):
-            console.print(table)
+        for table in view_grids(view):
+            if isinstance(table, Grid):
+                print_grid(table, console)
+            else:
+                print_line(table, console)
         if view.image in tables:
             _print_matrix(tables[view.image], console)
     print_footer(report, console)
@@ -83,14 +90,16 @@ def _print_matrix(matrix: StageMatrix, console: Console) -> None:
     shown = alarming_only(matrix)
     folded = len(matrix.rows) - len(shown.rows)
     if shown.rows:
-        for table in matrix_tables(shown, console.width):
-            console.print(table)
+        for grid in matrix_grids(shown, console.width):
+            print_grid(grid, console)
     if folded:
         rows = "row" if folded == 1 else "rows"
-        console.print(
-            f"{escape(matrix.image)}: stage matrix: {folded} routine {rows} folded "
-            "(--format markdown or --html shows them)",
-            highlight=False,
+        line = (
+            f": stage matrix: {folded} routine {rows} folded "
+            "(--format markdown or --html shows them)"
+        )
+        print_line(
+            PlainCell(escape(matrix.image) + line, matrix.image + line), console, highlight=False
         )
 
 
@@ -107,7 +116,12 @@ def render_views(
 def view_tables(view: ImageView) -> list[Table | str]:
     """The owner review first (as the Markdown), then per stage with rows a table of what a
     reviewer must read, or only its title line when every row is routine (folded)."""
-    review: list[Table | str] = [_review_table(view)] if view.review else []
+    return [rich_table(t) if isinstance(t, Grid) else t.markup for t in view_grids(view)]
+
+
+def view_grids(view: ImageView) -> list[Grid | PlainCell]:
+    """:func:`view_tables` as grids and title lines."""
+    review: list[Grid | PlainCell] = [_review_table(view)] if view.review else []
     return review + [_stage_table(view, stage) for stage in view.stages if _has_rows(stage)]
 
 
@@ -120,70 +134,72 @@ def _routine(row: Row) -> bool:
     return severity_of(row.finding) == INFO
 
 
-def _title(view: ImageView, stage: StageView, routine: int) -> str:
+def _title(view: ImageView, stage: StageView, routine: int) -> PlainCell:
     where = "image" if stage.stage == IMAGE_WIDE else stage.stage
     parts = [f"{routine} routine info"] if routine else []
     parts += [stage.folded] if stage.folded else []
     folded = f"; {', '.join(parts)} (folded)" if parts else ""
-    return f"{escape(view.image)} {escape(where)}: {severity_tally(stage.counts)}{folded}"
+    tail = f": {severity_tally(stage.counts)}{folded}"
+    return PlainCell(f"{escape(view.image)} {escape(where)}{tail}", f"{view.image} {where}{tail}")
 
 
-def _table(title: str, names: Sequence[str]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
-    table.add_column("", no_wrap=True)
+def _table(title: PlainCell, names: Sequence[str], rows: list[tuple[PlainCell, ...]]) -> Grid:
     width = max([len("package"), *(len(name) + 2 for name in names)])
-    table.add_column("package", min_width=width, no_wrap=True)
-    table.add_column("change", no_wrap=True)
-    table.add_column("note", overflow="fold", ratio=1)
-    return table
+    columns = (
+        Column("", no_wrap=True),
+        Column("package", min_width=width, no_wrap=True),
+        Column("change", no_wrap=True),
+        Column("note", overflow="fold", ratio=1),
+    )
+    return Grid(title, columns, tuple(rows), header_style="bold")
 
 
-def _stage_table(view: ImageView, stage: StageView) -> Table | str:
+def _stage_table(view: ImageView, stage: StageView) -> Grid | PlainCell:
     rows = [row for row in stage.rows if not _routine(row)]
     title = _title(view, stage, len(stage.rows) - len(rows))
     if not rows and not stage.groups:
         return title
     names = [r.package for r in rows] + [m.package for g in stage.groups for m in g.members]
-    table = _table(title, names)
-    for row in rows:
-        _add_row(table, view.image, row)
+    cells = [_row_cells(view.image, row) for row in rows]
     for group in stage.groups:
-        _add_group(table, view.image, group)
-    return table
+        cells += _group_cells(view.image, group)
+    return _table(title, names, cells)
 
 
-def _review_table(view: ImageView) -> Table:
-    table = _table(f"{escape(view.image)}: needs owner review", [r.package for r in view.review])
-    for row in view.review:
-        _add_row(table, view.image, row)
-    return table
+def _review_table(view: ImageView) -> Grid:
+    title = f"{view.image}: needs owner review"
+    cells = [_row_cells(view.image, row) for row in view.review]
+    return _table(
+        PlainCell(f"{escape(view.image)}: needs owner review", title),
+        [r.package for r in view.review],
+        cells,
+    )
 
 
-def _add_row(table: Table, image: str, row: Row, prefix: str = "") -> None:
+def _row_cells(image: str, row: Row, prefix: str = "") -> tuple[PlainCell, ...]:
     """severity, package, ``before → after``, then rule, note and layer (these wrap)."""
     severity = severity_of(row.finding)
     style = STYLE[severity]
     where = row.finding.where.removeprefix(image).strip()
     note = "; ".join(part for part in (row.finding.rule, row.note, where) if part)
-    table.add_row(
-        f"[{style}]{WORD[severity]}[/]",
-        escape(prefix + row.package),
-        f"[{style}]{escape(row.change)}[/]",
-        escape(note),
+    return (
+        cell((WORD[severity], style)),
+        cell((prefix + row.package, "")),
+        cell((row.change, style)),
+        cell((note, "")),
     )
 
 
-def _add_group(table: Table, image: str, group: Group) -> None:
+def _group_cells(image: str, group: Group) -> list[tuple[PlainCell, ...]]:
     style = STYLE[group.severity]
     members = ", ".join(member.text for member in group.members)
-    table.add_row(
-        f"[{style}]{WORD[group.severity]}[/]",
-        f"[bold]lockstep group {escape(group.name)}[/]",
-        "",
-        f"[{style}]{escape(group.status)}[/]: {escape(members)}",
+    head = (
+        cell((WORD[group.severity], style)),
+        cell((f"lockstep group {group.name}", "bold")),
+        cell(),
+        cell((group.status, style), (f": {members}", "")),
     )
-    for row in group.rows:
-        _add_row(table, image, row, prefix="↳ ")
+    return [head, *(_row_cells(image, row, prefix="↳ ") for row in group.rows)]
 
 
 # --- HTML -----------------------------------------------------------------------------------

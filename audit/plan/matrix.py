@@ -30,6 +30,9 @@ from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
 from audit.plan.change_view import severity_of
+from audit.plan.plain_table import Cell as PlainCell
+from audit.plan.plain_table import Column, Grid, rich_table
+from audit.plan.plain_table import cell as plain_cell
 from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
 
@@ -316,18 +319,27 @@ def matrix_table(matrix: StageMatrix, columns: Sequence[int] | None = None) -> T
     """A rich table: one row per package, the kind of change as colour and a word; only the
     ``columns`` given (indexes into ``matrix.columns``; default all). A package name is never
     shortened: its column is as wide as the longest name."""
+    return rich_table(matrix_grid(matrix, columns))
+
+
+def matrix_grid(matrix: StageMatrix, columns: Sequence[int] | None = None) -> Grid:
+    """:func:`matrix_table` as a :class:`~audit.plan.plain_table.Grid` (drawn by rich, or as
+    its plain text on a console without colour)."""
     shown = list(range(len(matrix.columns))) if columns is None else list(columns)
     part = "" if len(shown) == len(matrix.columns) else f" ({', '.join(_picked(matrix, shown))})"
-    table = Table(title=f"{escape(matrix.image)}: stage matrix{part}", title_justify="left")
-    table.add_column("package", min_width=_name_width(matrix), no_wrap=True)
-    for index in shown:
-        table.add_column(escape(matrix.columns[index]), overflow="fold")
-    for row in matrix.rows:
-        cells = (_rich_cell(row.cells[index]) for index in shown)
-        table.add_row(escape(row.package), *cells)
+    text = "" if not part else f" ({', '.join(matrix.columns[index] for index in shown)})"
+    title = PlainCell(
+        f"{escape(matrix.image)}: stage matrix{part}", f"{matrix.image}: stage matrix{text}"
+    )
+    heads = [Column("package", min_width=_name_width(matrix), no_wrap=True)]
+    heads += [Column(matrix.columns[index], overflow="fold") for index in shown]
+    rows = [
+        (plain_cell((row.package, "")), *(_grid_cell(row.cells[index]) for index in shown))
+        for row in matrix.rows
+    ]
     if not matrix.rows:
-        table.add_row("[dim](no package changes)[/]", *([""] * len(shown)))
-    return table
+        rows.append((plain_cell(("(no package changes)", "dim")), *([plain_cell()] * len(shown))))
+    return Grid(title, tuple(heads), tuple(rows))
 
 
 def alarming_only(matrix: StageMatrix) -> StageMatrix:
@@ -339,6 +351,11 @@ def matrix_tables(matrix: StageMatrix, width: int) -> list[Table]:
     """The matrix as tables that fit ``width`` columns: when the stages do not fit beside the
     names, they split into several tables, each repeating the package column (a name is never
     cut, a column never dropped)."""
+    return [rich_table(grid) for grid in matrix_grids(matrix, width)]
+
+
+def matrix_grids(matrix: StageMatrix, width: int) -> list[Grid]:
+    """:func:`matrix_tables` as grids."""
     room = width - _name_width(matrix) - 4  # the name column's padding and borders
     chunks: list[list[int]] = [[]]
     used = 0
@@ -349,7 +366,7 @@ def matrix_tables(matrix: StageMatrix, width: int) -> list[Table]:
             used = 0
         chunks[-1].append(index)
         used += need
-    return [matrix_table(matrix, chunk) for chunk in chunks]
+    return [matrix_grid(matrix, chunk) for chunk in chunks]
 
 
 def _picked(matrix: StageMatrix, shown: Sequence[int]) -> list[str]:
@@ -367,11 +384,13 @@ def _column_width(matrix: StageMatrix, index: int) -> int:
     return max(len(word) for text in texts for word in text.split())
 
 
-def _rich_cell(cell: Cell) -> str:
+def _grid_cell(cell: Cell) -> PlainCell:
+    """The version(s) dim when unchanged, else in the kind's style followed by the kind."""
     text = escape(cell.text)
     if not cell.kind:
-        return f"[dim]{text}[/]"
-    return f"[{STYLES.get(cell.kind, 'bold')}]{text} {cell.kind}[/]"
+        return PlainCell(f"[dim]{text}[/]", cell.text)
+    style = STYLES.get(cell.kind, "bold")
+    return PlainCell(f"[{style}]{text} {cell.kind}[/]", f"{cell.text} {cell.kind}")
 
 
 # --- Markdown -------------------------------------------------------------------------------

@@ -188,3 +188,21 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = copy_demo(tmp_path)
     monkeypatch.chdir(root)
     return root
+
+
+@pytest.fixture(autouse=True)
+def plain_tables_as_rich(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every table any test has drawn without rich (:mod:`audit.plan.plain_table`, a console
+    without colour) is checked against rich's own drawing of it: the faster path never
+    changes what a user reads."""
+    from audit.plan import plain_table
+    from tests.support.plain_check import rich_text
+
+    drawn = plain_table.plain_text
+
+    def checked(grid: plain_table.Grid, width: int, soft_wrap: bool) -> str | None:
+        text = drawn(grid, width, soft_wrap)
+        assert text is None or text == rich_text(grid, width, soft_wrap), grid
+        return text
+
+    monkeypatch.setattr(plain_table, "plain_text", checked)

@@ -218,6 +218,36 @@ def test_a_line_is_parsed_once_and_a_bad_line_fails_every_time() -> None:
         assert "not a PEP 508 requirement" in failure({"a.in": "alpha >>= 1\n"}).message
 
 
+def test_the_same_file_in_two_images_is_checked_once_and_keeps_its_own_path() -> None:
+    """A fleet's images ask for the same lines in files of their own: the second file reuses
+    the first one's checks, and still names itself; a file with an include is read afresh (its
+    include's path is its own), and an index not declared for the second still fails."""
+    text = "torch==2.13.0\nnvidia-nccl-cu13>=2.30\n"
+    source = MemorySource({f"images/{i}/requirements/v1.in": text for i in ("a", "b")})
+    one, two = (
+        parse_requirements(source, f"images/{i}/requirements/v1.in", allowed_index_urls=(PRIMARY,))
+        for i in ("a", "b")
+    )
+    assert (
+        one.requirement_lines
+        == two.requirement_lines
+        == ("torch==2.13.0", "nvidia-nccl-cu13>=2.30")
+    )
+    assert (two.relpath, two.files) == (
+        "images/b/requirements/v1.in",
+        ("images/b/requirements/v1.in",),
+    )
+    assert (one.relpath, one.files) == (
+        "images/a/requirements/v1.in",
+        ("images/a/requirements/v1.in",),
+    )
+    included = {"a.in": "-r common.in\n", "common.in": text}
+    assert parse(included).files == (f"{FOLDER}/a.in", f"{FOLDER}/common.in")
+    with_index = f"--index-url {NIGHTLY}\n" + text
+    assert parse({"a.in": with_index}, (PRIMARY, NIGHTLY)).index_urls == (NIGHTLY,)
+    assert "not declared" in failure({"a.in": with_index}).message
+
+
 PLAIN_NAMES = st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,8}[A-Za-z0-9])?", fullmatch=True)
 PLAIN_SPECS = st.lists(
     st.tuples(

@@ -14,7 +14,7 @@ import re
 import shlex
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -109,9 +109,11 @@ _PLAIN_SPEC = r"(?:(?:==|!=|<=|>=|<|>)[0-9]+(?:\.[0-9]+)*|~=[0-9]+(?:\.[0-9]+)+)
 _PLAIN_LINE = re.compile(
     rf"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_PLAIN_SPEC}(?:,{_PLAIN_SPEC})*)?"
 )
-# Files without includes, by everything their result depends on: a run reads each layer's file
-# several times (recipe validation, every lock look, the gate's two refs). Bounded, small.
-_READ: OrderedDict[tuple[str, str, tuple[str, ...]], RequirementsFile] = OrderedDict()
+# Files without includes, by everything their checks depend on (their text and the declared
+# indexes, not their path): a run reads each layer's file several times (recipe validation,
+# every lock look, the gate's two refs), and a fleet's images ask for the same lines in files
+# of their own. Bounded, small.
+_READ: OrderedDict[tuple[str, tuple[str, ...]], RequirementsFile] = OrderedDict()
 _READ_LIMIT = 512
 
 
@@ -122,15 +124,18 @@ def parse_requirements(
 
     ``origin`` (``images/x/image.toml: stage[2].layer[1].pip``) is added to every error's hint,
     so the user sees which layer asked for the file. A file that includes nothing is validated
-    once per process for its bytes (errors are never remembered: a bad file fails every time).
+    once per process for its bytes, wherever it lies (errors are never remembered: a bad file
+    fails every time; a file's path matters to its includes only).
     """
     reader = _Reader(source, _containment(relpath), allowed_index_urls, origin)
     text = reader.decoded(relpath)
-    key = (relpath, text, tuple(allowed_index_urls))
+    key = (text, tuple(allowed_index_urls))
     known = _READ.get(key)
     if known is not None:  # these very bytes passed every check below before
         _READ.move_to_end(key)
-        return known
+        return (
+            known if known.relpath == relpath else replace(known, relpath=relpath, files=(relpath,))
+        )
     reader.check_lines(relpath, text)
     reader.read(relpath, constraint=False, stack=(), text=text)
     parsed = reader.result(relpath)

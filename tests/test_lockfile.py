@@ -126,6 +126,23 @@ def test_verified_bytes_are_parsed_once_and_damaged_ones_every_time() -> None:
             parse_lock(damaged, where)
 
 
+def test_two_images_locking_the_same_lines_share_one_parse_of_them() -> None:
+    """Locks of two images with the same body under headers of their own (their inputs
+    differ): the pins and metadata are parsed once, each lock keeps its own header; a body
+    damaged under a matching digest still fails, every time."""
+    step = next(recipe().steps())
+    one = parse_lock(render_lock("a", step, "pip-tools==x", INPUTS, BODY).encode(), "a")
+    other = {**INPUTS, "base": "sha256:99"}
+    two = parse_lock(render_lock("b", step, "pip-tools==x", other, BODY).encode(), "b")
+    assert one.pins is two.pins and one.metadata is two.metadata
+    assert (dict(one.inputs), dict(two.inputs)) == (INPUTS, other)
+    assert one.inputs_digest != two.inputs_digest
+    bad = BODY.replace("alpha==2.0", "alpha>=2.0")
+    for where in ("c", "d"):
+        with pytest.raises(LockError, match=f"^{where}: "):
+            parse_lock(render_lock("c", step, "pip-tools==x", INPUTS, bad).encode(), where)
+
+
 def environment(*pins: tuple[str, str]) -> Environment:
     dists = tuple(Distribution(name, version) for name, version in pins)
     return Environment("/usr/bin/python3", "3.11.2", {"python_version": "3.11"}, ("/x",), dists)

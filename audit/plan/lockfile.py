@@ -220,6 +220,7 @@ def _remembered(cache: OrderedDict[bytes, T], data: bytes, verify: Callable[[], 
 def forget_parsed() -> None:
     """Drop every remembered lock and base record (benchmarks time cold parses with this)."""
     _PARSED.clear()
+    _BODIES.clear()
     _PARSED_BASES.clear()
 
 
@@ -235,8 +236,7 @@ def _verify_lock(data: bytes, where: str) -> Lock:
         raise _refuse(where, f"format {header.get('format')!r}, expected {LOCK_FORMAT}")
     if header.get("inputs") != digest_inputs(inputs):
         raise _refuse(where, "edited by hand: its input lines do not match the inputs digest")
-    pins = MappingProxyType(parse_pins(body, where))
-    metadata = MappingProxyType(parse_requires(body, where))
+    pins, metadata = _parsed_body(body, where)
     return Lock(
         header["layer"],
         header["inputs"],
@@ -245,6 +245,28 @@ def _verify_lock(data: bytes, where: str) -> Lock:
         MappingProxyType(inputs),
         metadata,
     )
+
+
+ParsedBody = tuple[Mapping[str, Pin], Mapping[str, PinMetadata]]
+_BODIES: OrderedDict[str, ParsedBody] = OrderedDict()  # lock body text -> its parse
+
+
+def _parsed_body(body: str, where: str) -> ParsedBody:
+    """A verified body's pins and metadata, parsed once per process for its text: a fleet's
+    images lock the same layers to the same lines under headers of their own (their inputs
+    differ). Read-only mappings, so locks may share them."""
+    found = _BODIES.get(body)
+    if found is None:
+        found = (
+            MappingProxyType(parse_pins(body, where)),
+            MappingProxyType(parse_requires(body, where)),
+        )
+        _BODIES[body] = found
+        if len(_BODIES) > PARSED_LIMIT:
+            _BODIES.popitem(last=False)
+    else:
+        _BODIES.move_to_end(body)
+    return found
 
 
 def requires_lines(metadata: Mapping[str, PinMetadata]) -> str:

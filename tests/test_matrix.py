@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+from collections.abc import Mapping
 from datetime import date
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,12 +14,14 @@ import pytest
 from rich.console import Console
 
 from audit.cli import main as cli
+from audit.core.snapshot import Distribution
 from audit.engines import process as commands
 from audit.plan.auditdeps import audit_recipe, audit_report
 from audit.plan.matrix import (
     Cell,
     Row,
     StageMatrix,
+    columns_matrix,
     matrix_html,
     matrix_markdown,
     matrix_tables,
@@ -210,3 +213,32 @@ def test_at_80_columns_no_name_is_cut_and_no_stage_dropped() -> None:
     headers = " ".join(line for line in out.splitlines() if "┃ package" in line)
     assert all(f" {column} " in headers for column in columns)
     assert out.count("stage matrix") > 1  # it had to split
+
+
+def test_images_with_the_same_rows_share_them_and_a_rebuild_is_not_one_of_them() -> None:
+    """A row is remembered by its package's version and digest in each column and its marks:
+    a second image shipping the same stack gets the same row objects; a digest, a version or a
+    mark of its own gives its own row."""
+    torch = Distribution("torch", "2.13.0", digest="sha256:1")
+    columns: dict[str, Mapping[str, Distribution]] = {
+        "base": {},
+        "v1": {"torch": torch},
+        "v2": {"torch": Distribution("torch", "2.14.0")},
+    }
+    one = columns_matrix("a", columns, {})
+    two = columns_matrix("b", {k: dict(v) for k, v in columns.items()}, {})
+    assert one.rows[0] is two.rows[0]
+    assert [c.kind for c in one.rows[0].cells] == ["", "added", "upgraded"]
+    rebuilt = {**columns, "v2": {"torch": Distribution("torch", "2.13.0", digest="sha256:9")}}
+    assert [c.kind for c in columns_matrix("c", rebuilt, {}).rows[0].cells] == [
+        "",
+        "added",
+        "rebuilt",
+    ]
+    waived = columns_matrix("d", columns, {("v2", "torch"): "waived"})
+    assert [c.kind for c in waived.rows[0].cells] == ["", "added", "waived"]
+    assert [c.kind for c in columns_matrix("e", columns, {}).rows[0].cells] == [
+        "",
+        "added",
+        "upgraded",
+    ]

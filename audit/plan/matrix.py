@@ -140,10 +140,33 @@ def columns_matrix(
         names &= moved_at.keys() | {name for _, name in marks}
     nothing: dict[int, str] = {}
     rows = [
-        _row(name, envs, moved_at.get(name, ()), marked_at.get(name, nothing))
-        for name in sorted(names)
+        _known_row(name, envs, moved_at, marked_at.get(name, nothing)) for name in sorted(names)
     ]
     return _matrix(image, tuple(columns), rows, all_rows)
+
+
+# A row is a function of its package's (version, digest) in each column and its marks (where
+# it moves follows from them): a fleet's images, and both refs of one, repeat the same rows.
+RowKey = tuple[str, tuple[tuple[str, str | None] | None, ...], tuple[tuple[int, str], ...]]
+_ROWS: dict[RowKey, Row] = {}
+_ROWS_LIMIT = 1 << 14  # a bound on what one run keeps; a full table starts over
+
+
+def _known_row(
+    name: str,
+    envs: Sequence[Mapping[str, Distribution]],
+    moved_at: Mapping[str, Collection[int]],
+    marked_at: Mapping[int, str],
+) -> Row:
+    """:func:`_row`, remembered by everything it reads."""
+    seen = tuple([(d.version, d.digest) if (d := env.get(name)) else None for env in envs])
+    key = (name, seen, tuple(sorted(marked_at.items())) if marked_at else ())
+    row = _ROWS.get(key)
+    if row is None:
+        if len(_ROWS) >= _ROWS_LIMIT:
+            _ROWS.clear()
+        row = _ROWS[key] = _row(name, envs, moved_at.get(name, ()), marked_at)
+    return row
 
 
 def _marks_by_name(columns: Sequence[str], marks: Marks) -> dict[str, dict[int, str]]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import random
 import re
 import sys
+from collections import OrderedDict
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit.core import redact as redact_module
-from audit.core.redact import MASK, public_source_url, redact
+from audit.core.redact import MASK, public_source_url, redact, redact_json
 
 SECRET = "S3cr3tValue"
 
@@ -119,3 +123,47 @@ def test_the_fold_table_holds_every_non_ascii_letter_a_case_blind_pattern_reads_
     found = {code for code in range(128, sys.maxunicode + 1) if letter.match(chr(code))}
     assert found == set(redact_module._FOLD)
     assert all(letter.fullmatch(ascii) for ascii in redact_module._FOLD.values())
+
+
+class Text(str):
+    """A str subclass (an enum's value, a path's text): redacted like any string."""
+
+
+def reference_redact_json(value: Any) -> Any:
+    """The plain recursive rule :func:`redact_json` must keep to."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {reference_redact_json(k): reference_redact_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [reference_redact_json(item) for item in value]
+    return value
+
+
+SECRETISH = st.sampled_from(PIECES).map(str) | st.text(max_size=12)
+LEAVES = (
+    SECRETISH
+    | SECRETISH.map(Text)
+    | st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+)
+JSONISH = st.recursive(
+    LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=4).map(tuple)
+        | st.dictionaries(SECRETISH, inner, max_size=4)
+        | st.dictionaries(SECRETISH, inner, max_size=4).map(OrderedDict)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSONISH)
+def test_redact_json_is_the_plain_recursive_rule(value: Any) -> None:
+    """Every string redacted, keys included, whatever the container or leaf type."""
+    got, want = redact_json(value), reference_redact_json(value)
+    assert got == want and type(got) is type(want)

@@ -211,7 +211,30 @@ def public_source_url(remote: str) -> str:
 
 
 def redact_json(value: Any) -> Any:
-    """A JSON-like value with every string in it (keys included) redacted; shape kept."""
+    """A JSON-like value with every string in it (keys included) redacted; shape kept (a tuple
+    becomes a list, a dict subclass a dict).
+
+    A report holds hundreds of thousands of strings: the exact JSON types are told apart by
+    ``type`` and a string in a container is redacted without another call of this function;
+    anything else (a subclass) takes the general path, with the same result."""
+    kind = type(value)
+    if kind is str:
+        return redact(value)
+    if kind is dict:
+        return {
+            (redact(key) if type(key) is str else redact_json(key)): (
+                redact(item) if type(item) is str else redact_json(item)
+            )
+            for key, item in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [redact(item) if type(item) is str else redact_json(item) for item in value]
+    if value is None or kind is bool or kind is int or kind is float:
+        return value
+    return _redact_subclass(value)
+
+
+def _redact_subclass(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):

@@ -44,7 +44,15 @@ from audit.plan.matrix import (
     page_head,
 )
 from audit.plan.plain_table import Cell as PlainCell
-from audit.plan.plain_table import Column, Grid, cell, print_grid, print_line, rich_table
+from audit.plan.plain_table import (
+    Column,
+    Grid,
+    cell,
+    plain_console,
+    print_grid,
+    print_line,
+    rich_table,
+)
 from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
@@ -74,33 +82,33 @@ def print_views(
     (a pipe, a CI log) the tables are drawn as rich draws them, without rich
     (:mod:`audit.plan.plain_table`)."""
     tables = {matrix.image: matrix for matrix in matrices}
+    plain = plain_console(console)
     for view in views:
         for table in view_grids(view):
             if isinstance(table, Grid):
-                print_grid(table, console)
+                print_grid(table, console, plain=plain)
             else:
-                print_line(table, console)
+                print_line(table, console, plain=plain)
         if view.image in tables:
-            _print_matrix(tables[view.image], console)
+            _print_matrix(tables[view.image], console, plain)
     print_footer(report, console)
 
 
-def _print_matrix(matrix: StageMatrix, console: Console) -> None:
+def _print_matrix(matrix: StageMatrix, console: Console, plain: bool) -> None:
     """The alarming rows as tables that fit; the routine rows as one count line."""
     shown = alarming_only(matrix)
     folded = len(matrix.rows) - len(shown.rows)
     if shown.rows:
         for grid in matrix_grids(shown, console.width):
-            print_grid(grid, console)
+            print_grid(grid, console, plain=plain)
     if folded:
         rows = "row" if folded == 1 else "rows"
         line = (
             f": stage matrix: {folded} routine {rows} folded "
             "(--format markdown or --html shows them)"
         )
-        print_line(
-            PlainCell(escape(matrix.image) + line, matrix.image + line), console, highlight=False
-        )
+        folded_line = PlainCell(escape(matrix.image) + line, matrix.image + line)
+        print_line(folded_line, console, highlight=False, plain=plain)
 
 
 def render_views(

@@ -122,17 +122,22 @@ class Drawn:
         yield Segment(self.text)
 
 
-def print_grid(grid: Grid, console: Console) -> None:
-    """``grid`` on ``console``: drawn here when the console shows only characters and
-    :func:`plain_text` can promise rich's text, else by rich."""
-    text = plain_text(grid, console.width, console.soft_wrap) if plain_console(console) else None
+def print_grid(grid: Grid, console: Console, *, plain: bool | None = None) -> None:
+    """``grid`` on ``console``: drawn here when the console shows only characters
+    (``plain``: :func:`plain_console`, when the caller knows it) and :func:`plain_text` can
+    promise rich's text, else by rich."""
+    plain = plain_console(console) if plain is None else plain
+    text = plain_text(grid, console.width, console.soft_wrap) if plain else None
     console.print(rich_table(grid) if text is None else Drawn(text))
 
 
-def print_line(content: Cell, console: Console, *, highlight: bool | None = None) -> None:
+def print_line(
+    content: Cell, console: Console, *, highlight: bool | None = None, plain: bool | None = None
+) -> None:
     """One line, as ``console.print(content.markup, highlight=highlight)`` prints it."""
     text = shown(content)
-    if plain_console(console) and _one_cell(text):  # highlighting shows as styles only
+    plain = plain_console(console) if plain is None else plain
+    if plain and _one_cell(text):  # highlighting shows as styles only
         lines = [text] if console.soft_wrap else _wrapped(text, console.width, "fold", pad=False)
         console.print(Drawn("".join(line + "\n" for line in lines)))
     else:
@@ -212,11 +217,17 @@ def _column(column: Column, cells: Sequence[str], room: int) -> Measure:
 
 
 def _padded(text: str, room: int) -> Measure:
-    """A cell (one space each side) as rich measures it within ``room`` cells."""
+    """A cell (one space each side) as rich measures it within ``room`` cells: its longest
+    word at least, its whole line at most (a checked text is one line), both capped."""
     if room - 2 < 1:
         return _fitted((room, room), room)
-    low, high = _fitted(_text(text), room)
-    return _fitted((min(low + 2, room), min(high + 2, room)), room)
+    high = len(text)
+    words = text.split()
+    low = min(max(map(len, words)) if words else high, room)
+    high = min(high, room)
+    if high < 1:
+        low = high = 0
+    return min(low + 2, room), min(high + 2, room)
 
 
 def _fitted(measure: Measure, room: int) -> Measure:
@@ -230,13 +241,6 @@ def _normal(measure: Measure) -> Measure:
     low, high = measure
     low = min(max(0, low), high)
     return max(0, low), max(0, low, high)
-
-
-def _text(text: str) -> Measure:
-    lines = text.splitlines()
-    high = max((len(line) for line in lines), default=0)
-    words = text.split()
-    return (max(len(word) for word in words) if words else high), high
 
 
 def _collapse(widths: list[int], wrapable: list[bool], room: int) -> list[int]:

@@ -127,7 +127,6 @@ def columns_matrix(
     all_rows: bool = False,
 ) -> StageMatrix:
     """Packages x ``columns`` (in order: each cell compared with the column before it)."""
-    names = {name for env in columns.values() for name in env}
     # only a name that moves between two columns, or is marked, can change: the rest of a row
     # is read without comparing (a base of 300 packages moves a handful per stage)
     envs = list(columns.values())
@@ -136,8 +135,11 @@ def columns_matrix(
         for name in _differing(old, new):
             moved_at.setdefault(name, set()).add(index)
     marked_at = _marks_by_name(tuple(columns), marks)
-    if not all_rows:
-        names &= moved_at.keys() | {name for _, name in marks}
+    if all_rows:
+        names = {name for env in envs for name in env}
+    else:  # what moves is in a column; a mark counts for a package some column has
+        marked = {name for _, name in marks} - moved_at.keys()
+        names = {*moved_at, *(name for name in marked if any(name in env for env in envs))}
     nothing: dict[int, str] = {}
     rows = [
         _known_row(name, envs, moved_at, marked_at.get(name, nothing)) for name in sorted(names)
@@ -209,11 +211,41 @@ def change_matrix(
     base ref's last column (a new stage extends the last one)."""
     last: Mapping[str, Distribution] = list(old.values())[-1] if old else {}
     pairs = {column: (old.get(column, last), env) for column, env in new.items()}
-    names = {name for pair in pairs.values() for env in pair for name in env}
-    if not all_rows:  # a cell changes only where the two refs differ in its column
-        names &= {name for was, now in pairs.values() for name in _differing(was, now)}
-    rows = [_compared_row(name, pairs, marks) for name in sorted(names)]
+    if all_rows:
+        names = {name for pair in pairs.values() for env in pair for name in env}
+    else:  # a cell changes only where the two refs differ in its column
+        names = {name for was, now in pairs.values() for name in _differing(was, now)}
+    rows = [_known_compared_row(name, pairs, marks) for name in sorted(names)]
     return _matrix(image, tuple(new), rows, all_rows)
+
+
+Pairs = Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]]
+Seen = tuple[str, str | None] | None  # a package's (version, digest) in one column, or absent
+_COMPARED: dict[tuple[str, tuple[tuple[Seen, Seen, str | None], ...]], Row] = {}
+
+
+def _known_compared_row(name: str, pairs: Pairs, marks: Marks) -> Row:
+    """:func:`_compared_row`, remembered by everything it reads: per column the package's
+    version and digest at both refs and its mark."""
+    key = (
+        name,
+        tuple(
+            [
+                (
+                    (d.version, d.digest) if (d := was.get(name)) else None,
+                    (d.version, d.digest) if (d := now.get(name)) else None,
+                    marks.get((column, name)),
+                )
+                for column, (was, now) in pairs.items()
+            ]
+        ),
+    )
+    row = _COMPARED.get(key)
+    if row is None:
+        if len(_COMPARED) >= _ROWS_LIMIT:
+            _COMPARED.clear()
+        row = _COMPARED[key] = _compared_row(name, pairs, marks)
+    return row
 
 
 def _matrix(image: str, columns: tuple[str, ...], rows: list[Row], all_rows: bool) -> StageMatrix:
@@ -434,9 +466,7 @@ def matrix_markdown(
         "| " + " | ".join("---" for _ in header) + " |",
     ]
     shown = matrix.rows if max_rows is None else matrix.rows[:max_rows]
-    for row in shown:
-        cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += [_md_line(row) for row in shown]
     default = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
     title = title or default
     if not matrix.rows:
@@ -452,6 +482,23 @@ def matrix_markdown(
     if len(matrix.rows) > FOLD_AFTER:
         return f"<details><summary>{summary_html(title)}</summary>\n\n{table}\n\n</details>\n"
     return f"{title}\n\n{table}\n"
+
+
+# A row's Markdown line by the row object (rows are remembered, so a fleet's matrices share
+# them); the row is kept with its line, so its id cannot name another object meanwhile.
+_MD_LINES: dict[int, tuple[Row, str]] = {}
+
+
+def _md_line(row: Row) -> str:
+    known = _MD_LINES.get(id(row))
+    if known is not None and known[0] is row:
+        return known[1]
+    cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
+    line = "| " + " | ".join(cells) + " |"
+    if len(_MD_LINES) >= _ROWS_LIMIT:
+        _MD_LINES.clear()
+    _MD_LINES[id(row)] = (row, line)
+    return line
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")

@@ -594,11 +594,16 @@ def _requirements_on(
     dist = env.get(name)
     if dist is None:
         return
-    for other in sorted(env.values(), key=lambda d: d.name):
-        for text in other.requires_dist or ():
-            requirement = _requirement_on(text, name, markers)
-            if requirement is not None:
-                yield other, text, requirement, dist
+    found = [
+        (other, text, requirement, dist)
+        for other in env.values()
+        if other.requires_dist
+        for text in other.requires_dist
+        if (requirement := _requirement_on(text, name, markers)) is not None
+    ]
+    # by requirer name, each requirer's in its own order (a stable sort of the few found, not
+    # of every installed distribution: this runs for every downgrade of every stage)
+    yield from sorted(found, key=lambda item: item[0].name)
 
 
 def _override(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from audit.core.errors import RecipeError, UsageError
+from audit.plan.located_toml import read_toml
 from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer
 from audit.plan.recipe_parse import load_all, load_recipe
 from audit.plan.sources import DirectorySource
@@ -249,3 +250,22 @@ def test_unknown_image_suggests_a_close_one(project: Path) -> None:
     assert "did you mean 'mini'" in caught.value.message
     with pytest.raises(UsageError):
         load_recipe(DirectorySource(project), "../mini")
+
+
+def test_the_same_recipe_text_in_two_folders_is_parsed_once_into_tables_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """A fleet's recipes are often one text: it is parsed once, each reader gets its own
+    tables (changing one changes nothing the other reads), and a broken text fails each time
+    with its own file's name."""
+    text = '[image]\nbase = "x:1"\nlabels = ["a"]\n[[stage]]\nname = "v1"\n'
+    for name in ("a", "b", "bad-1", "bad-2"):
+        (tmp_path / name).write_text(text if name in ("a", "b") else text + "[image]\n")
+    source = DirectorySource(tmp_path)
+    one, two = read_toml(source, "a"), read_toml(source, "b")
+    assert one.data == two.data and one.file != two.file
+    one.data["image"]["labels"].append("changed")
+    assert read_toml(source, "b").data["image"]["labels"] == ["a"]
+    for name in ("bad-1", "bad-2"):
+        with pytest.raises(RecipeError, match=name):
+            read_toml(source, name)

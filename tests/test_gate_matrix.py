@@ -143,9 +143,10 @@ def test_without_markdown_the_head_matrix_is_left_out_and_nothing_else_moves(
 def test_head_marks_skip_only_layers_a_change_waiver_cannot_touch(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The head matrix judges only the layers that move a package a (rule-less) waiver names:
-    v1 downgrades alpha under the waiver and is judged, v2 moves only gamma and is skipped,
-    and the marks are exactly those of judging every layer."""
+    """The head matrix judges only the layers that move a package a (rule-less) waiver names,
+    and of them only the packages waivers name: v1 downgrades alpha under the waiver and is
+    judged on alpha alone, v2 moves only gamma and is skipped, and the marks are exactly those
+    of judging every layer whole."""
     base = {"pip": "24.0", "alpha": "3.0"}
     pins = {"v1": {"alpha": "2.0", "beta": "1.0"}, "v2": {"gamma": "4.0"}}
     waiver = WAIVER.replace('to = "1.0"', 'to = "2.0"').replace('from = "2.0"', 'from = "3.0"')
@@ -153,14 +154,16 @@ def test_head_marks_skip_only_layers_a_change_waiver_cannot_touch(
     head = GitSource(repo, "HEAD")
     new = gate.read_side(head, load_recipe(head, "demo"))
     judged: list[str] = []
+    seen: list[set[str]] = []
     judge = StepJudge.judge
 
     def counted(self: StepJudge, step: Step, *args: Any) -> list[Finding]:
         judged.append(step.stage.name)
+        seen.append({*args[0], *args[1]})
         return judge(self, step, *args)
 
     monkeypatch.setattr(StepJudge, "judge", counted)
     skipping = gate.head_marks("demo", new, TODAY)
-    assert judged == ["v1"] and skipping[("v1", "alpha")] == "waived"
+    assert judged == ["v1"] and skipping[("v1", "alpha")] == "waived" and seen == [{"alpha"}]
     monkeypatch.setattr(gate, "_change_waiver_names", lambda policy: None)  # judge every layer
     assert gate.head_marks("demo", new, TODAY) == skipping and judged == ["v1", "v1", "v2"]

@@ -303,9 +303,26 @@ def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]
         for p in side.steps
         if p.before is not p.after  # a layer without a lock changes nothing predictable
         and (waived is None or _moves_any(p, waived))
-        for finding in judge.judge(p.step, p.before, p.after, f"{name} {p.step.label}")
+        for finding in judge.judge(p.step, *_judged_envs(p, waived), f"{name} {p.step.label}")
     ]
     return {**marks, **finding_marks(name, judged)}
+
+
+def _judged_envs(
+    predicted: PredictedStep, waived: frozenset[str] | None
+) -> tuple[Installed, Installed]:
+    """The step's environments as :func:`head_marks` judges them: whole, or with change waivers
+    only, just the packages they name. A change waiver waives only a change of its own package,
+    so the marks (and the waivers spent) come out the same; only the messages of findings no
+    mark reads would differ (the vLLM layer of a fleet's image moves 200 packages, of which a
+    waiver names one)."""
+    if waived is None:
+        return predicted.before, predicted.after
+    before, after = predicted.before, predicted.after
+    return (
+        {name: before[name] for name in waived if name in before},
+        {name: after[name] for name in waived if name in after},
+    )
 
 
 def _change_waiver_names(policy: Policy) -> frozenset[str] | None:

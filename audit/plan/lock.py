@@ -174,7 +174,7 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
     if not source.exists(relpath):
         return None
     data = read_file(
-        source, relpath, f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+        source, relpath, lambda: f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
     )
     return parse_base(data, source.describe(relpath)), sha256(data)
 
@@ -185,7 +185,7 @@ def _state_of(
     step, relpath = inputs.step, inputs.relpath
     if not source.exists(relpath):
         return LockState(step, relpath, "missing", "no lock yet"), None
-    data = read_file(source, relpath, f"compile it: {frontdoor.command('lock', 'IMAGE')}")
+    data = read_file(source, relpath, lambda: f"compile it: {frontdoor.command('lock', 'IMAGE')}")
     lock = parse_lock(data, source.describe(relpath))
     if earlier_stale:
         return LockState(step, relpath, "stale", earlier_stale), lock

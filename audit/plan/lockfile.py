@@ -287,18 +287,27 @@ def parse_requires(body: str, where: str) -> dict[str, PinMetadata]:
     return found
 
 
-def read_file(source: Source, relpath: str, hint: str) -> bytes:
-    """A lock or base record's bytes; missing or a directory is :class:`LockError` (exit 2)."""
+def read_file(source: Source, relpath: str, hint: str | Callable[[], str]) -> bytes:
+    """A lock or base record's bytes; missing or a directory is :class:`LockError` (exit 2).
+
+    ``hint`` may be a function that makes it: naming the command looks for the project's
+    noxfile, and a fleet's gate reads thousands of files that are there."""
     try:
         return source.read_bytes(relpath)
     except FileNotFoundError as exc:
-        raise LockError(f"{source.describe(relpath)}: missing", hint) from exc
+        raise LockError(f"{source.describe(relpath)}: missing", _text(hint)) from exc
     except IsADirectoryError as exc:
-        raise LockError(f"{source.describe(relpath)}: is a directory, not a file", hint) from exc
+        raise LockError(
+            f"{source.describe(relpath)}: is a directory, not a file", _text(hint)
+        ) from exc
+
+
+def _text(hint: str | Callable[[], str]) -> str:
+    return hint if isinstance(hint, str) else hint()
 
 
 def read_lock(source: Source, relpath: str) -> Lock:
-    data = read_file(source, relpath, f"compile it: {frontdoor.command('lock', 'IMAGE')}")
+    data = read_file(source, relpath, lambda: f"compile it: {frontdoor.command('lock', 'IMAGE')}")
     return parse_lock(data, source.describe(relpath))
 
 
@@ -310,14 +319,17 @@ def parse_base(data: bytes, where: str) -> BaseRecord:
     return _remembered(_PARSED_BASES, data, lambda: _verify_base(data, where))
 
 
+def _rerecord() -> str:
+    return f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+
+
 def _verify_base(data: bytes, where: str) -> BaseRecord:
-    hint = f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
     try:
         document: Any = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LockError(f"{where}: not JSON ({exc})", hint) from exc
+        raise LockError(f"{where}: not JSON ({exc})", _rerecord()) from exc
     if not isinstance(document, dict) or document.get("schema") != BASE_SCHEMA:
-        raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", hint)
+        raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", _rerecord())
     try:
         environments = snapshot_from_document(document["snapshot"], f"{where}: snapshot")
         return BaseRecord(
@@ -328,9 +340,9 @@ def _verify_base(data: bytes, where: str) -> BaseRecord:
             _optional(document.get("source")),
         )
     except KeyError as exc:
-        raise LockError(f"{where}: missing key {exc}", hint) from exc
+        raise LockError(f"{where}: missing key {exc}", _rerecord()) from exc
     except SnapshotError as exc:
-        raise LockError(exc.message, hint) from exc
+        raise LockError(exc.message, _rerecord()) from exc
 
 
 def _optional(value: Any) -> str | None:

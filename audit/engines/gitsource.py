@@ -58,17 +58,27 @@ class GitSource:
     Invariant: every blob returned is the committed bytes (git's own object, no decoding); a
     file that is not UTF-8 text, a link, a folder or a submodule is :class:`GitError` naming
     ``REF:path``. :meth:`close` (or ``with``) ends the ``cat-file`` process; collection does too.
+
+    ``share``: another ref of the same repository whose ``cat-file`` process and fetched blobs
+    this one uses too (blobs are named by content, whatever the ref): a file the pull request
+    leaves alone, such as an image's base snapshot, is then read once for both refs.
     """
 
-    def __init__(self, repo: Path, ref: str) -> None:
+    def __init__(self, repo: Path, ref: str, share: GitSource | None = None) -> None:
         self.repo = repo
         self.ref = ref
         self.commit = resolve_commit(repo, ref)
         self._entries = _list_tree(repo, self.commit)
         self._children = _children(self._entries)
-        self._blobs: OrderedDict[str, bytes] = OrderedDict()  # oid -> bytes, oldest first
-        self._held = 0  # bytes in _blobs
-        self._pipe: commands.Pipe | None = None
+        self._store: _Store = share._store if share is not None else _Store(repo)
+
+    @property
+    def _blobs(self) -> OrderedDict[str, bytes]:
+        return self._store.blobs
+
+    @property
+    def _pipe(self) -> commands.Pipe | None:
+        return self._store.pipe
 
     def __enter__(self) -> GitSource:
         return self
@@ -78,7 +88,7 @@ class GitSource:
 
     def close(self) -> None:
         """End the ``git cat-file`` process (reads after this start a new one)."""
-        pipe, self._pipe = self._pipe, None
+        pipe, self._store.pipe = self._store.pipe, None
         if pipe is not None:
             pipe.close()
 
@@ -131,24 +141,36 @@ class GitSource:
         return [entry.oid, *sorted(mates - {entry.oid})]
 
     def _fetch(self, oids: list[str]) -> None:
+        self._store.fetch(oids)
+
+
+class _Store:
+    """One ``git cat-file --batch`` of a repository and the blobs it fetched, by object id,
+    oldest first, within :data:`HOLD_BYTES` (the refs of one repository may share it)."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self.blobs: OrderedDict[str, bytes] = OrderedDict()
+        self.held = 0  # bytes in blobs
+        self.pipe: commands.Pipe | None = None
+
+    def fetch(self, oids: list[str]) -> None:
         """Read ``oids`` through the one ``cat-file --batch`` (requests written, then answers
         read, in chunks that fit a pipe), then trim what is held to the budget."""
-        if self._pipe is None:
-            self._pipe = commands.Pipe(
+        if self.pipe is None:
+            self.pipe = commands.Pipe(
                 ["git", "-C", str(self.repo), "cat-file", "--batch"], hint=GIT_HINT
             )
         for start in range(0, len(oids), BATCH_CHUNK):
             chunk = oids[start : start + BATCH_CHUNK]
-            self._pipe.ask("".join(f"{oid}\n" for oid in chunk).encode())
+            self.pipe.ask("".join(f"{oid}\n" for oid in chunk).encode())
             for oid in chunk:
-                self._keep(oid, _answer(self._pipe, oid))
-        while self._held > HOLD_BYTES and len(self._blobs) > len(oids):
-            _, dropped = self._blobs.popitem(last=False)
-            self._held -= len(dropped)
-
-    def _keep(self, oid: str, data: bytes) -> None:
-        self._blobs[oid] = data
-        self._held += len(data)
+                data = _answer(self.pipe, oid)
+                self.blobs[oid] = data
+                self.held += len(data)
+        while self.held > HOLD_BYTES and len(self.blobs) > len(oids):
+            _, dropped = self.blobs.popitem(last=False)
+            self.held -= len(dropped)
 
 
 def _answer(pipe: commands.Pipe, oid: str) -> bytes:
@@ -244,7 +266,7 @@ def gate_refs(
 ) -> GateResult:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
     its report and every image's stage matrices (the head ref's only with ``head_matrices``)."""
-    with GitSource(repo, base_ref) as base, GitSource(repo, head_ref) as head:
+    with GitSource(repo, base_ref) as base, GitSource(repo, head_ref, share=base) as head:
         title = f"dependency gate: {_label(base)} → {_label(head)}"
         return gate_result(
             base,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
@@ -106,7 +107,10 @@ def _layer(step: Step) -> PipLayer:
     return step.layer
 
 
+@lru_cache(maxsize=1024)
 def _text_digest(value: str) -> str:
+    """The digest of a setting's text, remembered: every layer of a fleet digests the same few
+    (the format, the resolver, the platform, the index, ``False``)."""
     return sha256(value.encode())
 
 

@@ -19,6 +19,7 @@ import html
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from operator import attrgetter
 
@@ -94,11 +95,12 @@ class Row:
     package: str
     cells: tuple[Cell, ...]
 
-    @property
+    # computed once per row: rows are remembered and shared by a fleet's matrices
+    @cached_property
     def changes(self) -> bool:
         return any(map(_KIND, self.cells))
 
-    @property
+    @cached_property
     def alarming(self) -> bool:
         return not _ALARMING.isdisjoint(map(_KIND, self.cells))
 

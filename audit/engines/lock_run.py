@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.core.findings import Finding
 from audit.core.lockformat import parse_pins
@@ -32,7 +30,6 @@ from audit.engines.resolvers import Resolver
 from audit.engines.resolvers.job import CompileJob, Outcome, clean_body
 from audit.plan.lock import (
     Constraint,
-    LayerInputs,
     LockState,
     Upgrade,
     changed_inputs,
@@ -87,21 +84,6 @@ class LockRun:
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
         self.current = apply_lock(before, lock)
-
-    def read_ahead_inputs(self, states: Sequence[LockState]) -> list[LayerInputs]:
-        """The inputs of the layers of ``states`` this run will compile that resolve (a no_deps
-        layer only pins): what the backend may read ahead for (``Resolver.warm``)."""
-        stale = [s.step for s in states if s.status != "fresh" or self.upgrade.active]
-        return [
-            layer_inputs(self.source, self.recipe, step, self.base_digest, {},
-                         resolver=self.backend.label)
-            for step in stale
-            if isinstance(step.layer, PipLayer) and not step.layer.no_deps
-        ]  # fmt: skip
-
-    def base_versions(self) -> set[tuple[str, str]]:
-        """(canonical name, version) of what the base installs."""
-        return {(c.name, str(Version(c.version))) for c in self.base_pins}
 
     def still_fresh(self, state: LockState) -> bool:
         """Whether a lock the survey staled only because an earlier layer was stale records

@@ -401,6 +401,30 @@ class Upgrade:
         return self.everything or bool(self.packages)
 
 
+def read_ahead_inputs(
+    source: Source,
+    recipe: Recipe,
+    states: Sequence[LockState],
+    base_digest: str,
+    *,
+    resolver: str,
+    upgrade: Upgrade,
+) -> list[LayerInputs]:
+    """The inputs of the layers of ``states`` a run will compile that resolve (a no_deps layer
+    only pins): what a resolver may read ahead for (``Resolver.warm``)."""
+    stale = [s.step for s in states if s.status != "fresh" or upgrade.active]
+    return [
+        layer_inputs(source, recipe, step, base_digest, {}, resolver=resolver)
+        for step in stale
+        if isinstance(step.layer, PipLayer) and not step.layer.no_deps
+    ]
+
+
+def installed_versions(pins: Iterable[Constraint]) -> set[tuple[str, str]]:
+    """(canonical name, normalized version) of what ``pins`` install."""
+    return {(c.name, str(Version(c.version))) for c in pins}
+
+
 def parse_upgrade_package(text: str) -> tuple[str, str | None]:
     """``NAME`` or ``NAME==VERSION`` from the command line; UsageError (exit 2) otherwise."""
     from packaging.requirements import InvalidRequirement, Requirement

@@ -348,3 +348,30 @@ def test_real_uv_names_each_wheel_in_its_log_as_it_reads_it_so_reads_start_early
     names = sorted(url.rsplit("/", 1)[1] for url in started)
     assert names == ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl",
                      "gamma-1.5-py3-none-any.whl"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_naming_what_a_layer_already_installs_relocks_that_layer_alone(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """v1 installs beta and with it gamma; a line for gamma added to v1.in changes v1's lock
+    (its ``# via``), not what v1 installs: v2 is kept, byte for byte, not compiled again."""
+    _index(wheelhouse)
+    monkeypatch.chdir(tmp_path)
+    _project(tmp_path, local_index, {"v1": "beta\n", "v2": "alpha\n"})
+    assert cli.main(["lock", "ahead"]) == 0, capsys.readouterr().err
+    before = _locks(tmp_path)
+    capsys.readouterr()
+    (tmp_path / "images" / "ahead" / "requirements" / "v1.in").write_text("beta\ngamma\n")
+    assert cli.main(["lock", "ahead"]) == 0, capsys.readouterr().err
+    after, out = _locks(tmp_path), capsys.readouterr().out
+    assert (
+        after["v1-01.txt"] != before["v1-01.txt"]
+        and "#   -r requirements/v1.in" in after["v1-01.txt"]
+    )
+    assert after["v2-01.txt"] == before["v2-01.txt"]
+    assert "compiled" in out and "kept" in out

@@ -32,6 +32,7 @@ from audit.plan.lock import (
     Constraint,
     LockState,
     Upgrade,
+    after_inputs,
     changed_inputs,
     existing_pins,
     installed_before,
@@ -88,15 +89,16 @@ class LockRun:
     def still_fresh(self, state: LockState) -> bool:
         """Whether a lock the survey staled only because an earlier layer was stale records
         exactly today's inputs, now that the earlier layers are compiled: an earlier lock that
-        came out byte-identical (a comment edited, a line reordered) gives a later layer the
-        same installed set, so it is kept, not compiled again."""
+        came out installing the same (a comment edited, a line reordered, a line added for a
+        package it already installed: only its ``# via`` comments moved) gives a later layer
+        the same installed set, so it is kept, not compiled again."""
         previous = self.fresh_locks.get(state.step.slug)
         if previous is None or state.status != "stale":
             return False
-        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
         inputs = layer_inputs(self.source, self.recipe, state.step, self.base_digest, earlier,
                               resolver=self.backend.label)  # fmt: skip
-        return not changed_inputs(previous.inputs, inputs.digests)
+        return not changed_inputs(previous.inputs, inputs.digests, also)
 
     def environment(self) -> Installed:
         """What is installed before the next layer, as prediction sees it: the base, then
@@ -106,7 +108,7 @@ class LockRun:
         return self.current
 
     def compile(self, step: Step, before: Installed) -> Lock:
-        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        earlier, _ = after_inputs({s.slug: lock for s, lock in self.earlier})
         inputs = layer_inputs(
             self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
         )

@@ -80,6 +80,12 @@ class Answer:
     url: str
 
 
+def prepare() -> None:
+    """Import what the first request needs (urllib3, deferred so that starting the program does
+    not wait for it): a caller that will fetch soon calls this beside its other work."""
+    import urllib3  # noqa: F401
+
+
 def get(
     url: str,
     headers: Mapping[str, str],

@@ -49,6 +49,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from audit.core.errors import AuditError
 from audit.core.snapshot import canonical_name
+from audit.engines import http_fetch
 from audit.engines import process as commands
 from audit.engines.http_fetch import FetchStats
 from audit.engines.resolvers.job import WORK_PREFIX
@@ -116,6 +117,8 @@ class ReadAhead:
         groups: dict[Group, list[LayerInputs]] = {}
         for inputs in layers:
             groups.setdefault(group_of(inputs), []).append(inputs)
+        if any(len(members) > 1 for members in groups.values()):
+            self._pool.submit(http_fetch.prepare)  # the first read does not wait for imports
         for members in groups.values():
             if len(members) > 1:
                 self._compiled[group_of(members[0])] = threading.Event()

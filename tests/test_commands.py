@@ -86,3 +86,9 @@ def test_stream_leaves_a_program_that_ends_in_time_alone() -> None:
     done = commands.stream(["sh", "-c", "echo one; echo two"], lambda line: None,
                            timeout=30, cancel=cancel)  # fmt: skip
     assert done.returncode == 0 and done.lines == ("one", "two")
+
+
+def test_stream_keeps_only_the_last_lines_asked_for_and_hands_over_all() -> None:
+    seen: list[str] = []
+    done = commands.stream(["seq", "1000"], seen.append, keep=3)
+    assert len(seen) == 1000 and done.lines == ("998", "999", "1000")

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,7 @@ def stream(
     hint: str = "",
     timeout: float | None = None,
     cancel: threading.Event | None = None,
+    keep: int | None = None,
 ) -> Completed:
     """Run a program like :func:`run`, handing each line of its output to ``on_line`` at once.
 
@@ -161,10 +163,11 @@ def stream(
     returned :class:`Completed` holds them all in ``stdout``. Failures as in :func:`run`. A
     program still running after ``timeout`` seconds, or when ``cancel`` is set, is killed with
     the processes it started (its own process group): its exit code is then negative (the
-    signal), and with ``check`` that is a failure as any other.
+    signal), and with ``check`` that is a failure as any other. ``keep``: only the last
+    ``keep`` lines are kept for the result (a verbose program's log, read as it comes).
     """
     argv = _prepare(args, redact, hint)
-    lines: list[str] = []
+    lines: deque[str] = deque(maxlen=keep)
     watched = timeout is not None or cancel is not None
     try:
         with subprocess.Popen(
@@ -179,8 +182,9 @@ def stream(
             assert proc.stdout is not None  # stdout=PIPE
             with _watchdog(proc, timeout, cancel):
                 for raw in proc.stdout:
-                    lines.append(raw.rstrip("\n"))
-                    on_line(lines[-1])
+                    line = raw.rstrip("\n")
+                    lines.append(line)
+                    on_line(line)
     except OSError as exc:
         raise _cannot_start(argv, exc, hint) from exc
     output = "".join(f"{line}\n" for line in lines)

@@ -82,6 +82,7 @@ OUTPUT = "pylock.read-ahead.toml"  # uv writes (and reads preferences from) pylo
 Group = tuple[str, str, bool]
 WORKERS = 16  # metadata reads at once
 TIMEOUT = 300.0  # seconds a background compile may take
+KEPT_LINES = 200  # of the background compile's log (-v: thousands of lines on a big stack)
 WAIT = 60.0  # seconds a layer waits for the background compile before reading for itself
 # a wheel (or its PEP 658 metadata file) uv's log names: "Sending fresh GET request for: URL"
 _LOGGED_WHEEL = re.compile(r"(https?://[^\s\"'`]+?\.whl)(\.metadata)?(?=[\s\"'`]|$)")
@@ -242,7 +243,8 @@ class ReadAhead:
         argv = self.command(members[0], work)
         on_line = functools.partial(self._logged, members[0])
         done = commands.stream(argv, on_line, cwd=work / "recipe", env=self.environment,
-                               check=False, timeout=TIMEOUT, cancel=self._stop)  # fmt: skip
+                               check=False, timeout=TIMEOUT, cancel=self._stop,
+                               keep=KEPT_LINES)  # fmt: skip
         if done.returncode != 0 or self._stop.is_set():
             return {}
         chosen = _chosen((work / OUTPUT).read_text())

@@ -128,8 +128,9 @@ class ReadAhead:
                 thread.start()
 
     def stop(self) -> None:
-        """Reads not yet started are dropped; the background compiles are waited for."""
-        self._stop.set()  # also kills a background compile still running
+        """Reads not yet started are dropped; a background compile still running is killed
+        (its watchdog sees the stop) and its thread waited for."""
+        self._stop.set()
         for compiled in self._compiled.values():
             compiled.set()  # nobody waits any more
         for thread in self._threads:
@@ -173,8 +174,8 @@ class ReadAhead:
         with self._lock:
             if self._stop.is_set():
                 return
+            group = group_of(inputs)
             for pin, file in chosen.items():
-                group = group_of(inputs)
                 early = self._early.get((group, file.url)) if file else None
                 self._reads[group, *pin] = (
                     self._confirmed(inputs, pin, file, early)

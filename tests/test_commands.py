@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+
 import pytest
 
 from audit.core.errors import CommandFailed
@@ -60,3 +64,31 @@ def test_stream_prints_the_command_like_run(loud: None, capsys: pytest.CaptureFi
     commands.stream(argv, lambda line: None, redact=["t0ken"])
     err = capsys.readouterr().err
     assert "--label … (1 labels, in build.log)" in err and "t0ken" not in err and "[x]" in err
+
+
+def test_stream_kills_a_program_once_cancel_is_set() -> None:
+    cancel = threading.Event()
+    timer = threading.Timer(0.2, cancel.set)
+    timer.start()
+    started = time.monotonic()
+    done = commands.stream(["sleep", "30"], lambda line: None, check=False, cancel=cancel)
+    assert done.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 10  # killed, not waited for
+
+
+def test_stream_kills_a_program_past_its_timeout_and_check_makes_it_a_failure() -> None:
+    with pytest.raises(CommandFailed, match="exit code -9"):
+        commands.stream(["sh", "-c", "echo started; sleep 30"], lambda line: None, timeout=0.3)
+
+
+def test_stream_leaves_a_program_that_ends_in_time_alone() -> None:
+    cancel = threading.Event()
+    done = commands.stream(["sh", "-c", "echo one; echo two"], lambda line: None,
+                           timeout=30, cancel=cancel)  # fmt: skip
+    assert done.returncode == 0 and done.lines == ("one", "two")
+
+
+def test_stream_keeps_only_the_last_lines_asked_for_and_hands_over_all() -> None:
+    seen: list[str] = []
+    done = commands.stream(["seq", "1000"], seen.append, keep=3)
+    assert len(seen) == 1000 and done.lines == ("998", "999", "1000")

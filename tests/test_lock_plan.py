@@ -14,19 +14,30 @@ from audit.engines.lock_run import known_metadata
 from audit.engines.resolvers.job import ambient_ca_bundle
 from audit.plan.lock import (
     BASE_ORIGIN,
+    RESOLVER,
     Constraint,
     Upgrade,
+    after_inputs,
     check_locks,
     existing_pins,
     installed_before,
+    layer_inputs,
     moved_pins,
     pin_blocks,
     pip_steps,
     preferred_pins,
+    read_base_digest,
     via_parents,
     who_asks,
 )
-from audit.plan.lockfile import BaseRecord, Lock, PinMetadata, lock_relpath
+from audit.plan.lockfile import (
+    BaseRecord,
+    Lock,
+    PinMetadata,
+    lock_relpath,
+    parse_lock,
+    render_lock,
+)
 from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
 from audit.plan.sources import DirectorySource
 from tests.support.project import write_base, write_fresh_locks, write_text
@@ -233,3 +244,75 @@ def test_a_previous_locks_metadata_is_known_by_name_and_version() -> None:
     )  # fmt: skip
     assert known_metadata(previous) == {("alpha", "2.0"): (("beta>=1",), ">=3.9")}
     assert known_metadata(None) == {}
+
+
+VIA_BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n    # via -r requirements/v1.in\n"
+
+
+def _rewrite_lock(root: Path, recipe: Recipe, slug: str, body: str) -> None:
+    """``slug``'s lock compiled again as ``lock`` writes it: current inputs, ``body``."""
+    source = DirectorySource(root)
+    found = read_base_digest(source, recipe)
+    assert found is not None
+    steps = pip_steps(recipe)
+    index = [s.slug for s in steps].index(slug)
+    earlier = {s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug)
+               for s in steps[:index]}  # fmt: skip
+    inputs = layer_inputs(source, recipe, steps[index], found[1], after_inputs(earlier)[0])
+    text = render_lock(recipe.name, steps[index], RESOLVER, inputs.digests, body)
+    (root / inputs.relpath).write_text(text)
+
+
+def test_a_line_that_moves_only_comments_of_an_earlier_lock_leaves_later_layers_fresh(
+    project: Path,
+) -> None:
+    """v1.in names a package v1 already installs: v1's lock changes only its ``# via`` comment,
+    what it installs does not, and v2, v3 (maybe minutes of pip-compile each) stay fresh."""
+    recipe = make_recipe()
+    write_fresh_locks(project, recipe, {"v1": VIA_BODY, "v2": BODY, "v3": BODY})
+    (project / "images/t/requirements/v1.in").write_text("alpha\nzeta\n-c common.txt\n")
+    assert statuses(project, recipe) == ["stale", "stale", "stale"]  # v1 must be compiled
+    _rewrite_lock(project, recipe, "v1-01", VIA_BODY + "    #   zeta\n")
+    assert statuses(project, recipe) == ["fresh", "fresh", "fresh"]
+    _rewrite_lock(project, recipe, "v1-01", VIA_BODY.replace("1.0", "1.1"))  # it moved
+    states = check_locks(DirectorySource(project), recipe)
+    assert [s.status for s in states] == ["fresh", "stale", "stale"]
+    assert states[1].reason == "inputs changed: after v1-01"
+
+
+def test_a_lock_recording_an_earlier_locks_whole_text_digest_is_still_fresh(
+    project: Path,
+) -> None:
+    """Locks written before ``after`` inputs were effect digests recorded the earlier lock's
+    text digest: they stay fresh while that text is unchanged, and go stale when it changes."""
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    source = DirectorySource(project)
+    found = read_base_digest(source, recipe)
+    assert found is not None
+    steps = pip_steps(recipe)
+    text_digests = {s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug)
+                    .content_digest for s in steps}  # fmt: skip
+    for index, step in enumerate(steps[1:], start=1):
+        earlier = {s.slug: text_digests[s.slug] for s in steps[:index]}
+        inputs = layer_inputs(source, recipe, step, found[1], earlier)
+        assert all(v.startswith("sha256:") for k, v in inputs.digests.items() if "after" in k)
+        text = render_lock(recipe.name, step, RESOLVER, inputs.digests, BODY)
+        (project / inputs.relpath).write_text(text)
+    assert statuses(project, recipe) == ["fresh", "fresh", "fresh"]
+    _rewrite_lock(project, recipe, "v1-01", BODY + "    # via -r requirements/v1.in\n")
+    assert statuses(project, recipe) == ["fresh", "stale", "stale"]  # the old record can't tell
+
+
+def test_the_effect_digest_covers_pins_hashes_markers_and_metadata_not_comments() -> None:
+    pin = Pin("alpha", "1.0", ("sha256:aa",))
+    lock = Lock("v1-01", "sha256:x", {"alpha": pin}, "sha256:text")
+    same = Lock("v1-01", "sha256:y", {"alpha": pin}, "sha256:other-text")
+    assert lock.effect_digest == same.effect_digest and lock.effect_digest.startswith("effect:")
+    others = [
+        Lock("v1-01", "x", {"alpha": Pin("alpha", "1.1", ("sha256:aa",))}),
+        Lock("v1-01", "x", {"alpha": Pin("alpha", "1.0", ("sha256:bb",))}),
+        Lock("v1-01", "x", {"alpha": Pin("alpha", "1.0", ("sha256:aa",), "python_version<'4'")}),
+        Lock("v1-01", "x", {"alpha": pin}, metadata={"alpha": PinMetadata(("beta",))}),
+    ]
+    assert len({lock.effect_digest, *(other.effect_digest for other in others)}) == 5

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from audit.engines import docker_host
-from audit.plan.lock import RESOLVER, layer_inputs, pip_steps, read_base_digest
+from audit.plan.lock import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
 from audit.plan.lockfile import lock_relpath, parse_lock, render_lock
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
@@ -133,10 +133,9 @@ def hand_lock(root: Path, slug: str, pins: list[tuple[str, str]], wheels: Path) 
     assert base is not None
     steps = pip_steps(recipe)
     before = steps[: [s.slug for s in steps].index(slug)]
-    earlier = {
-        s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug).content_digest
-        for s in before
-    }
+    earlier, _ = after_inputs(
+        {s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug) for s in before}
+    )
     inputs = layer_inputs(source, recipe, step, base[1], earlier)
     text = render_lock("field", step, RESOLVER, inputs.digests, body)
     (root / "locks" / "field" / f"{slug}.txt").write_text(text)

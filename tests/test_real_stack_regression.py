@@ -19,7 +19,7 @@ import pytest
 from audit.cli.main import main
 from audit.core.errors import EXIT_VIOLATION
 from audit.engines import process as commands
-from audit.plan.lock import layer_inputs, pip_steps, read_base_digest, resolver_label
+from audit.plan.lock import after_inputs, layer_inputs, pip_steps, read_base_digest, resolver_label
 from audit.plan.lockfile import lock_relpath, parse_lock, render_lock
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
@@ -42,10 +42,9 @@ def add_torch_stage(root: Path, variant: str = "") -> None:
     steps = pip_steps(recipe)
     found = read_base_digest(source, recipe)
     assert found is not None
-    earlier = {
-        s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug).content_digest
-        for s in steps[:-1]
-    }
+    earlier, _ = after_inputs(
+        {s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug) for s in steps[:-1]}
+    )
     resolver = resolver_label(recipe)  # what the recipe says compiles it (uv)
     inputs = layer_inputs(source, recipe, steps[-1], found[1], earlier)
     body = (FIXTURE / f"v3-01{'.' + variant if variant else ''}.body.txt").read_text()

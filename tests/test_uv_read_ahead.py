@@ -11,8 +11,10 @@ layers' logs say how many pins' metadata came from the read-ahead.
 from __future__ import annotations
 
 import platform
+import threading
 import time
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -20,10 +22,14 @@ import pytest
 
 from audit.cli import main as cli
 from audit.core.snapshot import Distribution
+from audit.engines.http_fetch import FetchStats
 from audit.engines.resolvers import uv, uv_cache, uv_warm
+from audit.engines.simple_index import IndexFile, ProjectPages
+from audit.engines.wheel_metadata import Metadata
 from audit.plan.lock import LayerInputs
 from audit.plan.recipe import Step
 from tests.support.fixtures import Wheelhouse
+from tests.support.metaindex import serve_metadata_index
 from tests.support.project import ProjectSpec, base_record, write_project
 
 SITE = "/opt/venv/lib/python3/site-packages"
@@ -210,3 +216,162 @@ def test_a_target_python_this_machine_lacks_is_resolved_for_without_fetching_one
     lock = _locks(tmp_path)["v1-01.txt"]
     assert "alpha==2.0" in lock  # resolved for 3.12, whatever runs uv
     assert "managed Python" not in _notes(tmp_path)
+
+
+# -- reads started from uv's log, before its compile ends --------------------------------------
+
+FILES = "https://files.example/packages/ab/cd"
+NUMPY = f"{FILES}/numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl"
+SCIPY = f"{FILES}/Scipy-1.17.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+# lines of `uv pip compile -v` (uv 0.13.9) as it fetches pages and wheel metadata
+UV_LOG = [
+    "DEBUG No cache entry for: https://pypi.example/simple/numpy/",
+    "DEBUG Selecting: numpy==2.4.6 [compatible] (numpy-2.4.6-cp311-none-any.whl)",
+    f"DEBUG No cache entry for: {NUMPY}",
+    f"DEBUG Sending fresh HEAD request for: {NUMPY}",
+    f"DEBUG Sending fresh GET request for: {SCIPY}.metadata",
+    f"DEBUG Found stale response for: {FILES}/six-1.16.0-py2.py3-none-any.whl",  # the base's
+    f"DEBUG No cache entry for: {FILES}/not-a-wheel-name.whl",
+]
+
+
+@dataclass
+class _Reads:
+    """A reader that records what it is asked for and answers from ``answers`` (by URL)."""
+
+    answers: dict[str, str] = field(default_factory=dict)  # url -> how ("range", "download")
+    asked: list[tuple[str, bool, tuple[str, ...]]] = field(default_factory=list)
+
+    def __call__(
+        self,
+        inputs: LayerInputs,
+        pin: tuple[str, str],
+        file: IndexFile | None,
+        *,
+        stats: FetchStats,
+        pages: ProjectPages,
+    ) -> Metadata | None:
+        assert file is not None
+        self.asked.append((file.url, file.metadata_hashes is not None, tuple(file.hashes)))
+        how = self.answers.get(file.url, "range")
+        return Metadata(pin[0], pin[1], (), "", (), b"", file, how)
+
+
+def _ahead(tmp_path: Path, reads: _Reads) -> uv_warm.ReadAhead:
+    installed = {("six", "1.16.0")}
+    return uv_warm.ReadAhead(lambda i, w: [], {}, reads, installed, tmp_path)
+
+
+def test_each_wheel_uv_logs_is_read_at_once_and_once_its_pep658_file_when_uv_took_that(
+    tmp_path: Path,
+) -> None:
+    reads = _Reads()
+    ahead = _ahead(tmp_path, reads)
+    layer = inputs("https://pypi.example/simple", None)
+    for line in UV_LOG:
+        ahead._logged(layer, line)
+    for read in ahead._early.values():
+        read.result()
+    ahead.stop()
+    # pages, the base's six and a name that is no wheel's are never read
+    assert sorted(reads.asked) == [(SCIPY, True, ()), (NUMPY, False, ())]
+
+
+def test_a_layer_takes_an_early_read_without_waiting_for_the_compile(tmp_path: Path) -> None:
+    reads = _Reads()
+    ahead = _ahead(tmp_path, reads)
+    layer = inputs("https://pypi.example/simple", None)
+    ahead._compiled[uv_warm.group_of(layer)] = threading.Event()  # a compile that never ends
+    for line in UV_LOG:
+        ahead._logged(layer, line)
+    started = time.monotonic()
+    found = ahead.take(layer, [("numpy", "2.4.6"), ("scipy", "1.17.1")])
+    assert time.monotonic() - started < uv_warm.WAIT / 2
+    assert {pin: meta.how for pin, meta in found.items()} == {
+        ("numpy", "2.4.6"): "range",
+        ("scipy", "1.17.1"): "range",
+    }
+    ahead.stop()
+
+
+def test_an_early_whole_download_is_read_again_with_the_hashes_the_pylock_gives(
+    tmp_path: Path,
+) -> None:
+    """A server without ranges makes the early read a whole download no hash checked: the
+    chosen wheel is read again with the pylock's hashes, and only that read is taken."""
+    url = NUMPY
+    reads = _Reads({url: "download"})
+    ahead = _ahead(tmp_path, reads)
+    layer = inputs("https://pypi.example/simple", None)
+    ahead._logged(layer, UV_LOG[2])
+    assert ahead.take(layer, [("numpy", "2.4.6")]) == {}  # unchecked: the layer reads it
+    chosen = {("numpy", "2.4.6"): IndexFile(url.rsplit("/", 1)[1], url, {"sha256": "ab"})}
+    ahead._schedule(layer, chosen)
+    found = ahead.take(layer, [("numpy", "2.4.6")])
+    assert found["numpy", "2.4.6"].file.hashes == {"sha256": "ab"}
+    assert [hashes for _, _, hashes in reads.asked] == [(), ("sha256",)]
+    ahead.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pep658", [False, True], ids=["range-requests", "pep658-files"])
+def test_real_uv_names_each_wheel_in_its_log_as_it_reads_it_so_reads_start_early(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pep658: bool,
+) -> None:
+    """The read-ahead reads what uv's log names while uv resolves (uv's log lines are not an
+    interface: a uv upgrade that stops naming wheels fails here, not silently slower), on an
+    index like PyPI (ranges, PEP 658 files or not); the locks are the locks without it."""
+    _index(wheelhouse)
+    started: list[str] = []
+    logged = uv_warm.ReadAhead._logged
+
+    def spy(self: uv_warm.ReadAhead, layer: LayerInputs, line: str) -> None:
+        before = set(self._early)
+        logged(self, layer, line)
+        started.extend(url for _, url in set(self._early) - before)
+
+    monkeypatch.setattr(uv_warm.ReadAhead, "_logged", spy)
+    monkeypatch.chdir(tmp_path)
+    with serve_metadata_index(wheelhouse.path, "ranges", metadata=pep658) as (index, _):
+        _project(tmp_path, index, {"v1": "alpha<2\n", "v2": "beta\n"})
+        assert cli.main(["lock", "ahead"]) == 0, capsys.readouterr().err
+        with_ahead = _locks(tmp_path)
+        for lock in (tmp_path / "locks" / "ahead").glob("v*.txt"):
+            lock.unlink()
+        monkeypatch.setattr(uv_warm.ReadAhead, "start", lambda self, layers: None)
+        assert cli.main(["lock", "ahead"]) == 0
+    assert _locks(tmp_path) == with_ahead
+    names = sorted(url.rsplit("/", 1)[1] for url in started)
+    assert names == ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl",
+                     "gamma-1.5-py3-none-any.whl"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_naming_what_a_layer_already_installs_relocks_that_layer_alone(
+    tmp_path: Path,
+    wheelhouse: Wheelhouse,
+    local_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """v1 installs beta and with it gamma; a line for gamma added to v1.in changes v1's lock
+    (its ``# via``), not what v1 installs: v2 is kept, byte for byte, not compiled again."""
+    _index(wheelhouse)
+    monkeypatch.chdir(tmp_path)
+    _project(tmp_path, local_index, {"v1": "beta\n", "v2": "alpha\n"})
+    assert cli.main(["lock", "ahead"]) == 0, capsys.readouterr().err
+    before = _locks(tmp_path)
+    capsys.readouterr()
+    (tmp_path / "images" / "ahead" / "requirements" / "v1.in").write_text("beta\ngamma\n")
+    assert cli.main(["lock", "ahead"]) == 0, capsys.readouterr().err
+    after, out = _locks(tmp_path), capsys.readouterr().out
+    assert (
+        after["v1-01.txt"] != before["v1-01.txt"]
+        and "#   -r requirements/v1.in" in after["v1-01.txt"]
+    )
+    assert after["v2-01.txt"] == before["v2-01.txt"]
+    assert "compiled" in out and "kept" in out

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from audit.core.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
 from audit.core.snapshot import SNAPSHOT_LIMIT, Environment, read_bounded
-from audit.engines import atomic, console, docker_host
+from audit.engines import atomic, console
 from audit.engines.run_label import run_labels
 from audit.plan import frontdoor, paths
 from audit.plan.lock import read_base_digest
@@ -133,6 +133,7 @@ def replace_record(root: Path, source: Source, recipe: Recipe, record: BaseRecor
 def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     """Snapshot every interpreter inside the base image; write base.json (the caller holds the
     file lock); print what changed."""
+    from audit.engines import docker_host
     from audit.engines.registry import ensure_image, repository_digest
     from audit.plan.trust import base_source
 
@@ -148,6 +149,7 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
 
 def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
     from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
+    from audit.engines import docker_host
 
     mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
     try:
@@ -186,6 +188,8 @@ def missing_interpreter(
 def refuse_externally_managed(recipe: Recipe) -> None:
     """Exit 2 naming ``break_system_packages`` when pip layers' interpreter (the first; the
     others are only audited) is externally managed."""
+    from audit.engines import docker_host  # a Docker client only where a probe runs
+
     interpreter = recipe.interpreters[0]
     try:
         out = docker_host.run_in_image(

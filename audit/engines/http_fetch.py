@@ -17,6 +17,7 @@ userinfo becomes basic authentication (never sent anywhere else, never printed).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import ssl
 import threading
@@ -25,16 +26,17 @@ import urllib.request
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import urllib3
+from typing import TYPE_CHECKING
 
 from audit.core.errors import EnvironmentProblem
 from audit.core.redact import redact
 
+if TYPE_CHECKING:
+    import urllib3
+
 TIMEOUT = 60.0
 # Connections kept per host: fetch_many's eight workers, with room to spare.
 POOL_SIZE = 16
-_RETRIES = urllib3.Retry(total=3, connect=2, read=1, redirect=5, status=0, raise_on_status=False)
 
 
 @dataclass
@@ -78,6 +80,12 @@ class Answer:
     url: str
 
 
+def prepare() -> None:
+    """Import what the first request needs (urllib3, deferred so that starting the program does
+    not wait for it): a caller that will fetch soon calls this beside its other work."""
+    import urllib3  # noqa: F401
+
+
 def get(
     url: str,
     headers: Mapping[str, str],
@@ -87,11 +95,13 @@ def get(
     timeout: float = TIMEOUT,
 ) -> Answer:
     """GET ``url``; any HTTP status comes back as an :class:`Answer`, a network failure raises."""
+    import urllib3  # here, not at import: a lock run's start does not wait for it
+
     bare, sent = _with_auth(url, headers)
     stats.count("requests")
     try:
         reply = _pool(bare, context).request(
-            "GET", bare, headers=sent, timeout=timeout, retries=_RETRIES,
+            "GET", bare, headers=sent, timeout=timeout, retries=_retries(),
             preload_content=True, decode_content=False,
         )  # fmt: skip
     except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -99,6 +109,13 @@ def get(
     answer = Answer(reply.status, _lower(reply.headers), reply.data, _final_url(bare, reply))
     stats.count("bytes_downloaded", len(answer.body))
     return _decoded(answer, url) if reply.status < 400 else answer
+
+
+@functools.cache
+def _retries() -> urllib3.Retry:
+    import urllib3
+
+    return urllib3.Retry(total=3, connect=2, read=1, redirect=5, status=0, raise_on_status=False)
 
 
 def _final_url(url: str, reply: urllib3.BaseHTTPResponse) -> str:
@@ -115,6 +132,8 @@ def _with_auth(url: str, headers: Mapping[str, str]) -> tuple[str, dict[str, str
     if parts.username is None:
         return url, dict(headers)
     login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    import urllib3
+
     auth = urllib3.util.make_headers(basic_auth=login)
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
@@ -138,6 +157,8 @@ def _pool(url: str, context: ssl.SSLContext | None) -> urllib3.PoolManager:
 
 
 def _manager(proxy: str, context: ssl.SSLContext | None) -> urllib3.PoolManager:
+    import urllib3
+
     if proxy:
         return urllib3.ProxyManager(proxy, maxsize=POOL_SIZE, ssl_context=context)
     return urllib3.PoolManager(maxsize=POOL_SIZE, ssl_context=context)

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
 from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.core.findings import Finding
 from audit.core.lockformat import parse_pins
@@ -32,9 +30,9 @@ from audit.engines.resolvers import Resolver
 from audit.engines.resolvers.job import CompileJob, Outcome, clean_body
 from audit.plan.lock import (
     Constraint,
-    LayerInputs,
     LockState,
     Upgrade,
+    after_inputs,
     changed_inputs,
     existing_pins,
     installed_before,
@@ -88,33 +86,19 @@ class LockRun:
         self.earlier.append((state.step, lock))
         self.current = apply_lock(before, lock)
 
-    def read_ahead_inputs(self, states: Sequence[LockState]) -> list[LayerInputs]:
-        """The inputs of the layers of ``states`` this run will compile that resolve (a no_deps
-        layer only pins): what the backend may read ahead for (``Resolver.warm``)."""
-        stale = [s.step for s in states if s.status != "fresh" or self.upgrade.active]
-        return [
-            layer_inputs(self.source, self.recipe, step, self.base_digest, {},
-                         resolver=self.backend.label)
-            for step in stale
-            if isinstance(step.layer, PipLayer) and not step.layer.no_deps
-        ]  # fmt: skip
-
-    def base_versions(self) -> set[tuple[str, str]]:
-        """(canonical name, version) of what the base installs."""
-        return {(c.name, str(Version(c.version))) for c in self.base_pins}
-
     def still_fresh(self, state: LockState) -> bool:
         """Whether a lock the survey staled only because an earlier layer was stale records
         exactly today's inputs, now that the earlier layers are compiled: an earlier lock that
-        came out byte-identical (a comment edited, a line reordered) gives a later layer the
-        same installed set, so it is kept, not compiled again."""
+        came out installing the same (a comment edited, a line reordered, a line added for a
+        package it already installed: only its ``# via`` comments moved) gives a later layer
+        the same installed set, so it is kept, not compiled again."""
         previous = self.fresh_locks.get(state.step.slug)
         if previous is None or state.status != "stale":
             return False
-        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
         inputs = layer_inputs(self.source, self.recipe, state.step, self.base_digest, earlier,
                               resolver=self.backend.label)  # fmt: skip
-        return not changed_inputs(previous.inputs, inputs.digests)
+        return not changed_inputs(previous.inputs, inputs.digests, also)
 
     def environment(self) -> Installed:
         """What is installed before the next layer, as prediction sees it: the base, then
@@ -124,7 +108,7 @@ class LockRun:
         return self.current
 
     def compile(self, step: Step, before: Installed) -> Lock:
-        earlier = {s.slug: lock.content_digest for s, lock in self.earlier}
+        earlier, _ = after_inputs({s.slug: lock for s, lock in self.earlier})
         inputs = layer_inputs(
             self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
         )

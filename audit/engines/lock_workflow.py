@@ -34,6 +34,8 @@ from audit.plan.sources import DirectorySource, Source
 
 if TYPE_CHECKING:
     from audit.engines.lock_run import LockRun
+    from audit.engines.resolvers import Resolver
+    from audit.plan.lock import Constraint
 
 FORMATS = ("text", "json")
 JSON_SCHEMA = "layer-audit.lock/1"
@@ -292,11 +294,9 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
                summary: LockSummary) -> int:  # fmt: skip
     """Record the base if asked or missing, then compile every stale lock (hold the file lock)."""
     from audit.engines.base_record import record_base
-    from audit.engines.lock_run import LockRun
     from audit.engines.resolvers import select
-    from audit.plan.lock import base_constraints
+    from audit.plan.lock import base_constraints, installed_versions, read_ahead_inputs
     from audit.plan.lockfile import base_relpath
-    from audit.plan.predict import StepJudge, base_markers
 
     _prepare_docker(recipe, options)
     survey = survey_locks(source, recipe)
@@ -314,15 +314,38 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
     record, base_digest = survey.base
     where = source.describe(base_relpath(recipe))
     base_pins = base_constraints(record, recipe.interpreters[0], where)
-    judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
     backend = select(recipe, record, host=options.host)
-    run = LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
-                  options.upgrade)  # fmt: skip
-    with backend.warm(run.read_ahead_inputs(states), run.base_versions()):
+    ahead = read_ahead_inputs(source, recipe, states, base_digest, resolver=backend.label,
+                              upgrade=options.upgrade)  # fmt: skip
+    # the read-ahead starts first: the runner's own imports and setup happen while it fetches
+    with backend.warm(ahead, installed_versions(base_pins)):
+        run = _runner(root, source, recipe, survey, base_pins=base_pins, backend=backend,
+                      options=options)  # fmt: skip
         for state in states:
             run.visit(state)
     _summarize(run, options, summary)
     return EXIT_OK
+
+
+def _runner(
+    root: Path,
+    source: Source,
+    recipe: Recipe,
+    survey: Survey,
+    *,
+    base_pins: list[Constraint],
+    backend: Resolver,
+    options: LockOptions,
+) -> LockRun:
+    """The lock runner over ``survey``'s base (recorded: ``survey.base`` is set)."""
+    from audit.engines.lock_run import LockRun
+    from audit.plan.predict import StepJudge, base_markers
+
+    assert survey.base is not None
+    record, base_digest = survey.base
+    judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
+    return LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
+                   options.upgrade)  # fmt: skip
 
 
 def _prepare_docker(recipe: Recipe, options: LockOptions) -> None:

@@ -16,10 +16,14 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
+import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -149,14 +153,22 @@ def stream(
     check: bool = True,
     redact: Sequence[str] = (),
     hint: str = "",
+    timeout: float | None = None,
+    cancel: threading.Event | None = None,
+    keep: int | None = None,
 ) -> Completed:
     """Run a program like :func:`run`, handing each line of its output to ``on_line`` at once.
 
     stderr is merged into stdout, so the lines come in the order the program wrote them; the
-    returned :class:`Completed` holds them all in ``stdout``. Failures as in :func:`run`.
+    returned :class:`Completed` holds them all in ``stdout``. Failures as in :func:`run`. A
+    program still running after ``timeout`` seconds, or when ``cancel`` is set, is killed with
+    the processes it started (its own process group): its exit code is then negative (the
+    signal), and with ``check`` that is a failure as any other. ``keep``: only the last
+    ``keep`` lines are kept for the result (a verbose program's log, read as it comes).
     """
     argv = _prepare(args, redact, hint)
-    lines: list[str] = []
+    lines: deque[str] = deque(maxlen=keep)
+    watched = timeout is not None or cancel is not None
     try:
         with subprocess.Popen(
             argv,
@@ -165,16 +177,56 @@ def stream(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            process_group=0 if watched else None,  # killed with whatever it started
         ) as proc:
             assert proc.stdout is not None  # stdout=PIPE
-            for raw in proc.stdout:
-                lines.append(raw.rstrip("\n"))
-                on_line(lines[-1])
+            with _watchdog(proc, timeout, cancel):
+                for raw in proc.stdout:
+                    line = raw.rstrip("\n")
+                    lines.append(line)
+                    on_line(line)
     except OSError as exc:
         raise _cannot_start(argv, exc, hint) from exc
     output = "".join(f"{line}\n" for line in lines)
     done = Completed(tuple(argv), proc.returncode, output, "")
     return _finish(done, check=check, redact=redact, hint=hint)
+
+
+@contextlib.contextmanager
+def _watchdog(
+    proc: subprocess.Popen[str], timeout: float | None, cancel: threading.Event | None
+) -> Iterator[None]:
+    """Kill ``proc``'s process group after ``timeout`` seconds, once ``cancel`` is set, or when
+    the block fails (Ctrl-C: the group does not get the terminal's signal), while the block runs;
+    nothing watches when neither is given (the program then shares our process group)."""
+    if timeout is None and cancel is None:
+        yield
+        return
+    done = threading.Event()
+    stop = cancel if cancel is not None else threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while not done.wait(0.05):
+            if stop.is_set() or time.monotonic() > deadline:
+                _kill_group(proc)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    except BaseException:
+        _kill_group(proc)
+        raise
+    finally:
+        done.set()
+        watcher.join()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 class Pipe:

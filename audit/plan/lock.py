@@ -138,7 +138,8 @@ def layer_inputs(
     *,
     resolver: str | None = None,
 ) -> LayerInputs:
-    """The inputs of ``step`` given the base record's digest and earlier locks' content digests."""
+    """The inputs of ``step`` given the base record's digest and earlier locks' effect digests
+    (:func:`after_inputs`)."""
     layer = _layer(step)
     files = _read_files(source, recipe, step)
     extra = recipe.index(layer.index).url if layer.index else None
@@ -162,9 +163,27 @@ def layer_inputs(
     )
 
 
-def changed_inputs(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
-    """Input names whose digest differs, was added or went away, sorted."""
-    return sorted(key for key in set(old) | set(new) if old.get(key) != new.get(key))
+def changed_inputs(
+    old: Mapping[str, str], new: Mapping[str, str], also: Mapping[str, str] | None = None
+) -> list[str]:
+    """Input names whose digest differs, was added or went away, sorted. ``also``: a digest an
+    input may still be recorded with and mean the same (an ``after`` input written before
+    locks recorded :attr:`Lock.effect_digest`: the earlier lock's whole-text digest)."""
+    also = also or {}
+    return sorted(
+        key
+        for key in set(old) | set(new)
+        if old.get(key) != new.get(key) and (key not in also or old.get(key) != also[key])
+    )
+
+
+def after_inputs(earlier: Mapping[str, Lock | None]) -> tuple[dict[str, str], dict[str, str]]:
+    """The ``after`` digests of a layer whose earlier layers' locks are ``earlier`` (slug ->
+    lock, None when missing): each lock's effect digest, and its whole-text digest, which a
+    lock written before effect digests recorded (:func:`changed_inputs` ``also``)."""
+    effect = {slug: lock.effect_digest if lock else "missing" for slug, lock in earlier.items()}
+    text = {f"after {slug}": lock.content_digest for slug, lock in earlier.items() if lock}
+    return effect, text
 
 
 def _describe_change(keys: Sequence[str]) -> str:
@@ -184,7 +203,7 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
 
 
 def _state_of(
-    source: Source, inputs: LayerInputs, earlier_stale: str | None
+    source: Source, inputs: LayerInputs, earlier_stale: str | None, also: Mapping[str, str]
 ) -> tuple[LockState, Lock | None]:
     step, relpath = inputs.step, inputs.relpath
     if not source.exists(relpath):
@@ -193,7 +212,7 @@ def _state_of(
     lock = parse_lock(data, source.describe(relpath))
     if earlier_stale:
         return LockState(step, relpath, "stale", earlier_stale), lock
-    changed = changed_inputs(lock.inputs, inputs.digests)
+    changed = changed_inputs(lock.inputs, inputs.digests, also)
     if changed:
         return LockState(step, relpath, "stale", _describe_change(changed)), lock
     return LockState(step, relpath, "fresh", "inputs unchanged"), lock
@@ -218,15 +237,16 @@ def survey_locks(source: Source, recipe: Recipe) -> Survey:
         return Survey(states, None, {})
     found: list[LockState] = []
     locks: dict[str, Lock] = {}
-    earlier: dict[str, str] = {}
+    earlier: dict[str, Lock | None] = {}
     stale_since = base_record_mismatch(recipe, base[0])  # another base: every lock is stale
     for step in pip_steps(recipe):
-        inputs = layer_inputs(source, recipe, step, base[1], earlier)
-        state, lock = _state_of(source, inputs, stale_since)
+        after, also = after_inputs(earlier)
+        inputs = layer_inputs(source, recipe, step, base[1], after)
+        state, lock = _state_of(source, inputs, stale_since, also)
         found.append(state)
         if state.status != "fresh" and stale_since is None:
             stale_since = f"an earlier layer changed: {step.label}"
-        earlier[step.slug] = lock.content_digest if lock else "missing"
+        earlier[step.slug] = lock
         if lock is not None:
             locks[step.slug] = lock
     return Survey(tuple(found), base, locks)
@@ -403,6 +423,30 @@ class Upgrade:
     @property
     def active(self) -> bool:
         return self.everything or bool(self.packages)
+
+
+def read_ahead_inputs(
+    source: Source,
+    recipe: Recipe,
+    states: Sequence[LockState],
+    base_digest: str,
+    *,
+    resolver: str,
+    upgrade: Upgrade,
+) -> list[LayerInputs]:
+    """The inputs of the layers of ``states`` a run will compile that resolve (a no_deps layer
+    only pins): what a resolver may read ahead for (``Resolver.warm``)."""
+    stale = [s.step for s in states if s.status != "fresh" or upgrade.active]
+    return [
+        layer_inputs(source, recipe, step, base_digest, {}, resolver=resolver)
+        for step in stale
+        if isinstance(step.layer, PipLayer) and not step.layer.no_deps
+    ]
+
+
+def installed_versions(pins: Iterable[Constraint]) -> set[tuple[str, str]]:
+    """(canonical name, normalized version) of what ``pins`` install."""
+    return {(c.name, str(Version(c.version))) for c in pins}
 
 
 def parse_upgrade_package(text: str) -> tuple[str, str | None]:

@@ -29,6 +29,7 @@ wrote it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -86,6 +87,22 @@ class Lock:
     content_digest: str = ""
     inputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     metadata: Mapping[str, PinMetadata] = field(default_factory=lambda: MappingProxyType({}))
+
+    @functools.cached_property
+    def effect_digest(self) -> str:
+        """The digest of what this lock installs: each pin (name, version, hashes, marker) and
+        its recorded metadata, in name order; not the comments around them (``# via``). A later
+        layer's lock records it as its ``after`` input: a line added to this layer's ``.in``
+        for a package it already installed changes this lock's text, not what it installs,
+        and leaves the later locks fresh."""
+        pins = [
+            [p.name, p.version, sorted(p.hashes), p.marker] for _, p in sorted(self.pins.items())
+        ]
+        metadata = {
+            name: [list(m.requires_dist), m.requires_python] for name, m in self.metadata.items()
+        }
+        text = json.dumps({"pins": pins, "requires": metadata}, sort_keys=True)
+        return f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,15 @@ find-links folder while the layer compiles. A stand-in is never installed: a pin
 its installed version is dropped from the lock, and a pin that moves comes from an index.
 
 Pure: the wheels are bytes, byte-identical for the same input (fixed zip timestamps, sorted
-entries). Requirement strings packaging cannot parse are left out (pip would refuse the whole
-stand-in for one of them), and so are unparsable ``Requires-Python`` values.
+entries), so each is made once per process and reused by every later layer. Requirement
+strings packaging cannot parse are left out (pip would refuse the whole stand-in for one of
+them), and so are unparsable ``Requires-Python`` values.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import io
 import re
@@ -96,6 +99,13 @@ def _zip(files: Mapping[str, str]) -> bytes:
 
 def standin_wheel(constraint: Constraint) -> tuple[str, bytes]:
     """(filename, bytes) of the stand-in wheel for one installed distribution."""
+    return _standin(dataclasses.replace(constraint, origin=""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _standin(constraint: Constraint) -> tuple[str, bytes]:
+    """:func:`standin_wheel`, made once per run for each distinct distribution (who installed
+    it does not change its wheel): every later layer, and the digests, reuse the bytes."""
     version = str(Version(constraint.version))  # pip checks filename and METADATA agree
     stem = f"{wheel_name(constraint.name)}-{version}"
     info = f"{stem}.dist-info"
@@ -120,7 +130,9 @@ def standin_digests(installed: Mapping[str, Constraint]) -> dict[str, str]:
     for it). Given as the hash of an installed pin in the resolver's existing output, it lets
     pip-compile's ``--reuse-hashes`` keep a pin that cannot move without fetching and hashing
     every file the index holds of it (a pin at its installed version is never locked)."""
-    return {
-        name: "sha256:" + hashlib.sha256(standin_wheel(c)[1]).hexdigest()
-        for name, c in sorted(installed.items())
-    }
+    return {name: _digest(standin_wheel(c)[1]) for name, c in sorted(installed.items())}
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest(wheel: bytes) -> str:
+    return "sha256:" + hashlib.sha256(wheel).hexdigest()

@@ -18,7 +18,7 @@ import pytest
 from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.engines import docker_host
 from audit.engines.docker_host import BindMount
-from audit.plan.lock import RESOLVER, layer_inputs, pip_steps, read_base_digest
+from audit.plan.lock import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
 from audit.plan.lockfile import BaseRecord, lock_relpath, parse_lock, render_base, render_lock
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
@@ -106,10 +106,12 @@ class Project:
         )
         base = read_base_digest(source, recipe)
         assert base is not None
-        earlier = {
-            s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug).content_digest
-            for s in pip_steps(recipe)[: [p.slug for p in pip_steps(recipe)].index(slug)]
-        }
+        earlier, _ = after_inputs(
+            {
+                s.slug: parse_lock(source.read_bytes(lock_relpath(recipe, s)), s.slug)
+                for s in pip_steps(recipe)[: [p.slug for p in pip_steps(recipe)].index(slug)]
+            }
+        )
         inputs = layer_inputs(source, recipe, step, base[1], earlier)
         text = render_lock(self.name, step, RESOLVER, inputs.digests, body)
         (self.root / "locks" / self.name / f"{slug}.txt").write_text(text)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.core.snapshot import Distribution, Environment
-from audit.plan.lock import RESOLVER, layer_inputs, pip_steps, read_base_digest
-from audit.plan.lockfile import BaseRecord, render_base, render_lock, sha256
+from audit.plan.lock import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
+from audit.plan.lockfile import BaseRecord, Lock, parse_lock, render_base, render_lock
 from audit.plan.recipe import Recipe
 from audit.plan.recipe_parse import load_recipe
 from audit.plan.sources import DirectorySource
@@ -145,13 +145,14 @@ def write_fresh_locks(
     loaded = load_recipe(source, recipe) if isinstance(recipe, str) else recipe
     found = read_base_digest(source, loaded)
     assert found is not None, f"write the base record of {loaded.name} first"
-    earlier: dict[str, str] = {}
+    earlier: dict[str, Lock | None] = {}
     for step in pip_steps(loaded):
-        inputs = layer_inputs(source, loaded, step, found[1], earlier)
+        after, _ = after_inputs(earlier)
+        inputs = layer_inputs(source, loaded, step, found[1], after)
         body = bodies[step.stage.name]
         text = render_lock(loaded.name, step, resolver, inputs.digests, body)
         write_text(root / inputs.relpath, text)
-        earlier[step.slug] = sha256(body.encode())
+        earlier[step.slug] = parse_lock(text.encode(), inputs.relpath)
 
 
 @dataclass(frozen=True)

@@ -186,10 +186,11 @@ def uv_config(inputs: LayerInputs, run_cache: bool) -> str:
 
 def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[str]:
     """``uv pip compile`` of the read-ahead's union file in ``work/recipe`` (its configuration
-    written beside, as a layer's is): pages and metadata land in the run's uv cache."""
+    written beside, as a layer's is): pages and metadata land in the run's uv cache; its log
+    (``-v``) names each wheel whose metadata uv fetches, as it fetches it."""
     (work / CONFIG).write_text(uv_config(inputs, run_cache=True))
     argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", f"../{AHEAD_OUTPUT}",
-            "--format", "pylock.toml", "--no-header", "--quiet"]  # fmt: skip
+            "--format", "pylock.toml", "--no-header", "-v"]  # fmt: skip
     return [str(uv_binary()), *argv, *common_args(inputs, target)]
 
 

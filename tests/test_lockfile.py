@@ -12,6 +12,7 @@ from audit.core.snapshot import Distribution, Environment
 from audit.plan.lockfile import (
     END_MARKER,
     BaseRecord,
+    Lock,
     base_changes,
     parse_base,
     parse_lock,
@@ -135,6 +136,8 @@ def test_two_images_locking_the_same_lines_share_one_parse_of_them() -> None:
     other = {**INPUTS, "base": "sha256:99"}
     two = parse_lock(render_lock("b", step, "pip-tools==x", other, BODY).encode(), "b")
     assert one.pins is two.pins and one.metadata is two.metadata
+    copied = Lock("v1-01", one.inputs_digest, dict(one.pins), metadata=dict(one.metadata))
+    assert one.effect_digest == two.effect_digest == copied.effect_digest  # made once, the same
     assert (dict(one.inputs), dict(two.inputs)) == (INPUTS, other)
     assert one.inputs_digest != two.inputs_digest
     bad = BODY.replace("alpha==2.0", "alpha>=2.0")

@@ -95,14 +95,7 @@ class Lock:
         layer's lock records it as its ``after`` input: a line added to this layer's ``.in``
         for a package it already installed changes this lock's text, not what it installs,
         and leaves the later locks fresh."""
-        pins = [
-            [p.name, p.version, sorted(p.hashes), p.marker] for _, p in sorted(self.pins.items())
-        ]
-        metadata = {
-            name: [list(m.requires_dist), m.requires_python] for name, m in self.metadata.items()
-        }
-        text = json.dumps({"pins": pins, "requires": metadata}, sort_keys=True)
-        return f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
+        return _effect_digest(self.pins, self.metadata)
 
 
 @dataclass(frozen=True)
@@ -266,6 +259,27 @@ def _verify_lock(data: bytes, where: str) -> Lock:
 
 ParsedBody = tuple[Mapping[str, Pin], Mapping[str, PinMetadata]]
 _BODIES: OrderedDict[str, ParsedBody] = OrderedDict()  # lock body text -> its parse
+
+
+# Effect digests by the pins mapping they were made from (kept with it, so that its id names
+# no other object meanwhile): locks whose bodies are one text share that mapping.
+_EFFECTS: dict[int, tuple[ParsedBody, str]] = {}
+
+
+def _effect_digest(pins: Mapping[str, Pin], metadata: Mapping[str, PinMetadata]) -> str:
+    """:attr:`Lock.effect_digest`, made once per parsed body (a fleet's images share them)."""
+    known = _EFFECTS.get(id(pins))
+    if known is not None and known[0][0] is pins and known[0][1] is metadata:
+        return known[1]
+    listed = [[p.name, p.version, sorted(p.hashes), p.marker] for _, p in sorted(pins.items())]
+    required = {name: [list(m.requires_dist), m.requires_python] for name, m in metadata.items()}
+    text = json.dumps({"pins": listed, "requires": required}, sort_keys=True)
+    digest = f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
+    if type(pins) is MappingProxyType:  # a parse's read-only pins, not a caller's dict
+        if len(_EFFECTS) >= PARSED_LIMIT * 4:
+            _EFFECTS.clear()
+        _EFFECTS[id(pins)] = ((pins, metadata), digest)
+    return digest
 
 
 def _parsed_body(body: str, where: str) -> ParsedBody:

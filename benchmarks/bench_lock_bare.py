@@ -39,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_common import as_installed  # noqa: E402
+
 from audit.engines.resolvers.job import ambient_ca_bundle  # noqa: E402
 from audit.plan.lock import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION  # noqa: E402
 from audit.plan.lockfile import parse_base  # noqa: E402
@@ -76,7 +78,8 @@ class Project:
             toml.read_text().replace("[image]\n", f'[image]\nresolver = "{resolver}"\n', 1)
         )
         self.cache = self.root.parent / f"bare-{resolver}{tag}-cache"  # kept: tools installed once
-        self.env = dict(os.environ, PYTHONPATH=str(src), LAYER_AUDIT_CACHE=str(self.cache))
+        env = dict(os.environ, PYTHONPATH=str(src), LAYER_AUDIT_CACHE=str(self.cache))
+        self.env = as_installed(env)  # byte-compiled, as an install runs
         self.last = sorted((target / "requirements").glob("*.in"))[-1]
         self.original = self.last.read_text()
 

@@ -10,6 +10,7 @@ layers' logs say how many pins' metadata came from the read-ahead.
 
 from __future__ import annotations
 
+import os
 import platform
 import threading
 import time
@@ -270,7 +271,7 @@ def test_each_wheel_uv_logs_is_read_at_once_and_once_its_pep658_file_when_uv_too
     layer = inputs("https://pypi.example/simple", None)
     for line in UV_LOG:
         ahead._logged(layer, line)
-    for read in ahead._early.values():
+    for _, read in ahead._early.values():
         read.result()
     ahead.stop()
     # pages, the base's six and a name that is no wheel's are never read
@@ -332,7 +333,7 @@ def test_real_uv_names_each_wheel_in_its_log_as_it_reads_it_so_reads_start_early
     def spy(self: uv_warm.ReadAhead, layer: LayerInputs, line: str) -> None:
         before = set(self._early)
         logged(self, layer, line)
-        started.extend(url for _, url in set(self._early) - before)
+        started.extend(url for key, (url, _) in self._early.items() if key not in before)
 
     monkeypatch.setattr(uv_warm.ReadAhead, "_logged", spy)
     monkeypatch.chdir(tmp_path)
@@ -375,3 +376,18 @@ def test_naming_what_a_layer_already_installs_relocks_that_layer_alone(
     )
     assert after["v2-01.txt"] == before["v2-01.txt"]
     assert "compiled" in out and "kept" in out
+
+
+def test_stopping_the_read_ahead_kills_a_background_compile_still_running(tmp_path: Path) -> None:
+    """The layers are done: nothing will take what the compile would fetch, so the run does
+    not wait for it (a union that backtracks for minutes, a stalled index)."""
+    ahead = uv_warm.ReadAhead(lambda i, w: ["sleep", "60"], {"PATH": os.defpath}, _Reads(),
+                              set(), tmp_path)  # fmt: skip
+    layer = inputs("https://pypi.example/simple", None)
+    ahead.start([layer, layer])  # two layers of one group: one background compile
+    time.sleep(0.3)
+    started = time.monotonic()
+    ahead.stop()
+    assert time.monotonic() - started < 15
+    assert not any(thread.is_alive() for thread in ahead._threads)
+    assert ahead.take(layer, [("numpy", "2.4.6")]) == {}  # nothing was chosen

@@ -30,6 +30,7 @@ from audit.engines.resolvers import Resolver
 from audit.engines.resolvers.job import CompileJob, Outcome, clean_body
 from audit.plan.lock import (
     Constraint,
+    LayerInputs,
     LockState,
     Upgrade,
     after_inputs,
@@ -73,31 +74,42 @@ class LockRun:
 
     def visit(self, state: LockState) -> None:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger) under
-        today's policy and waivers: a kept lock that no longer passes stops the run (exit 1)."""
+        today's policy and waivers: a kept lock that no longer passes stops the run (exit 1).
+        A layer's inputs are read once, for both the freshness look and the compile."""
         before = self.environment()
-        if (state.status == "fresh" or self.still_fresh(state)) and not self.upgrade.active:
+        fresh = state.status == "fresh"
+        inputs, also = self._inputs(state.step) if not fresh or self.upgrade.active else (None, {})
+        if not self.upgrade.active and (fresh or self._still_fresh(state, inputs, also)):
             lock = self.fresh_locks[state.step.slug]
             installed = installed_before(self.base_pins, self.earlier)
             self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
             self.done.append((state, "kept"))
         else:
-            lock = self.compile(state.step, before)
+            assert inputs is not None
+            lock = self.compile(state.step, before, inputs)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
         self.current = apply_lock(before, lock)
 
-    def still_fresh(self, state: LockState) -> bool:
+    def _inputs(self, step: Step) -> tuple[LayerInputs, dict[str, str]]:
+        """``step``'s inputs after the layers visited so far, and the whole-text digests an
+        older lock may record for them (:func:`~audit.plan.lock.after_inputs`)."""
+        earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
+        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier,
+                              resolver=self.backend.label)  # fmt: skip
+        return inputs, also
+
+    def _still_fresh(
+        self, state: LockState, inputs: LayerInputs | None, also: Mapping[str, str]
+    ) -> bool:
         """Whether a lock the survey staled only because an earlier layer was stale records
-        exactly today's inputs, now that the earlier layers are compiled: an earlier lock that
-        came out installing the same (a comment edited, a line reordered, a line added for a
-        package it already installed: only its ``# via`` comments moved) gives a later layer
+        exactly today's ``inputs``, now that the earlier layers are compiled: an earlier lock
+        that came out installing the same (a comment edited, a line reordered, a line added for
+        a package it already installed: only its ``# via`` comments moved) gives a later layer
         the same installed set, so it is kept, not compiled again."""
         previous = self.fresh_locks.get(state.step.slug)
-        if previous is None or state.status != "stale":
+        if previous is None or inputs is None or state.status != "stale":
             return False
-        earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
-        inputs = layer_inputs(self.source, self.recipe, state.step, self.base_digest, earlier,
-                              resolver=self.backend.label)  # fmt: skip
         return not changed_inputs(previous.inputs, inputs.digests, also)
 
     def environment(self) -> Installed:
@@ -107,11 +119,7 @@ class LockRun:
             self.current = {c.name: _as_distribution(c) for c in self.base_pins}
         return self.current
 
-    def compile(self, step: Step, before: Installed) -> Lock:
-        earlier, _ = after_inputs({s.slug: lock for s, lock in self.earlier})
-        inputs = layer_inputs(
-            self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
-        )
+    def compile(self, step: Step, before: Installed, inputs: LayerInputs) -> Lock:
         installed = installed_before(self.base_pins, self.earlier)
         assert isinstance(step.layer, PipLayer)
         layer = step.layer

@@ -34,8 +34,6 @@ from audit.plan.sources import DirectorySource, Source
 
 if TYPE_CHECKING:
     from audit.engines.lock_run import LockRun
-    from audit.engines.resolvers import Resolver
-    from audit.plan.lock import Constraint
 
 FORMATS = ("text", "json")
 JSON_SCHEMA = "layer-audit.lock/1"
@@ -319,33 +317,16 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
                               upgrade=options.upgrade)  # fmt: skip
     # the read-ahead starts first: the runner's own imports and setup happen while it fetches
     with backend.warm(ahead, installed_versions(base_pins)):
-        run = _runner(root, source, recipe, survey, base_pins=base_pins, backend=backend,
-                      options=options)  # fmt: skip
+        from audit.engines.lock_run import LockRun
+        from audit.plan.predict import StepJudge, base_markers
+
+        judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
+        run = LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
+                      options.upgrade)  # fmt: skip
         for state in states:
             run.visit(state)
     _summarize(run, options, summary)
     return EXIT_OK
-
-
-def _runner(
-    root: Path,
-    source: Source,
-    recipe: Recipe,
-    survey: Survey,
-    *,
-    base_pins: list[Constraint],
-    backend: Resolver,
-    options: LockOptions,
-) -> LockRun:
-    """The lock runner over ``survey``'s base (recorded: ``survey.base`` is set)."""
-    from audit.engines.lock_run import LockRun
-    from audit.plan.predict import StepJudge, base_markers
-
-    assert survey.base is not None
-    record, base_digest = survey.base
-    judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
-    return LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
-                   options.upgrade)  # fmt: skip
 
 
 def _prepare_docker(recipe: Recipe, options: LockOptions) -> None:

@@ -31,12 +31,14 @@ from audit.plan.lockfile import (
     Lock,
     PinMetadata,
     base_relpath,
+    compile_hint,
     digest_inputs,
     lock_relpath,
     parse_base,
     parse_lock,
     read_file,
     requires_lines,
+    rerecord_hint,
     sha256,
 )
 from audit.plan.recipe import PipLayer, Recipe, Step
@@ -196,9 +198,7 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
     relpath = base_relpath(recipe)
     if not source.exists(relpath):
         return None
-    data = read_file(
-        source, relpath, lambda: f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
-    )
+    data = read_file(source, relpath, rerecord_hint)
     return parse_base(data, source.describe(relpath)), sha256(data)
 
 
@@ -208,7 +208,7 @@ def _state_of(
     step, relpath = inputs.step, inputs.relpath
     if not source.exists(relpath):
         return LockState(step, relpath, "missing", "no lock yet"), None
-    data = read_file(source, relpath, lambda: f"compile it: {frontdoor.command('lock', 'IMAGE')}")
+    data = read_file(source, relpath, compile_hint)
     lock = parse_lock(data, source.describe(relpath))
     if earlier_stale:
         return LockState(step, relpath, "stale", earlier_stale), lock

@@ -29,7 +29,6 @@ wrote it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -87,15 +86,13 @@ class Lock:
     content_digest: str = ""
     inputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     metadata: Mapping[str, PinMetadata] = field(default_factory=lambda: MappingProxyType({}))
+    # The digest of what this lock installs (:func:`effect_of`); made from ``pins`` and
+    # ``metadata`` when not given (a parse gives it: made once per body text).
+    effect_digest: str = ""
 
-    @functools.cached_property
-    def effect_digest(self) -> str:
-        """The digest of what this lock installs: each pin (name, version, hashes, marker) and
-        its recorded metadata, in name order; not the comments around them (``# via``). A later
-        layer's lock records it as its ``after`` input: a line added to this layer's ``.in``
-        for a package it already installed changes this lock's text, not what it installs,
-        and leaves the later locks fresh."""
-        return _effect_digest(self.pins, self.metadata)
+    def __post_init__(self) -> None:
+        if not self.effect_digest:
+            object.__setattr__(self, "effect_digest", effect_of(self.pins, self.metadata))
 
 
 @dataclass(frozen=True)
@@ -246,7 +243,7 @@ def _verify_lock(data: bytes, where: str) -> Lock:
         raise _refuse(where, f"format {header.get('format')!r}, expected {LOCK_FORMAT}")
     if header.get("inputs") != digest_inputs(inputs):
         raise _refuse(where, "edited by hand: its input lines do not match the inputs digest")
-    pins, metadata = _parsed_body(body, where)
+    pins, metadata, effect = _parsed_body(body, where)
     return Lock(
         header["layer"],
         header["inputs"],
@@ -254,45 +251,35 @@ def _verify_lock(data: bytes, where: str) -> Lock:
         header["content"],
         MappingProxyType(inputs),
         metadata,
+        effect,
     )
 
 
-ParsedBody = tuple[Mapping[str, Pin], Mapping[str, PinMetadata]]
+ParsedBody = tuple[Mapping[str, Pin], Mapping[str, PinMetadata], str]
 _BODIES: OrderedDict[str, ParsedBody] = OrderedDict()  # lock body text -> its parse
 
 
-# Effect digests by the pins mapping they were made from (kept with it, so that its id names
-# no other object meanwhile): locks whose bodies are one text share that mapping.
-_EFFECTS: dict[int, tuple[ParsedBody, str]] = {}
-
-
-def _effect_digest(pins: Mapping[str, Pin], metadata: Mapping[str, PinMetadata]) -> str:
-    """:attr:`Lock.effect_digest`, made once per parsed body (a fleet's images share them)."""
-    known = _EFFECTS.get(id(pins))
-    if known is not None and known[0][0] is pins and known[0][1] is metadata:
-        return known[1]
+def effect_of(pins: Mapping[str, Pin], metadata: Mapping[str, PinMetadata]) -> str:
+    """The digest of what a lock installs: each pin (name, version, hashes, marker) and its
+    recorded metadata, in name order; not the comments around them (``# via``). A later
+    layer's lock records it as its ``after`` input: a line added to a layer's ``.in`` for a
+    package it already installed changes that lock's text, not what it installs, and leaves
+    the later locks fresh."""
     listed = [[p.name, p.version, sorted(p.hashes), p.marker] for _, p in sorted(pins.items())]
     required = {name: [list(m.requires_dist), m.requires_python] for name, m in metadata.items()}
     text = json.dumps({"pins": listed, "requires": required}, sort_keys=True)
-    digest = f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
-    if type(pins) is MappingProxyType:  # a parse's read-only pins, not a caller's dict
-        if len(_EFFECTS) >= PARSED_LIMIT * 4:
-            _EFFECTS.clear()
-        _EFFECTS[id(pins)] = ((pins, metadata), digest)
-    return digest
+    return f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def _parsed_body(body: str, where: str) -> ParsedBody:
-    """A verified body's pins and metadata, parsed once per process for its text: a fleet's
-    images lock the same layers to the same lines under headers of their own (their inputs
-    differ). Read-only mappings, so locks may share them."""
+    """A verified body's pins, metadata and effect digest, made once per process for its text:
+    a fleet's images lock the same layers to the same lines under headers of their own (their
+    inputs differ). Read-only mappings, so locks may share them."""
     found = _BODIES.get(body)
     if found is None:
-        found = (
-            MappingProxyType(parse_pins(body, where)),
-            MappingProxyType(parse_requires(body, where)),
-        )
-        _BODIES[body] = found
+        pins = MappingProxyType(parse_pins(body, where))
+        metadata = MappingProxyType(parse_requires(body, where))
+        found = _BODIES[body] = (pins, metadata, effect_of(pins, metadata))
         if len(_BODIES) > PARSED_LIMIT:
             _BODIES.popitem(last=False)
     else:
@@ -337,8 +324,19 @@ def _text(hint: str | Callable[[], str]) -> str:
     return hint if isinstance(hint, str) else hint()
 
 
+def compile_hint() -> str:
+    """What to do about a missing or damaged lock (made on error only: it looks for the
+    project's noxfile)."""
+    return f"compile it: {frontdoor.command('lock', 'IMAGE')}"
+
+
+def rerecord_hint() -> str:
+    """What to do about a missing or damaged base record (made on error only, likewise)."""
+    return f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+
+
 def read_lock(source: Source, relpath: str) -> Lock:
-    data = read_file(source, relpath, lambda: f"compile it: {frontdoor.command('lock', 'IMAGE')}")
+    data = read_file(source, relpath, compile_hint)
     return parse_lock(data, source.describe(relpath))
 
 
@@ -350,17 +348,13 @@ def parse_base(data: bytes, where: str) -> BaseRecord:
     return _remembered(_PARSED_BASES, data, lambda: _verify_base(data, where))
 
 
-def _rerecord() -> str:
-    return f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
-
-
 def _verify_base(data: bytes, where: str) -> BaseRecord:
     try:
         document: Any = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LockError(f"{where}: not JSON ({exc})", _rerecord()) from exc
+        raise LockError(f"{where}: not JSON ({exc})", rerecord_hint()) from exc
     if not isinstance(document, dict) or document.get("schema") != BASE_SCHEMA:
-        raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", _rerecord())
+        raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", rerecord_hint())
     try:
         environments = snapshot_from_document(document["snapshot"], f"{where}: snapshot")
         return BaseRecord(
@@ -371,9 +365,9 @@ def _verify_base(data: bytes, where: str) -> BaseRecord:
             _optional(document.get("source")),
         )
     except KeyError as exc:
-        raise LockError(f"{where}: missing key {exc}", _rerecord()) from exc
+        raise LockError(f"{where}: missing key {exc}", rerecord_hint()) from exc
     except SnapshotError as exc:
-        raise LockError(exc.message, _rerecord()) from exc
+        raise LockError(exc.message, rerecord_hint()) from exc
 
 
 def _optional(value: Any) -> str | None:

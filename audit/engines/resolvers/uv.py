@@ -151,10 +151,6 @@ def _install_uv(venv: Path) -> None:
 # -- one layer ---------------------------------------------------------------------------------
 
 
-def _common(job: CompileJob, target: UvTarget) -> list[str]:
-    return common_args(job.inputs, target)
-
-
 def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFIG}") -> list[str]:
     """The target's arguments; the indexes are in the run's configuration (:func:`uv_config`).
 
@@ -197,6 +193,11 @@ def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[s
 def shared_cache() -> Path:
     """uv's cache shared by every run (a run works in its own folder beside it)."""
     return cache_root() / "host" / "uv-cache"
+
+
+def metadata_cache() -> Path:
+    """Wheel metadata read from the indexes, by the wheel's sha256 (a file never changes)."""
+    return cache_root() / "host" / "metadata"
 
 
 def uv_environment(run_cache: Path | None = None) -> dict[str, str]:
@@ -244,7 +245,7 @@ def run_uv(
     work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
     try:
         prepare_work(work, job)
-        session = _Session(work, _common(job, target), on_line, job.inputs, ahead)
+        session = _Session(work, common_args(job.inputs, target), on_line, job.inputs, ahead)
         return _run(session, target, job)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -365,7 +366,7 @@ def metadata_from_indexes(
     order: the layer's extra index first (``first-index``), then the primary one."""
     machine, _, libc = target.python_platform.partition("-manylinux_")
     tags = target_tags(machine, target.python_version, libc.replace("_", ".") or "2.28")
-    cache = cache_root() / "host" / "metadata"
+    cache = metadata_cache()
     indexes = [url for url in (inputs.extra_index_url, inputs.index_url) if url]
     found: list[Metadata] = []
     wanted = list(pins)
@@ -391,7 +392,7 @@ def _read_ahead(
     if file is None:
         found, _ = metadata_from_indexes(inputs, target, [pin], stats, pages)
         return found[0] if found else None
-    cache = cache_root() / "host" / "metadata"
+    cache = metadata_cache()
     raw, how = read_wheel_metadata(file, context=tls_context(), stats=stats, cache=cache)
     meta = parsed(raw, file, how)
     return meta if canonical_name(meta.name) == pin[0] else None

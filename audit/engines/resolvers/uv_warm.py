@@ -104,8 +104,10 @@ class ReadAhead:
     pages: ProjectPages = field(default_factory=ProjectPages)
     stats: FetchStats = field(default_factory=FetchStats)
     _reads: dict[tuple[Group, str, str], Future[Metadata | None]] = field(default_factory=dict)
-    _early: dict[tuple[Group, str], Future[Metadata | None]] = field(default_factory=dict)
-    _early_pins: dict[tuple[Group, str, str], Future[Metadata | None]] = field(default_factory=dict)
+    # (group, name, version) -> (the wheel's URL, its read) for each pin uv's log named
+    _early: dict[tuple[Group, str, str], tuple[str, Future[Metadata | None]]] = field(
+        default_factory=dict
+    )
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(WORKERS))
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -146,7 +148,7 @@ class ReadAhead:
         failed is left to the layer."""
         group = group_of(inputs)
         with self._lock:
-            early = {pin: self._early_pins.get((group, *pin)) for pin in pins}
+            early = {pin: self._early.get((group, *pin), ("", None))[1] for pin in pins}
         compiled = self._compiled.get(group)
         if compiled is not None and not all(early.values()):
             compiled.wait(WAIT)
@@ -176,10 +178,10 @@ class ReadAhead:
                 return
             group = group_of(inputs)
             for pin, file in chosen.items():
-                early = self._early.get((group, file.url)) if file else None
+                url, early = self._early.get((group, *pin), ("", None))
                 self._reads[group, *pin] = (
                     self._confirmed(inputs, pin, file, early)
-                    if early is not None and file is not None
+                    if early is not None and file is not None and file.url == url
                     else self._pool.submit(self._read, inputs, pin, file)
                 )
 
@@ -210,8 +212,9 @@ class ReadAhead:
         return confirmed
 
     def _logged(self, inputs: LayerInputs, line: str) -> None:
-        """Start reading, at once, the metadata of a wheel uv's log line names (once per URL):
-        its PEP 658 file when uv fetched that, else by range requests, as uv does."""
+        """Start reading, at once, the metadata of a wheel uv's log line names (once per pin:
+        the first wheel named): its PEP 658 file when uv fetched that, else by range requests,
+        as uv does."""
         if ".whl" not in line or self._stop.is_set():
             return
         for match in _LOGGED_WHEEL.finditer(line):
@@ -221,13 +224,13 @@ class ReadAhead:
                 name, version, _, _ = parse_wheel_filename(filename)
             except InvalidWheelFilename:
                 continue
-            pin, key = (str(name), str(version)), (group_of(inputs), url)
+            pin = (str(name), str(version))
+            key = (group_of(inputs), *pin)
             if key in self._early or pin in self.installed:
                 continue
             file = IndexFile(filename, url, {}, metadata_hashes={} if offered else None)
             with self._lock:
-                read = self._early[key] = self._pool.submit(self._read, inputs, pin, file)
-                self._early_pins.setdefault((key[0], *pin), read)
+                self._early[key] = (url, self._pool.submit(self._read, inputs, pin, file))
 
     def _compile(
         self, work: Path, members: list[LayerInputs]

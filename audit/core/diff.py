@@ -92,21 +92,66 @@ def _kind(old: Distribution | None, new: Distribution | None) -> str | None:
 
 def diff(before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> list[Change]:
     """Every change from ``before`` to ``after``, sorted by canonical name."""
-    changes = []
-    # only a name that is not the same object (predicted environments share most of theirs)
-    # and not at the same version and digest can change (inlined: it runs for every name)
-    touched = [
-        name
-        for name, dist in after.items()
-        if (old := before.get(name)) is not dist
-        and (old is None or old.version != dist.version or old.digest != dist.digest)
-    ]
-    for name in sorted([*touched, *(name for name in before if name not in after)]):
-        old, new = before.get(name), after.get(name)
-        kind = _kind(old, new)
-        if kind is not None:
-            changes.append(Change(kind, name, old, new))
-    return changes
+    return Comparison(before, after).changes
+
+
+class Comparison:
+    """Two environments and what differs between them, each part worked out once when first
+    read (the gate judges a pair of columns and draws it in its change matrix: one scan).
+
+    ``touched``: the names of ``after`` whose distribution may have changed kind (not the same
+    object, and absent before or at another version or digest: what :func:`compare` looks at),
+    in ``after``'s order; ``removed``: the names only ``before`` has; ``moved``: the touched
+    names new or at another version text; ``changes``: :func:`diff`. Neither mapping may change
+    once compared.
+    """
+
+    def __init__(self, before: Mapping[str, Distribution], after: Mapping[str, Distribution]):
+        self.before = before
+        self.after = after
+        self._touched: list[str] | None = None
+        self._removed: list[str] | None = None
+        self._changes: list[Change] | None = None
+
+    @property
+    def touched(self) -> list[str]:
+        if self._touched is None:
+            before = self.before
+            # predicted environments share most of their objects: the identity test skips them
+            # (inlined: it runs for every name)
+            self._touched = [
+                name
+                for name, dist in self.after.items()
+                if (old := before.get(name)) is not dist
+                and (old is None or old.version != dist.version or old.digest != dist.digest)
+            ]
+        return self._touched
+
+    @property
+    def removed(self) -> list[str]:
+        if self._removed is None:
+            after = self.after
+            self._removed = [name for name in self.before if name not in after]
+        return self._removed
+
+    @property
+    def moved(self) -> list[str]:
+        before, after = self.before, self.after
+        return [n for n in self.touched if n not in before or before[n].version != after[n].version]
+
+    @property
+    def changes(self) -> list[Change]:
+        """Every change, sorted by canonical name (a new list at each read)."""
+        if self._changes is None:
+            before, after = self.before, self.after
+            found = []
+            for name in sorted([*self.touched, *self.removed]):
+                old, new = before.get(name), after.get(name)
+                kind = _kind(old, new)
+                if kind is not None:
+                    found.append(Change(kind, name, old, new))
+            self._changes = found
+        return list(self._changes)
 
 
 def shadowed(env: Environment) -> list[Change]:

@@ -499,20 +499,17 @@ def _names_any_of(text: str, names: Sequence[str]) -> bool:
     return any(text.startswith(name) for name in names)
 
 
-def _moved(before: Env, after: Env) -> list[str]:
-    """Names in ``after`` that are new or at another version than in ``before``."""
-    return [n for n, d in after.items() if n not in before or before[n].version != d.version]
-
-
-def _rules_for_moved(policy: Policy, before: Env, after: Env, moved: list[str]) -> Policy:
-    """``policy`` without the floors, bans and lockstep groups about packages that did not move.
+def _rules_for_moved(policy: Policy, pair: _diff.Comparison) -> Policy:
+    """``policy`` without the floors, bans and lockstep groups about packages that did not move
+    (another version text, or new) between ``pair``'s environments.
 
     Their verdict is the same before and after, so :func:`evaluate` would drop it anyway; this
     spares the guard importing the PEP 508 parser on layers that leave those packages alone,
     and a recipe's audit a scan of every name for every group on every layer. A group counts
     as touched when a member moved or went away.
     """
-    touched = {*moved, *(n for n in before if n not in after)}
+    moved = pair.moved
+    touched = {*moved, *pair.removed}
     return replace(
         policy,
         requirements=tuple(t for t in policy.requirements if _names_any_of(t, moved)),
@@ -532,14 +529,19 @@ def evaluate(
     ledger: WaiverLedger | None = None,
     declared: Collection[str] = (),
     markers: Mapping[str, str] | None = None,
+    compared: _diff.Comparison | None = None,
 ) -> list[Finding]:
     """Findings for the step from ``before`` to ``after``: changes, then new state violations.
 
     ``declared`` names the packages the step re-pins on purpose (a ``no_deps`` layer): their
     moves are ``override`` warnings naming the requirements they break (evaluated with
     ``markers``), not downgrade or variant errors; every state rule still applies to them.
+    ``compared`` is the comparison of exactly ``before`` and ``after`` when the caller has one
+    (the gate reads the same pair for its change matrix): then nothing is scanned again.
     """
-    changes = list(_diff.diff(before, after))
+    pair = compared if compared is not None else _diff.Comparison(before, after)
+    assert pair.before is before and pair.after is after, "compared is of another pair"
+    changes = pair.changes
     moved = {c.name for c in changes}
     kept = [_kept_override(n, after, markers, where) for n in declared if n not in moved]
     findings = [f for f in kept if f is not None] + [
@@ -548,8 +550,7 @@ def evaluate(
         else _with_askers(change_finding(c, policy, where), after, markers)
         for c in changes
     ]
-    names = _moved(before, after)
-    relevant = _rules_for_moved(policy, before, after, names)
+    relevant = _rules_for_moved(policy, pair)
     known = _state_keys(check_state(before, relevant, where=where, markers=markers))
     state = check_state(after, relevant, where=where, markers=markers)
     findings.extend(f for f in state if (f.rule, f.package) not in known)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
 
+from audit.core.diff import Comparison
 from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
@@ -41,6 +42,7 @@ from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
     StageMatrix,
     change_matrix,
+    column_pairs,
     columns_matrix,
     declared_marks,
     finding_marks,
@@ -242,18 +244,19 @@ def _image(
     old_side = read_side(base, old) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
-    base_section, base_keys = _base_section(name, old_side, new_side, today)
+    pairs = column_pairs(_columns(old_side), _columns(new_side))  # compared once, read thrice
+    base_section, base_keys = _base_section(name, old_side, new_side, pairs["base"], today)
     waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
     sections = [
         Section(section_title(name, WAIVERS_PART), tuple(waivers)),
         Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side))),
         base_section,
-        *_stage_sections(name, old_side, new_side, base_keys, today),
+        *_stage_sections(name, old_side, new_side, pairs, seen=base_keys, today=today),
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
     old_matrix = old_side if recorded_before else None
-    matrices = image_matrices(name, old_matrix, new_side, found, today, whole=whole)
+    matrices = image_matrices(name, old_matrix, new_side, found, today, pairs=pairs, whole=whole)
     inputs = ImageInputs(
         _columns(old_side), _columns(new_side), new.policy.lockstep, new.policy.waivers
     )
@@ -276,14 +279,15 @@ def image_matrices(
     found: tuple[Finding, ...],
     today: date,
     *,
+    pairs: Mapping[str, Comparison],
     whole: bool = True,
 ) -> ImageMatrices:
     """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
-    change matrix marked with the gate's own findings."""
+    change matrix of its column ``pairs`` marked with the gate's own findings."""
     head = columns_matrix(name, _columns(new), head_marks(name, new, today)) if whole else None
     if old is None:
         return ImageMatrices(name, head, None)
-    changes = change_matrix(name, _columns(old), _columns(new), finding_marks(name, found))
+    changes = change_matrix(name, pairs, finding_marks(name, found))
     return ImageMatrices(name, head, changes)
 
 
@@ -440,8 +444,11 @@ def _removed_image(name: str) -> Section:
     return Section(section_title(name, "image removed"), (finding,))
 
 
-def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section, set[FindingKey]]:
-    """What a changed base image (record or reference) changes, and the keys it reported."""
+def _base_section(
+    name: str, old: Side, new: Side, pair: Comparison, today: date
+) -> tuple[Section, set[FindingKey]]:
+    """What a changed base image (record or reference) changes, and the keys it reported;
+    ``pair`` compares the two base environments."""
     assert new.recipe is not None
     title = section_title(name, "base image")
     old_ref = old.recipe.base_ref if old.recipe else None
@@ -449,10 +456,11 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
         return Section(title, ()), set()
     stale = _stale_base(name, new)
     if stale is not None:  # the snapshot is of another image: predicting from it means nothing
-        pair = (_base_identity(old, new, f"{name} base image"), stale)
-        return Section(title, tuple(f.located(name) for f in pair)), set()
+        both = (_base_identity(old, new, f"{name} base image"), stale)
+        return Section(title, tuple(f.located(name) for f in both)), set()
     where = f"{name} base image"
-    found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
+    policy = new.recipe.policy
+    found = evaluate(pair.before, pair.after, policy, where=where, today=today, compared=pair)
     found += evaluate_system(
         _recorded_system(old), _recorded_system(new), new.recipe.policy, where=where, today=today
     )
@@ -501,19 +509,27 @@ def _base_identity(old: Side, new: Side, where: str) -> Finding:
 
 
 def _stage_sections(
-    name: str, old: Side, new: Side, seen: set[FindingKey], today: date
+    name: str,
+    old: Side,
+    new: Side,
+    pairs: Mapping[str, Comparison],
+    *,
+    seen: set[FindingKey],
+    today: date,
 ) -> list[Section]:
-    """One section per head stage with the changes that first show up there."""
+    """One section per head stage with the changes that first show up there (``pairs``: per
+    head stage, the base ref's environment for it, or its last, against the head's)."""
     assert new.recipe is not None
     sections: list[Section] = []
     ledger = WaiverLedger()
     for stage in new.recipe.stages:
-        before = old.stages.get(stage.name, old.final_env)  # a new stage extends the last one
+        pair = pairs[stage.name]
         where = f"{name} {stage.name}"
         found = evaluate(
-            before,
-            new.stages[stage.name],
+            pair.before,
+            pair.after,
             new.recipe.policy,
+            compared=pair,
             where=where,
             today=today,
             scope=Scope(stage.name),

@@ -508,6 +508,8 @@ def _rules_for_moved(policy: Policy, pair: _diff.Comparison) -> Policy:
     and a recipe's audit a scan of every name for every group on every layer. A group counts
     as touched when a member moved or went away.
     """
+    if not (policy.requirements or policy.forbidden or policy.lockstep):
+        return policy  # nothing to narrow (replace() walks every field of a policy)
     moved = pair.moved
     touched = {*moved, *pair.removed}
     return replace(

@@ -27,6 +27,8 @@ from audit.core.snapshot import Distribution, Environment, canonical_name
 if TYPE_CHECKING:
     import datetime as _dt
 
+    ChangeKey = tuple[str, str, str | None, str | None]  # rule, package, before, after
+
     from packaging.requirements import Requirement
 
 _ACTION_SEVERITY = {FAIL: ERROR, WARN: WARNING, ALLOW: INFO}
@@ -65,6 +67,18 @@ _ACTION_KEY = {
 def _origin(policy: Policy, rule_id: str) -> str:
     """The message prefix of a finding raised by a preset rule (``""`` for the recipe's own)."""
     return label(policy.preset, rule_id, policy.preset_rules)
+
+
+def change_key(change: _diff.Change) -> ChangeKey:
+    """What :func:`change_finding` makes of ``change`` (rule, package, old and new version):
+    the key the gate knows a reported finding by."""
+    before = change.before.version if change.before else None
+    return rule_of(change.kind), change.name, before, change.after.version if change.after else None
+
+
+def _reported(change: _diff.Change, reported: Collection[ChangeKey], policy: Policy) -> bool:
+    """Whether ``change``'s finding is in ``reported`` and would not fail."""
+    return _change_severity(change.kind, policy) != ERROR and change_key(change) in reported
 
 
 def change_finding(change: _diff.Change, policy: Policy, where: str) -> Finding:
@@ -532,6 +546,7 @@ def evaluate(
     declared: Collection[str] = (),
     markers: Mapping[str, str] | None = None,
     compared: _diff.Comparison | None = None,
+    reported: Collection[ChangeKey] = frozenset(),
 ) -> list[Finding]:
     """Findings for the step from ``before`` to ``after``: changes, then new state violations.
 
@@ -540,6 +555,9 @@ def evaluate(
     ``markers``), not downgrade or variant errors; every state rule still applies to them.
     ``compared`` is the comparison of exactly ``before`` and ``after`` when the caller has one
     (the gate reads the same pair for its change matrix): then nothing is scanned again.
+    ``reported`` holds keys (:func:`change_key`) of changes the caller has reported already and
+    drops (the gate: one an earlier stage showed): a change with such a key whose finding would
+    not fail is left out, unbuilt (no waiver is consulted for a finding that does not fail).
     """
     pair = compared if compared is not None else _diff.Comparison(before, after)
     assert pair.before is before and pair.after is after, "compared is of another pair"
@@ -551,6 +569,7 @@ def evaluate(
         if c.name in declared
         else _with_askers(change_finding(c, policy, where), after, markers)
         for c in changes
+        if not reported or c.name in declared or not _reported(c, reported, policy)
     ]
     relevant = _rules_for_moved(policy, pair)
     known = _state_keys(check_state(before, relevant, where=where, markers=markers))

@@ -34,7 +34,7 @@ from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import canonical_name
 from audit.core.system import System
 from audit.core.system_rules import evaluate_system
-from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
+from audit.core.verdict import Scope, WaiverLedger, change_key, evaluate, waiver_matches
 from audit.plan import frontdoor
 from audit.plan.change_view import ImageInputs, ImageView, image_view, severity_of
 from audit.plan.lock import LockState, survey_locks
@@ -530,6 +530,7 @@ def _stage_sections(
             pair.after,
             new.recipe.policy,
             compared=pair,
+            reported=seen,
             where=where,
             today=today,
             scope=Scope(stage.name),
@@ -539,7 +540,7 @@ def _stage_sections(
         )
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
         fresh = [f if f.layer else f.located(name, stage.name) for f in fresh]
-        seen = _seen_keys(found)
+        seen = _seen_keys(found) | _carried(seen, pair)
         runs = run_layer_findings(name, old, new, stage)
         sections.append(Section(section_title(name, stage.name), (*runs, *fresh)))
     sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
@@ -558,6 +559,14 @@ def _seen_keys(found: list[Finding]) -> set[FindingKey]:
         if f.rule in CHANGE_RULES:  # a later stage inheriting it: no "waiver spent" note either
             keys.add((WAIVER_SPENT_RULE, f.package, f.before, f.after))
     return keys
+
+
+def _carried(seen: set[FindingKey], pair: Comparison) -> set[FindingKey]:
+    """The keys of the changes ``pair`` still holds that ``seen`` reported: :func:`evaluate`
+    leaves out those that do not fail, so the next stage learns of them here (the others are
+    in its findings). No ``waiver-spent`` key is owed for them: a change's kind, so whether it
+    fails, follows from its versions, and one that does not fail never spends a waiver."""
+    return {key for c in pair.changes if (key := change_key(c)) in seen}
 
 
 def _overridden_in(side: Side, stage: Stage) -> tuple[str, ...]:

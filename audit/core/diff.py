@@ -7,7 +7,7 @@ Both sides map canonical names to the distribution that wins the import (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -100,28 +100,38 @@ class Comparison:
     read (the gate judges a pair of columns and draws it in its change matrix: one scan).
 
     ``touched``: the names of ``after`` whose distribution may have changed kind (not the same
-    object, and absent before or at another version or digest: what :func:`compare` looks at),
-    in ``after``'s order; ``removed``: the names only ``before`` has; ``moved``: the touched
-    names new or at another version text; ``changes``: :func:`diff`. Neither mapping may change
-    once compared.
+    object, and absent before or at another version or digest: what :func:`compare` looks at);
+    ``removed``: the names only ``before`` has; ``moved``: the touched names new or at another
+    version text; ``changes``: :func:`diff`. Neither mapping may change once compared.
+
+    ``among``, when given, holds every name at which ``after`` may differ from ``before``, and
+    ``after`` keeps every name of ``before`` (a predicted layer over the one before it: its
+    lock's pins; pip never removes): then only those names are looked at.
     """
 
-    def __init__(self, before: Mapping[str, Distribution], after: Mapping[str, Distribution]):
+    def __init__(
+        self,
+        before: Mapping[str, Distribution],
+        after: Mapping[str, Distribution],
+        among: Collection[str] | None = None,
+    ):
         self.before = before
         self.after = after
+        self._among = among
         self._touched: list[str] | None = None
-        self._removed: list[str] | None = None
+        self._removed: list[str] | None = [] if among is not None else None
         self._changes: list[Change] | None = None
 
     @property
     def touched(self) -> list[str]:
         if self._touched is None:
-            before = self.before
+            before, after = self.before, self.after
+            pairs = after.items() if self._among is None else _present(self._among, after)
             # predicted environments share most of their objects: the identity test skips them
             # (inlined: it runs for every name)
             self._touched = [
                 name
-                for name, dist in self.after.items()
+                for name, dist in pairs
                 if (old := before.get(name)) is not dist
                 and (old is None or old.version != dist.version or old.digest != dist.digest)
             ]
@@ -154,6 +164,12 @@ class Comparison:
                     found.append(Change(kind, name, old, new))
             self._changes = found
         return list(self._changes)
+
+
+def _present(
+    names: Collection[str], env: Mapping[str, Distribution]
+) -> list[tuple[str, Distribution]]:
+    return [(name, dist) for name in names if (dist := env.get(name)) is not None]
 
 
 def shadowed(env: Environment) -> list[Change]:

@@ -284,7 +284,10 @@ def image_matrices(
 ) -> ImageMatrices:
     """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
     change matrix of its column ``pairs`` marked with the gate's own findings."""
-    head = columns_matrix(name, _columns(new), head_marks(name, new, today)) if whole else None
+    head = None
+    if whole:
+        marks = head_marks(name, new, today)
+        head = columns_matrix(name, _columns(new), marks, among=_column_moves(new))
     if old is None:
         return ImageMatrices(name, head, None)
     changes = change_matrix(name, pairs, finding_marks(name, found))
@@ -348,6 +351,16 @@ def _moves_any(predicted: PredictedStep, names: frozenset[str]) -> bool:
 def _columns(side: Side) -> dict[str, Installed]:
     """``base`` then each stage's shipped environment."""
     return {"base": side.base_env, **side.stages}
+
+
+def _column_moves(side: Side) -> list[frozenset[str]]:
+    """Per stage column of :func:`_columns` (after ``base``), every name at which it may differ
+    from the column before: the pins of the stage's layers (none: the stage ships the same)."""
+    assert side.recipe is not None
+    return [
+        frozenset().union(*(p.moves for p in side.steps if p.step.stage is stage))
+        for stage in side.recipe.stages
+    ]
 
 
 def read_side(source: Source, recipe: Recipe) -> Side:

@@ -127,14 +127,17 @@ def columns_matrix(
     marks: Marks,
     *,
     all_rows: bool = False,
+    among: Sequence[Collection[str]] | None = None,
 ) -> StageMatrix:
-    """Packages x ``columns`` (in order: each cell compared with the column before it)."""
+    """Packages x ``columns`` (in order: each cell compared with the column before it).
+    ``among``, when given, holds per column after the first every name at which it may differ
+    from the one before (its stage's lock pins; nothing removed): only those are compared."""
     # only a name that moves between two columns, or is marked, can change: the rest of a row
     # is read without comparing (a base of 300 packages moves a handful per stage)
     envs = list(columns.values())
     moved_at: dict[str, set[int]] = {}  # name -> the column indexes it may change at
     for index, (old, new) in enumerate(pairwise(envs), start=1):
-        pair = Comparison(old, new)
+        pair = Comparison(old, new, among[index - 1] if among is not None else None)
         for name in (*pair.touched, *pair.removed):
             moved_at.setdefault(name, set()).add(index)
     marked_at = _marks_by_name(tuple(columns), marks)

@@ -1,12 +1,18 @@
-"""The gate's stage walk leaves out the change findings an earlier stage reported and that do
-not fail (``evaluate(reported=...)`` and ``gate._carried``): every stage must report exactly
-what the plain walk reports (every finding built, then the seen ones dropped), waivers,
-spent waivers, expiries, declared re-pins and reverted changes included."""
+"""The gate's shortcuts must show exactly what the plain computation shows.
+
+- The stage walk leaves out the change findings an earlier stage reported and that do not fail
+  (``evaluate(reported=...)`` and ``gate._carried``): every stage reports what the plain walk
+  reports (every finding built, then the seen ones dropped), waivers, spent waivers, expiries,
+  declared re-pins and reverted changes included.
+- The head matrix compares each stage column with the one before only at its locks' pins
+  (``columns_matrix(among=...)``, ``Comparison(among=...)``): the same rows as comparing all.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +23,7 @@ from audit.core.policy import Policy, Waiver
 from audit.core.snapshot import Distribution
 from audit.core.verdict import Scope, WaiverLedger, evaluate
 from audit.plan.gate import FindingKey, _carried, _seen_keys, finding_key
+from audit.plan.matrix import columns_matrix
 
 TODAY = dt.date(2026, 12, 1)
 NAMES = ("alpha", "beta", "delta-cu12")
@@ -118,3 +125,26 @@ def test_a_failing_change_an_earlier_stage_showed_still_spends_the_next_waiver()
         [],
         [("downgraded", "1.1", "error"), ("waiver-spent", "1.1", "warning")],
     ]
+
+
+pins = st.dictionaries(st.sampled_from((*NAMES, "gamma")), st.sampled_from(VERSIONS), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(envs, st.lists(pins, min_size=1, max_size=5))
+def test_comparing_only_at_the_pins_draws_the_same_head_matrix(
+    base: Env, layers: list[dict[str, str]]
+) -> None:
+    """Each column installs its pins over the one before (replacing, adding, never removing),
+    as prediction does; a pin at the version already there keeps the object."""
+    columns: dict[str, Env] = {"base": base}
+    for index, layer in enumerate(layers, start=1):
+        last = list(columns.values())[-1]
+        columns[f"v{index}"] = {**last, **{n: _DISTS[n, v] for n, v in layer.items()}}
+    among = [frozenset(layer) for layer in layers]
+    for (old, new), names in zip(pairwise(columns.values()), among, strict=True):
+        narrowed, plain = Comparison(old, new, names), Comparison(old, new)
+        assert sorted(narrowed.touched) == sorted(plain.touched)
+        assert narrowed.removed == plain.removed == []
+        assert narrowed.changes == plain.changes
+    assert columns_matrix("img", columns, {}, among=among) == columns_matrix("img", columns, {})

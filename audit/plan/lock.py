@@ -252,6 +252,22 @@ def survey_locks(source: Source, recipe: Recipe) -> Survey:
     return Survey(tuple(found), base, locks)
 
 
+def read_locks(source: Source, recipe: Recipe) -> Survey:
+    """The base record and every existing lock, read and verified as :func:`survey_locks` reads
+    them (the same errors), without judging freshness: ``states`` is empty and no layer's
+    inputs are read. For a reader that needs the locks' pins only (the gate's base ref)."""
+    base = read_base_digest(source, recipe)
+    if base is None:
+        return Survey((), None, {})
+    relpaths = {step.slug: lock_relpath(recipe, step) for step in pip_steps(recipe)}
+    locks = {
+        slug: parse_lock(read_file(source, relpath, compile_hint), source.describe(relpath))
+        for slug, relpath in relpaths.items()
+        if source.exists(relpath)
+    }
+    return Survey((), base, locks)
+
+
 def check_locks(source: Source, recipe: Recipe) -> list[LockState]:
     """The state of every pip layer's lock, in build order; a stale layer stales all later."""
     return list(survey_locks(source, recipe).states)

@@ -35,6 +35,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -168,9 +169,28 @@ def _refuse(where: str, problem: str) -> LockError:
 
 def _split_header(text: str, where: str) -> tuple[dict[str, str], str]:
     """The header's fields and the text after its closing ``#`` line; only the header's lines
-    are split off (a lock's body is hundreds of lines)."""
+    are split off (a lock's body is hundreds of lines). The usual header is split with plain
+    string operations: every line up to the first ``#`` line is ``# KEY: VALUE`` (its first
+    ``: `` ends the key, as ``_HEADER_FIELD`` reads it); any other header is read line by line,
+    which names its first line that is not a field."""
     if not text.startswith("# layer-audit lock:"):
         raise _refuse(where, "not a layer-audit lock (first line is not its title)")
+    start, end = text.find("\n") + 1, text.find("\n#\n")
+    fields = [line.partition(": ") for line in text[start:end].split("\n")] if start else []
+    if not (0 < start <= end and all(_is_field(key, sep) for key, sep, _ in fields)):
+        return _split_header_lines(text, where)
+    return {key[2:]: value for key, _, value in fields}, text[end + 3 :]
+
+
+@lru_cache(maxsize=256)
+def _is_field(key: str, sep: str) -> bool:
+    """``# KEY`` and its ``: `` are the start of a header field line (a lock's header has
+    the same few keys: remembered)."""
+    return bool(sep) and _HEADER_FIELD.match(f"{key}: ") is not None
+
+
+def _split_header_lines(text: str, where: str) -> tuple[dict[str, str], str]:
+    """:func:`_split_header` one line at a time, for a header that is not the usual one."""
     header: dict[str, str] = {}
     start, number = text.find("\n") + 1, 1
     while start:  # 0: the line before was the last

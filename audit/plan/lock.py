@@ -199,7 +199,8 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
     if not source.exists(relpath):
         return None
     data = read_file(source, relpath, rerecord_hint)
-    return parse_base(data, source.describe(relpath)), sha256(data)
+    digest = sha256(data)
+    return parse_base(data, source.describe(relpath), digest), digest
 
 
 def _state_of(

@@ -58,8 +58,8 @@ _HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
 # looks again under its file lock, the gate meets a file unchanged at both refs, images share a
 # base, and a Lock is immutable, so a second parse of the same bytes is free. Bounded, so that
 # a run over hundreds of images holds what one image needs, not everything it ever read.
-_PARSED: OrderedDict[bytes, Lock] = OrderedDict()
-_PARSED_BASES: OrderedDict[bytes, BaseRecord] = OrderedDict()
+_PARSED: OrderedDict[str, Lock] = OrderedDict()
+_PARSED_BASES: OrderedDict[str, BaseRecord] = OrderedDict()
 PARSED_LIMIT = 64
 T = TypeVar("T")
 
@@ -228,12 +228,12 @@ def parse_lock(data: bytes, where: str) -> Lock:
 
     Bytes verified once are not verified again in this process (see ``_PARSED``).
     """
-    return _remembered(_PARSED, data, lambda: _verify_lock(data, where))
+    return _remembered(_PARSED, sha256(data), lambda: _verify_lock(data, where))
 
 
-def _remembered(cache: OrderedDict[bytes, T], data: bytes, verify: Callable[[], T]) -> T:
-    """``cache``'s entry for ``data`` (now the most recent), or ``verify()`` remembered."""
-    key = hashlib.sha256(data).digest()
+def _remembered(cache: OrderedDict[str, T], key: str, verify: Callable[[], T]) -> T:
+    """``cache``'s entry for ``key``, the :func:`sha256` of the bytes ``verify`` reads (now the
+    most recent), or ``verify()`` remembered."""
     found = cache.get(key)
     if found is not None:
         cache.move_to_end(key)
@@ -360,12 +360,14 @@ def read_lock(source: Source, relpath: str) -> Lock:
     return parse_lock(data, source.describe(relpath))
 
 
-def parse_base(data: bytes, where: str) -> BaseRecord:
+def parse_base(data: bytes, where: str, digest: str = "") -> BaseRecord:
     """Verify and load ``base.json``; :class:`LockError` (exit 2) when damaged.
 
     Like :func:`parse_lock`, bytes verified once are not verified again in this process.
+    ``digest``: :func:`sha256` of ``data``, when the caller has made it already.
     """
-    return _remembered(_PARSED_BASES, data, lambda: _verify_base(data, where))
+    key = digest or sha256(data)
+    return _remembered(_PARSED_BASES, key, lambda: _verify_base(data, where))
 
 
 def _verify_base(data: bytes, where: str) -> BaseRecord:

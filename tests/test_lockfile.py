@@ -175,6 +175,18 @@ def test_two_images_locking_the_same_lines_share_one_parse_of_them() -> None:
             parse_lock(render_lock("c", step, "pip-tools==x", INPUTS, bad).encode(), where)
 
 
+def test_a_known_body_under_a_header_naming_another_digest_is_refused_every_time() -> None:
+    """A body verified before is not hashed again, and still must be the one its header names."""
+    good = lock_text()
+    parse_lock(good.encode(), "a")
+    content = next(line for line in good.splitlines() if line.startswith("# content: "))
+    wrong = good.replace(content, "# content: sha256:" + "0" * 64)
+    for where in ("b", "c"):
+        with pytest.raises(LockError, match=f"^{where}: edited by hand: its content digest"):
+            parse_lock(wrong.encode(), where)
+    assert parse_lock(good.encode(), "d").content_digest == content.removeprefix("# content: ")
+
+
 def environment(*pins: tuple[str, str]) -> Environment:
     dists = tuple(Distribution(name, version) for name, version in pins)
     return Environment("/usr/bin/python3", "3.11.2", {"python_version": "3.11"}, ("/x",), dists)

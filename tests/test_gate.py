@@ -165,6 +165,42 @@ def test_an_unreadable_file_at_the_base_is_bad_input(
     assert code == EXIT_BAD_INPUT
 
 
+def test_a_lock_edited_by_hand_at_the_base_is_bad_input_naming_it(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The base ref's locks are read for their pins whether or not their freshness is judged
+    (it is only when the head has a lock that is not fresh): a damaged one stops the gate."""
+    git(repo, "checkout", "-q", "main")
+    lock = repo / "locks/demo/v1-01.txt"
+    lock.write_text(lock.read_text().replace("alpha==2.0", "alpha==2.1"))
+    commit_files(repo, {}, "edit a lock by hand on main")
+    git(repo, "checkout", "-q", "pr")
+    code, _, _ = run_gate(repo, tmp_path)
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    assert "main:locks/demo/v1-01.txt: edited by hand: its content digest does not match" in err
+
+
+def test_a_lock_stale_at_both_refs_only_warns_and_one_stale_at_the_head_only_fails(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The base ref's freshness is judged when the head has a stale lock: the same problem at
+    both refs warns, and a second one the pull request adds fails."""
+    git(repo, "checkout", "-q", "main")
+    commit_files(repo, {"images/demo/requirements/v2.in": b"gamma>=2\n"}, "main: v2.in edited")
+    git(repo, "checkout", "-q", "-B", "pr")
+    commit_files(repo, {"NOTES.txt": b"unrelated\n"}, "an unrelated change")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_OK
+    [stale] = findings(report, "stale-lock")
+    assert stale["severity"] == "warning" and stale["package"] == "locks/demo/v2-02.txt"
+    commit_files(repo, {"images/demo/requirements/v1.in": b"alpha>=1\n"}, "pr: v1.in edited")
+    code, _, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    severities = {str(f["package"]): f["severity"] for f in findings(report, "stale-lock")}
+    assert severities == {"locks/demo/v1-01.txt": "error", "locks/demo/v2-02.txt": "error"}
+
+
 def test_a_base_ref_that_does_not_resolve_is_bad_input(repo: Path, tmp_path: Path) -> None:
     code = cli.main(["gate", "--base", "origin/nope", "--repo", str(repo)])
     assert code == EXIT_BAD_INPUT

@@ -16,6 +16,7 @@ from audit.plan.lock import (
     BASE_ORIGIN,
     RESOLVER,
     Constraint,
+    Survey,
     Upgrade,
     after_inputs,
     check_locks,
@@ -27,6 +28,8 @@ from audit.plan.lock import (
     pip_steps,
     preferred_pins,
     read_base_digest,
+    read_locks,
+    survey_locks,
     via_parents,
     who_asks,
 )
@@ -133,6 +136,26 @@ def test_a_hand_edited_lock_is_bad_input_not_stale(project: Path) -> None:
     path.write_text(path.read_text().replace("alpha==1.0", "alpha==1.1"))
     with pytest.raises(LockError, match="edited by hand"):
         check_locks(DirectorySource(project), recipe)
+
+
+def test_reading_the_locks_unjudged_finds_what_the_survey_finds_and_reads_no_input(
+    project: Path,
+) -> None:
+    recipe = make_recipe()
+    write_all_locks(project, recipe)
+    (project / lock_relpath(recipe, pip_steps(recipe)[2])).unlink()
+    (project / "images/t/requirements/common.txt").unlink()  # judging freshness reads it
+    read = read_locks(DirectorySource(project), recipe)
+    assert read.states == () and sorted(read.locks) == ["v1-01", "v2-01"]
+    (project / "images/t/requirements/common.txt").write_text("alpha<3\n")
+    survey = survey_locks(DirectorySource(project), recipe)
+    assert (read.base, dict(read.locks)) == (survey.base, dict(survey.locks))
+    path = project / "locks/t/v2-01.txt"
+    path.write_text(path.read_text().replace("alpha==1.0", "alpha==1.1"))
+    with pytest.raises(LockError, match=r"v2-01\.txt: edited by hand"):
+        read_locks(DirectorySource(project), recipe)
+    (project / "locks/t/base.json").unlink()
+    assert read_locks(DirectorySource(project), recipe) == Survey((), None, {})
 
 
 def lock_of(*pins: tuple[str, str]) -> Lock:

@@ -76,6 +76,35 @@ def test_damaged_locks_are_refused_with_exit_2(damage: object, problem: str) -> 
     assert caught.value.message.startswith("locks/t/v1-01.txt")
 
 
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda t: t.replace("# layer: v1-01\n", "# layer:v1-01\n"), "line 3: unexpected"),
+        (lambda t: t.replace("# input base: ", "# input a:b: "), "line 6: unexpected"),
+        (lambda t: t.replace("# format: ", "# Format: "), "line 2: unexpected"),
+        (lambda t: t.replace("# layer: ", "#layer: "), "line 3: unexpected header line"),
+        (lambda t: t.replace("\n#\n", "\n# \n"), "line 10: unexpected header line"),
+        (lambda t: t.replace("\n#\n", "\n"), "line 10: unexpected header line"),
+        (lambda t: t[: t.index("\n#\n") + 2], "truncated: the last line is not"),
+        (lambda t: t[: t.index("\n#\n") + 1], "line 10: unexpected header line"),
+        (lambda t: t[: t.index("\n#\n")], "truncated: the header never ends"),
+        (lambda t: t[: t.index("\n")], "truncated: the header never ends"),
+    ],
+)
+def test_a_damaged_header_names_its_first_bad_line(damage: object, problem: str) -> None:
+    text = damage(lock_text())  # type: ignore[operator]
+    with pytest.raises(LockError) as caught:
+        parse_lock(text.encode(), "locks/t/v1-01.txt")
+    assert caught.value.message.startswith(f"locks/t/v1-01.txt: {problem}")
+
+
+def test_header_values_are_everything_after_the_first_colon_and_space() -> None:
+    inputs = {"file requirements/a b.in": "sha256:02: still: the value", "x": ""}
+    step = next(recipe().steps())
+    lock = parse_lock(render_lock("t", step, "r: 1", inputs, BODY).encode(), "locks/t/v1-01.txt")
+    assert dict(lock.inputs) == inputs and lock.slug == "v1-01"
+
+
 def test_an_unpinned_line_is_refused_even_with_a_matching_digest() -> None:
     with pytest.raises(LockError, match="not pinned"):
         parse_lock(lock_text("alpha>=2.0 \\\n    --hash=sha256:aa\n").encode(), "x")
@@ -144,6 +173,18 @@ def test_two_images_locking_the_same_lines_share_one_parse_of_them() -> None:
     for where in ("c", "d"):
         with pytest.raises(LockError, match=f"^{where}: "):
             parse_lock(render_lock("c", step, "pip-tools==x", INPUTS, bad).encode(), where)
+
+
+def test_a_known_body_under_a_header_naming_another_digest_is_refused_every_time() -> None:
+    """A body verified before is not hashed again, and still must be the one its header names."""
+    good = lock_text()
+    parse_lock(good.encode(), "a")
+    content = next(line for line in good.splitlines() if line.startswith("# content: "))
+    wrong = good.replace(content, "# content: sha256:" + "0" * 64)
+    for where in ("b", "c"):
+        with pytest.raises(LockError, match=f"^{where}: edited by hand: its content digest"):
+            parse_lock(wrong.encode(), where)
+    assert parse_lock(good.encode(), "d").content_digest == content.removeprefix("# content: ")
 
 
 def environment(*pins: tuple[str, str]) -> Environment:

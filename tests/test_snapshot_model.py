@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,46 @@ def _resealed(edit) -> bytes:  # type: ignore[no-untyped-def]
 def test_malformed_fields_name_their_key(edit, key) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SnapshotError, match=key.replace("[", r"\[").replace("]", r"\]")):
         parse_snapshot(_resealed(edit), "after.json")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"name": 5}, "distributions[1].name: expected a string, got int"),
+        ({"name": ""}, "distributions[1].name: '' is not a canonical (PEP 503) name"),
+        ({"requires_dist": "six"}, "distributions[1].requires_dist: expected a list of strings"),
+        ({"requires_dist": ["six", 1]}, "distributions[1].requires_dist: expected a list of"),
+        ({"requires_python": None}, "distributions[1].requires_python: expected a string, got"),
+        ({"extra": "x"}, "distributions[1]: expected an object with keys"),
+    ],
+)
+def test_a_malformed_distribution_after_a_well_formed_one_is_named_by_its_index(
+    value: dict[str, object], problem: str
+) -> None:
+    def edit(env: dict[str, list[dict[str, object]]]) -> None:
+        env["distributions"].append(dict(env["distributions"][0], **value))
+
+    with pytest.raises(SnapshotError) as caught:
+        parse_snapshot(_resealed(edit), "after.json")
+    assert caught.value.message.startswith(f"after.json: environments[0].{problem}")
+
+
+def test_parsed_distributions_equal_constructed_ones_in_both_schemas() -> None:
+    """The reader's fast path builds what the constructor builds: every field, the hash, and
+    schema 1's unrecorded requirements (None) with the default ``requires_python``."""
+    full = Distribution("foo", "1.0", SITE, "pip", "sha256:aa", "Foo", "dist-info", ("six",), ">=3")
+    [env] = parse_snapshot(dump_snapshot([make_env(torch(), full)]), "x.json")
+    assert env.distributions == (torch(), full) and hash(env.distributions[1]) == hash(full)
+    document = json.loads(dump_snapshot([make_env(full)]))
+    [item] = document["environments"][0]["distributions"]
+    del item["requires_dist"], item["requires_python"], document["digest"]
+    document["schema"] = "layer-audit.snapshot/1"
+    from audit.core.snapshot import _digest_of, canonical_json
+
+    sealed = canonical_json(dict(document, digest=_digest_of(document))).encode()
+    [old] = parse_snapshot(sealed, "x.json")
+    assert old.distributions == (Distribution("foo", "1.0", SITE, "pip", "sha256:aa", "Foo"),)
+    assert vars(old.distributions[0]) == vars(replace(full, requires_dist=None, requires_python=""))
 
 
 def test_read_snapshot_missing_file_is_bad_input(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from audit.core.system_rules import evaluate_system
 from audit.core.verdict import Scope, WaiverLedger, change_key, evaluate, waiver_matches
 from audit.plan import frontdoor
 from audit.plan.change_view import ImageInputs, ImageView, image_view, severity_of
-from audit.plan.lock import LockState, survey_locks
+from audit.plan.lock import LockState, read_locks, survey_locks
 from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
     StageMatrix,
@@ -85,7 +85,8 @@ class Side:
     """One image at one ref: its recipe and predicted environments (empty when absent).
 
     ``stages`` maps each stage name to the environment that stage ships (after its last layer);
-    ``lock_states`` is the freshness of each pip layer's lock, from the same single read.
+    ``lock_states`` is the freshness of each pip layer's lock, from the same single read, or
+    None when the read did not judge it (the base ref's: see :func:`lock_findings`).
     """
 
     recipe: Recipe | None
@@ -93,7 +94,7 @@ class Side:
     base_env: Installed
     steps: tuple[PredictedStep, ...]
     stages: Mapping[str, Installed]
-    lock_states: tuple[LockState, ...] = ()
+    lock_states: tuple[LockState, ...] | None = ()
     stdin_digests: Mapping[str, str] = field(default_factory=dict)  # run stdin file -> sha256
 
     @property
@@ -241,7 +242,7 @@ def _image(
         removed = _removed_image(name)
         return [removed], None, image_view(name, removed.findings, ImageInputs())
     recorded_before = old is not None and base.exists(base_relpath(old))
-    old_side = read_side(base, old) if old and recorded_before else ABSENT
+    old_side = read_side(base, old, judge_locks=False) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
     old_columns, new_columns = _columns(old_side), _columns(new_side)
@@ -250,7 +251,7 @@ def _image(
     waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
     sections = [
         Section(section_title(name, WAIVERS_PART), tuple(waivers)),
-        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side))),
+        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side, base))),
         base_section,
         *_stage_sections(name, old_side, new_side, pairs, seen=base_keys, today=today),
     ]
@@ -362,10 +363,11 @@ def _column_moves(side: Side) -> list[frozenset[str]]:
     ]
 
 
-def read_side(source: Source, recipe: Recipe) -> Side:
+def read_side(source: Source, recipe: Recipe, *, judge_locks: bool = True) -> Side:
     """Predict ``recipe`` at ``source``, reading its base record and locks once (the survey that
-    also says which locks are fresh); no base snapshot is :class:`LockError` (exit 2)."""
-    survey = survey_locks(source, recipe)
+    also says which locks are fresh; without ``judge_locks`` only read, ``lock_states`` None);
+    no base snapshot is :class:`LockError` (exit 2)."""
+    survey = survey_locks(source, recipe) if judge_locks else read_locks(source, recipe)
     if survey.base is None:  # an empty base would report every package as removed
         relpath = base_relpath(recipe)
         raise LockError(
@@ -378,7 +380,8 @@ def read_side(source: Source, recipe: Recipe) -> Side:
     steps = tuple(predict_from(base_env, source, recipe, survey.locks))
     stages = _stage_envs(recipe, base_env, steps)
     stdin = _stdin_digests(source, recipe)
-    return Side(recipe, record, base_env, steps, stages, survey.states, stdin)
+    states = survey.states if judge_locks else None
+    return Side(recipe, record, base_env, steps, stages, states, stdin)
 
 
 def _stdin_digests(source: Source, recipe: Recipe) -> Mapping[str, str]:
@@ -411,21 +414,33 @@ def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
     return tuple(waiver for waiver in new.waivers if waiver not in known)
 
 
-def lock_findings(new: Side, old: Side) -> list[Finding]:
+def lock_findings(new: Side, old: Side, base: Source) -> list[Finding]:
     """A finding per stale or missing lock at the head, naming its requirements file.
 
     It fails the gate unless the base already had exactly that problem: a pull request is
-    judged by what it changes, so a lock that was missing before it only warns.
+    judged by what it changes, so a lock that was missing before it only warns. ``old``'s
+    locks are judged (at ``base``) only when the head has a lock that is not fresh.
     """
-    assert new.recipe is not None  # the head side of an image the head has
+    assert new.recipe is not None and new.lock_states is not None  # the head, judged
+    unfresh = _unfresh(new.lock_states)
+    if not unfresh:
+        return []
     hint = f"recompile the locks and commit them: {frontdoor.command('lock', new.recipe.name)}"
-    before = _unfresh(old.lock_states)
+    before = _unfresh(_judged(old, base))
     return [
         _lock_finding(new.recipe, state, hint, key in before).located(
             new.recipe.name, state.step.stage.name, state.step.position
         )
-        for key, state in _unfresh(new.lock_states).items()
+        for key, state in unfresh.items()
     ]
+
+
+def _judged(side: Side, source: Source) -> tuple[LockState, ...]:
+    """``side``'s lock states, judged at ``source`` now when its read left them out."""
+    if side.lock_states is not None:
+        return side.lock_states
+    assert side.recipe is not None  # ABSENT's states are ()
+    return survey_locks(source, side.recipe).states
 
 
 def _unfresh(states: Iterable[LockState]) -> dict[LockKey, LockState]:

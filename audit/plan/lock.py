@@ -199,7 +199,8 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
     if not source.exists(relpath):
         return None
     data = read_file(source, relpath, rerecord_hint)
-    return parse_base(data, source.describe(relpath)), sha256(data)
+    digest = sha256(data)
+    return parse_base(data, source.describe(relpath), digest), digest
 
 
 def _state_of(
@@ -250,6 +251,22 @@ def survey_locks(source: Source, recipe: Recipe) -> Survey:
         if lock is not None:
             locks[step.slug] = lock
     return Survey(tuple(found), base, locks)
+
+
+def read_locks(source: Source, recipe: Recipe) -> Survey:
+    """The base record and every existing lock, read and verified as :func:`survey_locks` reads
+    them (the same errors), without judging freshness: ``states`` is empty and no layer's
+    inputs are read. For a reader that needs the locks' pins only (the gate's base ref)."""
+    base = read_base_digest(source, recipe)
+    if base is None:
+        return Survey((), None, {})
+    relpaths = {step.slug: lock_relpath(recipe, step) for step in pip_steps(recipe)}
+    locks = {
+        slug: parse_lock(read_file(source, relpath, compile_hint), source.describe(relpath))
+        for slug, relpath in relpaths.items()
+        if source.exists(relpath)
+    }
+    return Survey((), base, locks)
 
 
 def check_locks(source: Source, recipe: Recipe) -> list[LockState]:

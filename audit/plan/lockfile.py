@@ -35,8 +35,9 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from audit.core.errors import LockError, SnapshotError
 from audit.core.lockformat import LockFormatError, Pin
@@ -53,14 +54,16 @@ TITLE = "# layer-audit lock: do not edit; re-create with: nox -s lock -- {image}
 END_MARKER = "# end of layer-audit lock"
 _REQUIRES_LINE = re.compile(r"^# requires (?P<name>[a-z0-9][a-z0-9.-]*): (?P<json>\{.*\})$", re.M)
 _HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
-# Verified locks and base records by the sha256 of their bytes, the most recent few: ``lock``
-# looks again under its file lock, the gate meets a file unchanged at both refs, images share a
-# base, and a Lock is immutable, so a second parse of the same bytes is free. Bounded, so that
-# a run over hundreds of images holds what one image needs, not everything it ever read.
-_PARSED: OrderedDict[bytes, Lock] = OrderedDict()
-_PARSED_BASES: OrderedDict[bytes, BaseRecord] = OrderedDict()
+# Verified locks (by header text and body digest) and base records (by the sha256 of their
+# bytes), the most recent few: ``lock`` looks again under its file lock, the gate meets a file
+# unchanged at both refs, images share a base, and a Lock is immutable, so a second parse of
+# the same bytes is free. Bounded, so that a run over hundreds of images holds what one image
+# needs, not everything it ever read.
+_PARSED: OrderedDict[tuple[str, str], Lock] = OrderedDict()
+_PARSED_BASES: OrderedDict[str, BaseRecord] = OrderedDict()
 PARSED_LIMIT = 64
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -168,9 +171,28 @@ def _refuse(where: str, problem: str) -> LockError:
 
 def _split_header(text: str, where: str) -> tuple[dict[str, str], str]:
     """The header's fields and the text after its closing ``#`` line; only the header's lines
-    are split off (a lock's body is hundreds of lines)."""
+    are split off (a lock's body is hundreds of lines). The usual header is split with plain
+    string operations: every line up to the first ``#`` line is ``# KEY: VALUE`` (its first
+    ``: `` ends the key, as ``_HEADER_FIELD`` reads it); any other header is read line by line,
+    which names its first line that is not a field."""
     if not text.startswith("# layer-audit lock:"):
         raise _refuse(where, "not a layer-audit lock (first line is not its title)")
+    start, end = text.find("\n") + 1, text.find("\n#\n")
+    fields = [line.partition(": ") for line in text[start:end].split("\n")] if start else []
+    if not (0 < start <= end and all(_is_field(key, sep) for key, sep, _ in fields)):
+        return _split_header_lines(text, where)
+    return {key[2:]: value for key, _, value in fields}, text[end + 3 :]
+
+
+@lru_cache(maxsize=256)
+def _is_field(key: str, sep: str) -> bool:
+    """``# KEY`` and its ``: `` are the start of a header field line (a lock's header has
+    the same few keys: remembered)."""
+    return bool(sep) and _HEADER_FIELD.match(f"{key}: ") is not None
+
+
+def _split_header_lines(text: str, where: str) -> tuple[dict[str, str], str]:
+    """:func:`_split_header` one line at a time, for a header that is not the usual one."""
     header: dict[str, str] = {}
     start, number = text.find("\n") + 1, 1
     while start:  # 0: the line before was the last
@@ -186,13 +208,11 @@ def _split_header(text: str, where: str) -> tuple[dict[str, str], str]:
     raise _refuse(where, "truncated: the header never ends")
 
 
-def _checked_body(text: str, header: Mapping[str, str], where: str) -> str:
+def _ended_body(text: str, where: str) -> str:
+    """The body: ``text`` (what follows the header) without its end marker line."""
     if not text.endswith("\n" + END_MARKER + "\n") and text != END_MARKER + "\n":
         raise _refuse(where, f"truncated: the last line is not {END_MARKER!r}")
-    body = text[: -len(END_MARKER) - 1]
-    if header.get("content") != sha256(body.encode()):
-        raise _refuse(where, "edited by hand: its content digest does not match")
-    return body
+    return text[: -len(END_MARKER) - 1]
 
 
 def parse_pins(body: str, where: str) -> dict[str, Pin]:
@@ -206,14 +226,27 @@ def parse_pins(body: str, where: str) -> dict[str, Pin]:
 def parse_lock(data: bytes, where: str) -> Lock:
     """Verify and load a lock file's bytes; :class:`LockError` (exit 2) if damaged or edited.
 
-    Bytes verified once are not verified again in this process (see ``_PARSED``).
+    What was verified is not verified again in this process: a body's digest and parse once
+    per body text (``_BODIES``: locks share bodies, and a lock the pull request leaves alone is
+    read at both refs), a lock once per header text and body digest (``_PARSED``).
     """
-    return _remembered(_PARSED, data, lambda: _verify_lock(data, where))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(where, "not UTF-8 text") from exc
+    header, rest = _split_header(text, where)
+    body = _ended_body(rest, where)
+    known = _BODIES.get(body)
+    digest = known.digest if known is not None else sha256(body.encode())
+    if header.get("content") != digest:
+        raise _refuse(where, "edited by hand: its content digest does not match")
+    key = (text[: len(text) - len(rest)], digest)
+    return _remembered(_PARSED, key, lambda: _verify_lock(header, body, digest, where))
 
 
-def _remembered(cache: OrderedDict[bytes, T], data: bytes, verify: Callable[[], T]) -> T:
-    """``cache``'s entry for ``data`` (now the most recent), or ``verify()`` remembered."""
-    key = hashlib.sha256(data).digest()
+def _remembered(cache: OrderedDict[K, T], key: K, verify: Callable[[], T]) -> T:
+    """``cache``'s entry for ``key`` (now the most recent), or ``verify()`` remembered; ``key``
+    names the verified bytes (their sha256, or a lock's header text and body digest)."""
     found = cache.get(key)
     if found is not None:
         cache.move_to_end(key)
@@ -231,31 +264,34 @@ def forget_parsed() -> None:
     _PARSED_BASES.clear()
 
 
-def _verify_lock(data: bytes, where: str) -> Lock:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _refuse(where, "not UTF-8 text") from exc
-    header, rest = _split_header(text, where)
-    body = _checked_body(rest, header, where)
+def _verify_lock(header: Mapping[str, str], body: str, digest: str, where: str) -> Lock:
+    """The rest of :func:`parse_lock`'s checks, for a header and a body of ``digest`` that match."""
     inputs = {k.removeprefix("input "): v for k, v in header.items() if k.startswith("input ")}
     if header.get("format") not in READABLE_FORMATS or "layer" not in header:
         raise _refuse(where, f"format {header.get('format')!r}, expected {LOCK_FORMAT}")
     if header.get("inputs") != digest_inputs(inputs):
         raise _refuse(where, "edited by hand: its input lines do not match the inputs digest")
-    pins, metadata, effect = _parsed_body(body, where)
+    parsed = _parsed_body(body, digest, where)
     return Lock(
         header["layer"],
         header["inputs"],
-        pins,
-        header["content"],
+        parsed.pins,
+        digest,
         MappingProxyType(inputs),
-        metadata,
-        effect,
+        parsed.metadata,
+        parsed.effect,
     )
 
 
-ParsedBody = tuple[Mapping[str, Pin], Mapping[str, PinMetadata], str]
+class ParsedBody(NamedTuple):
+    """A verified lock body: its sha256 and what it pins (read-only: locks share it)."""
+
+    digest: str
+    pins: Mapping[str, Pin]
+    metadata: Mapping[str, PinMetadata]
+    effect: str  # effect_of(pins, metadata)
+
+
 _BODIES: OrderedDict[str, ParsedBody] = OrderedDict()  # lock body text -> its parse
 
 
@@ -271,7 +307,7 @@ def effect_of(pins: Mapping[str, Pin], metadata: Mapping[str, PinMetadata]) -> s
     return f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def _parsed_body(body: str, where: str) -> ParsedBody:
+def _parsed_body(body: str, digest: str, where: str) -> ParsedBody:
     """A verified body's pins, metadata and effect digest, made once per process for its text:
     a fleet's images lock the same layers to the same lines under headers of their own (their
     inputs differ). Read-only mappings, so locks may share them."""
@@ -279,7 +315,7 @@ def _parsed_body(body: str, where: str) -> ParsedBody:
     if found is None:
         pins = MappingProxyType(parse_pins(body, where))
         metadata = MappingProxyType(parse_requires(body, where))
-        found = _BODIES[body] = (pins, metadata, effect_of(pins, metadata))
+        found = _BODIES[body] = ParsedBody(digest, pins, metadata, effect_of(pins, metadata))
         if len(_BODIES) > PARSED_LIMIT:
             _BODIES.popitem(last=False)
     else:
@@ -340,12 +376,14 @@ def read_lock(source: Source, relpath: str) -> Lock:
     return parse_lock(data, source.describe(relpath))
 
 
-def parse_base(data: bytes, where: str) -> BaseRecord:
+def parse_base(data: bytes, where: str, digest: str = "") -> BaseRecord:
     """Verify and load ``base.json``; :class:`LockError` (exit 2) when damaged.
 
     Like :func:`parse_lock`, bytes verified once are not verified again in this process.
+    ``digest``: :func:`sha256` of ``data``, when the caller has made it already.
     """
-    return _remembered(_PARSED_BASES, data, lambda: _verify_base(data, where))
+    key = digest or sha256(data)
+    return _remembered(_PARSED_BASES, key, lambda: _verify_base(data, where))
 
 
 def _verify_base(data: bytes, where: str) -> BaseRecord:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from audit.core.policy import Policy
@@ -198,11 +199,20 @@ class Recipe:
 
     def steps(self, until: str | None = None) -> Iterator[Step]:
         """Every layer in build order, up to and including stage ``until``."""
-        for number, stage in enumerate(self.stages, start=1):
-            for position, layer in enumerate(stage.layers, start=1):
-                yield Step(stage, number, position, layer)
-            if stage.name == until:
-                return
+        if until is None:
+            return iter(self._steps)
+        last = next((n for n, s in enumerate(self.stages, 1) if s.name == until), len(self.stages))
+        return (step for step in self._steps if step.stage_number <= last)
+
+    @cached_property
+    def _steps(self) -> tuple[Step, ...]:
+        """Every layer's step, made on first use and kept: a recipe is frozen, and the gate
+        asks one for its steps tens of times per image."""
+        return tuple(
+            Step(stage, number, position, layer)
+            for number, stage in enumerate(self.stages, start=1)
+            for position, layer in enumerate(stage.layers, start=1)
+        )
 
     def index(self, name: str) -> Index:
         for index in self.indexes:

@@ -288,7 +288,7 @@ def _pip_layer(node: Node, context: _Context) -> PipLayer:
         allowed_index_urls=urls,
         origin=f"{node.file}: {node.at('pip')}",
     )
-    if not parsed.requirements:
+    if not parsed.requirement_lines:  # each line was checked as it was read
         # pip refuses to install nothing ("You must give at least one requirement"): say it now
         raise node.error(
             "pip",

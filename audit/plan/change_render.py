@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from audit.core.findings import ERROR, INFO, WARNING
-from audit.core.redact import redact, redact_json
+from audit.core.redact import redact
 from audit.plan import json_text
 from audit.plan.change_view import (
     IMAGE_WIDE,
@@ -53,7 +53,13 @@ from audit.plan.plain_table import (
     print_line,
     rich_table,
 )
-from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
+from audit.plan.report import (
+    Report,
+    print_footer,
+    report_document,
+    severity_tally,
+    summary_line,
+)
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
 WORD = {ERROR: "error", WARNING: "warning", INFO: "info"}
@@ -65,9 +71,9 @@ WORD = {ERROR: "error", WARNING: "warning", INFO: "info"}
 def gate_json(report: Report, views: Iterable[ImageView]) -> str:
     """The report document (``layer-audit.report/1``) with the change view as ``changes``;
     every string redacted."""
-    document = report_json(report)
-    document["changes"] = redact_json(view_json(views))
-    return json_text.dumps(document) + "\n"
+    document = report_document(report)
+    document["changes"] = view_json(views)
+    return json_text.redacted_dumps(document) + "\n"
 
 
 # --- terminal -------------------------------------------------------------------------------

@@ -56,7 +56,8 @@ class _Writer:
     def __init__(self, clean: Callable[[str], str] | None) -> None:
         self.clean = clean
         self.strings: dict[str, str] = {}  # a string -> its cleaned JSON text
-        self.clean_keys: set[str] = set()  # keys that ``clean`` leaves as they are
+        # string keys that ``clean`` leaves as they are -> their cleaned JSON text and ": "
+        self.keys: dict[str, str] = {}
 
     def string(self, text: str) -> str:
         """``text`` cleaned and encoded (never empty: at least its quotes); remembered."""
@@ -84,29 +85,30 @@ class _Writer:
     def object(self, value: dict[Any, Any], newline: str) -> str:
         if not value:
             return "{}"
-        if any(type(key) is not str for key in value):
-            raise _Unusual  # json converts such keys, and sorts before it does
-        if self.clean is not None and not self.clean_keys.issuperset(value):
-            value = self.cleaned_keys(value)
+        keys = self.keys
+        if not keys.keys() >= value.keys():  # a key not seen yet (a report has a few dozen)
+            value = self.new_keys(value)
         inner = newline + INDENT
         strings, string, encode = self.strings, self.string, self.encode
         items = [
             # a string value inline: most of a report's values are strings
-            f"{strings.get(key) or string(key)}: "
+            keys[key]
             + (strings.get(item) or string(item) if type(item) is str else encode(item, inner))
-            for key, item in sorted(value.items())
+            for key in sorted(value)  # strings sort faster than (key, item) pairs
+            for item in [value[key]]  # an assignment (Python compiles this idiom as one)
         ]
         return "{" + inner + ("," + inner).join(items) + newline + "}"
 
-    def cleaned_keys(self, value: dict[str, Any]) -> dict[str, Any]:
+    def new_keys(self, value: dict[Any, Any]) -> dict[str, Any]:
         """``value`` with its keys cleaned, as ``redact_json`` makes it (two keys that clean
-        to one: the later value, at the earlier place; sorting follows anyway)."""
-        assert self.clean is not None
+        to one: the later value, at the earlier place; sorting follows anyway); each key is
+        then known (cleaning is idempotent: a cleaned key cleans to itself)."""
+        if any(type(key) is not str for key in value):
+            raise _Unusual  # json converts such keys, and sorts before it does
         cleaned: dict[str, Any] = {}
         for key, item in value.items():
-            clean = self.clean(key)
-            if clean == key:
-                self.clean_keys.add(key)
+            clean = key if self.clean is None else self.clean(key)
+            self.keys[clean] = encode_basestring(clean) + ": "
             cleaned[clean] = item
         return cleaned
 

@@ -47,10 +47,8 @@ from audit.plan.plain_table import Cell as PlainCell
 from audit.plan.plain_table import (
     Column,
     Grid,
+    Printer,
     cell,
-    plain_console,
-    print_grid,
-    print_line,
     rich_table,
 )
 from audit.plan.report import (
@@ -88,25 +86,26 @@ def print_views(
     (a pipe, a CI log) the tables are drawn as rich draws them, without rich
     (:mod:`audit.plan.plain_table`)."""
     tables = {matrix.image: matrix for matrix in matrices}
-    plain = plain_console(console)
+    out = Printer(console)
     for view in views:
         for table in view_grids(view):
             if isinstance(table, Grid):
-                print_grid(table, console, plain=plain)
+                out.grid(table)
             else:
-                print_line(table, console, plain=plain)
+                out.line(table)
         if view.image in tables:
-            _print_matrix(tables[view.image], console, plain)
+            _print_matrix(tables[view.image], out)
+    out.flush()
     print_footer(report, console)
 
 
-def _print_matrix(matrix: StageMatrix, console: Console, plain: bool) -> None:
+def _print_matrix(matrix: StageMatrix, out: Printer) -> None:
     """The alarming rows as tables that fit; the routine rows as one count line."""
     shown = alarming_only(matrix)
     folded = len(matrix.rows) - len(shown.rows)
     if shown.rows:
-        for grid in matrix_grids(shown, console.width):
-            print_grid(grid, console, plain=plain)
+        for grid in matrix_grids(shown, out.console.width):
+            out.grid(grid)
     if folded:
         rows = "row" if folded == 1 else "rows"
         line = (
@@ -114,7 +113,7 @@ def _print_matrix(matrix: StageMatrix, console: Console, plain: bool) -> None:
             "(--format markdown or --html shows them)"
         )
         folded_line = PlainCell(escape(matrix.image) + line, matrix.image + line)
-        print_line(folded_line, console, highlight=False, plain=plain)
+        out.line(folded_line, highlight=False)
 
 
 def render_views(

@@ -126,22 +126,62 @@ def print_grid(grid: Grid, console: Console, *, plain: bool | None = None) -> No
     """``grid`` on ``console``: drawn here when the console shows only characters
     (``plain``: :func:`plain_console`, when the caller knows it) and :func:`plain_text` can
     promise rich's text, else by rich."""
-    plain = plain_console(console) if plain is None else plain
-    text = plain_text(grid, console.width, console.soft_wrap) if plain else None
-    console.print(rich_table(grid) if text is None else Drawn(text))
+    out = Printer(console, plain=plain)
+    out.grid(grid)
+    out.flush()
 
 
 def print_line(
     content: Cell, console: Console, *, highlight: bool | None = None, plain: bool | None = None
 ) -> None:
     """One line, as ``console.print(content.markup, highlight=highlight)`` prints it."""
-    text = shown(content)
-    plain = plain_console(console) if plain is None else plain
-    if plain and _one_cell(text):  # highlighting shows as styles only
-        lines = [text] if console.soft_wrap else _wrapped(text, console.width, "fold", pad=False)
-        console.print(Drawn("".join(line + "\n" for line in lines)))
-    else:
-        console.print(content.markup, highlight=highlight)
+    out = Printer(console, plain=plain)
+    out.line(content, highlight=highlight)
+    out.flush()
+
+
+class Printer:
+    """Tables and lines printed in order on one console. On a console that shows only
+    characters (``plain``: :func:`plain_console`) the text drawn here for consecutive tables
+    and lines is gathered and printed by one ``console.print`` (rich's cost per call: console
+    options, size, environment look-ups, a redaction of each write); what rich must draw is
+    printed after what is gathered. Call :meth:`flush` before anything else prints.
+
+    The same characters reach the console: each drawn text is whole lines (it ends with a line
+    break), so a soft-wrapping console writes them as they are and another crops each line as
+    it would have cropped it alone."""
+
+    def __init__(self, console: Console, *, plain: bool | None = None) -> None:
+        self.console = console
+        self.plain = plain_console(console) if plain is None else plain
+        self.drawn: list[str] = []
+
+    def grid(self, grid: Grid) -> None:
+        console = self.console
+        text = plain_text(grid, console.width, console.soft_wrap) if self.plain else None
+        if text is None:
+            self.flush()
+            console.print(rich_table(grid))
+        else:
+            self.drawn.append(text)
+
+    def line(self, content: Cell, *, highlight: bool | None = None) -> None:
+        """As ``console.print(content.markup, highlight=highlight)`` prints it."""
+        text = shown(content)
+        console = self.console
+        if self.plain and _one_cell(text):  # highlighting shows as styles only
+            width = console.width
+            lines = [text] if console.soft_wrap else _wrapped(text, width, "fold", pad=False)
+            self.drawn.append("".join(line + "\n" for line in lines))
+        else:
+            self.flush()
+            console.print(content.markup, highlight=highlight)
+
+    def flush(self) -> None:
+        """Print what is gathered (nothing when nothing is)."""
+        if self.drawn:
+            self.console.print(Drawn("".join(self.drawn)))
+            self.drawn.clear()
 
 
 def plain_text(grid: Grid, width: int, soft_wrap: bool) -> str | None:

@@ -18,6 +18,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from rich.markup import escape
 
 from audit.plan.plain_table import (
     Cell,
@@ -25,6 +26,7 @@ from audit.plan.plain_table import (
     Grid,
     Printer,
     cell,
+    escape_markup,
     plain_console,
     plain_text,
     print_grid,
@@ -183,3 +185,9 @@ def test_a_printer_gathers_the_gate_tables_into_one_print() -> None:
     expected += [rich_line(Cell("after", "after"), 100, False)]
     buffer = console.file
     assert isinstance(buffer, StringIO) and buffer.getvalue() == "".join(expected)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab[]/\\@#x ")) | st.text())
+def test_escape_markup_returns_what_rich_escape_returns(text: str) -> None:
+    assert escape_markup(text) == escape(text)

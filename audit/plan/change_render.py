@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from io import StringIO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from audit.core.findings import ERROR, INFO, WARNING
@@ -49,6 +48,7 @@ from audit.plan.plain_table import (
     Grid,
     Printer,
     cell,
+    escape_markup,
     rich_table,
 )
 from audit.plan.report import (
@@ -104,7 +104,7 @@ def _print_matrix(matrix: StageMatrix, out: Printer) -> None:
     shown = alarming_only(matrix)
     folded = len(matrix.rows) - len(shown.rows)
     if shown.rows:
-        for grid in matrix_grids(shown, out.console.width):
+        for grid in matrix_grids(shown, out.width):
             out.grid(grid)
     if folded:
         rows = "row" if folded == 1 else "rows"
@@ -112,7 +112,7 @@ def _print_matrix(matrix: StageMatrix, out: Printer) -> None:
             f": stage matrix: {folded} routine {rows} folded "
             "(--format markdown or --html shows them)"
         )
-        folded_line = PlainCell(escape(matrix.image) + line, matrix.image + line)
+        folded_line = PlainCell(escape_markup(matrix.image) + line, matrix.image + line)
         out.line(folded_line, highlight=False)
 
 
@@ -153,7 +153,9 @@ def _title(view: ImageView, stage: StageView, routine: int) -> PlainCell:
     parts += [stage.folded] if stage.folded else []
     folded = f"; {', '.join(parts)} (folded)" if parts else ""
     tail = f": {severity_tally(stage.counts)}{folded}"
-    return PlainCell(f"{escape(view.image)} {escape(where)}{tail}", f"{view.image} {where}{tail}")
+    return PlainCell(
+        f"{escape_markup(view.image)} {escape_markup(where)}{tail}", f"{view.image} {where}{tail}"
+    )
 
 
 def _table(title: PlainCell, names: Sequence[str], rows: list[tuple[PlainCell, ...]]) -> Grid:
@@ -183,7 +185,7 @@ def _review_table(view: ImageView) -> Grid:
     title = f"{view.image}: needs owner review"
     cells = [_row_cells(view.image, row) for row in view.review]
     return _table(
-        PlainCell(f"{escape(view.image)}: needs owner review", title),
+        PlainCell(f"{escape_markup(view.image)}: needs owner review", title),
         [r.package for r in view.review],
         cells,
     )

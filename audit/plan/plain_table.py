@@ -73,9 +73,17 @@ class Grid:
 def cell(*runs: Run) -> Cell:
     """Runs of (text, style) as one cell: each text escaped, a styled one in its style."""
     return Cell(
-        "".join(f"[{style}]{escape(text)}[/]" if style else escape(text) for text, style in runs),
+        "".join(
+            f"[{style}]{escape_markup(text)}[/]" if style else escape_markup(text)
+            for text, style in runs
+        ),
         "".join(text for text, _ in runs),
     )
+
+
+def escape_markup(text: str) -> str:
+    """rich's ``escape``, which changes only a text holding a bracket or a backslash."""
+    return escape(text) if "[" in text or "\\" in text else text
 
 
 def shown(content: Cell) -> str:
@@ -154,11 +162,13 @@ class Printer:
     def __init__(self, console: Console, *, plain: bool | None = None) -> None:
         self.console = console
         self.plain = plain_console(console) if plain is None else plain
+        # read once (rich reads the environment and the terminal's size at every look)
+        self.width = console.width
         self.drawn: list[str] = []
 
     def grid(self, grid: Grid) -> None:
         console = self.console
-        text = plain_text(grid, console.width, console.soft_wrap) if self.plain else None
+        text = plain_text(grid, self.width, console.soft_wrap) if self.plain else None
         if text is None:
             self.flush()
             console.print(rich_table(grid))
@@ -170,7 +180,7 @@ class Printer:
         text = shown(content)
         console = self.console
         if self.plain and _one_cell(text):  # highlighting shows as styles only
-            width = console.width
+            width = self.width
             lines = [text] if console.soft_wrap else _wrapped(text, width, "fold", pad=False)
             self.drawn.append("".join(line + "\n" for line in lines))
         else:

@@ -93,23 +93,36 @@ def _redact_cached(text: str) -> str:
 
 def _redact(text: str) -> str:
     """Each pattern in turn, skipping one whose :func:`_may_match` says it cannot match (a
-    report of thousands of lines holds no ``@`` and no credential word: nothing to scan)."""
+    report of thousands of lines holds no ``@`` and no credential word: nothing to scan). The
+    words a text holds are looked for once (folding a long text to lower case is most of the
+    cost), and again only after a pattern changed it."""
+    words = _words(text)
     for pattern, replacement in _RULES:
-        if _may_match(pattern, text):
-            text = pattern.sub(replacement, text)
+        if _may_match(pattern, text, words):
+            redacted = pattern.sub(replacement, text)
+            if redacted != text:
+                text, words = redacted, _words(redacted)
     return text
 
 
 # The words (lower case) one of which every match of the key patterns holds: an ASCII text
-# without any of them cannot match, so the scan is skipped.
+# without any of them cannot match, so the scan is skipped; and those of the auth header.
 _KEY_WORDS = ("auth", "passw", "pwd", "token", "secret", "api", "credential")
+_HEADER_WORDS = ("bearer", "authorization")
+Words = tuple[bool, bool]  # a key word, an auth-header word
 
 
-def _may_match(pattern: re.Pattern[str], text: str) -> bool:
-    """False only when ``pattern`` cannot match ``text``: a character or word every match holds
-    is absent. Never a false "no": words are looked for case-blind (a
+def _words(text: str) -> Words:
+    """Whether ``text`` holds a key word and an auth-header word, looked for case-blind (a
     case-blind pattern also matches four non-ASCII letters, such as the Kelvin sign for k: a
     non-ASCII text is folded through :data:`_FOLD` first)."""
+    lower = text.lower() if text.isascii() else _ascii_fold(text)
+    return any(word in lower for word in _KEY_WORDS), any(word in lower for word in _HEADER_WORDS)
+
+
+def _may_match(pattern: re.Pattern[str], text: str, words: Words) -> bool:
+    """False only when ``pattern`` cannot match ``text``: a character or word every match holds
+    is absent (``words``: :func:`_words` of ``text``). Never a false "no"."""
     if pattern is _USERINFO or pattern is _BARE_USERINFO:
         return "@" in text
     if pattern is _TOKENS:
@@ -117,15 +130,10 @@ def _may_match(pattern: re.Pattern[str], text: str) -> bool:
     if pattern is _NETRC:
         return "password" in text
     if pattern is _QUERY or pattern is _ASSIGNMENT:
-        return "=" in text and _has_word(text, _KEY_WORDS)
+        return words[0] and "=" in text
     if pattern is _CREDENTIAL_KEY:
-        return ("=" in text or ":" in text) and _has_word(text, _KEY_WORDS)
-    return _has_word(text, ("bearer", "authorization"))  # _AUTH_HEADER
-
-
-def _has_word(text: str, words: tuple[str, ...]) -> bool:
-    lower = text.lower() if text.isascii() else _ascii_fold(text)
-    return any(word in lower for word in words)
+        return words[0] and ("=" in text or ":" in text)
+    return words[1]  # _AUTH_HEADER
 
 
 # The only non-ASCII characters a case-blind pattern matches as an ASCII letter (checked over

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 from typing import Literal, NamedTuple
 
@@ -198,24 +199,41 @@ def plain_text(grid: Grid, width: int, soft_wrap: bool) -> str | None:
     """The text rich prints for ``grid`` on a colourless console ``width`` wide (``soft_wrap``:
     the console's mode, in which a title is never wrapped); None where that is not promised."""
     title = shown(grid.title)
-    columns = [
-        [shown(cell((column.header, ""))), *(shown(row[index]) for row in grid.rows)]
-        for index, column in enumerate(grid.columns)
-    ]
-    if not all(_one_cell(text) for text in (title, *(t for texts in columns for t in texts))):
+    body = _body(grid.columns, grid.rows, width) if _one_cell(title) else None
+    if body is None:
         return None
-    extra = len(grid.columns) + 1  # the box's edges and dividers
-    widths = _widths(grid.columns, columns, width - extra)
+    table_width, text = body
+    lines = _title(title, table_width, soft_wrap) if grid.title.markup else []
+    return "".join(line + "\n" for line in lines) + text
+
+
+@lru_cache(maxsize=1 << 10)
+def _body(
+    columns: tuple[Column, ...], rows: tuple[tuple[Cell, ...], ...], width: int
+) -> tuple[int, str] | None:
+    """A table's text below its title, and the table's width; None where :func:`plain_text`
+    promises nothing. It depends on the columns, the cells and the console's width alone
+    (a title is drawn at the table's width), so it is remembered by them: a fleet's images
+    print the same rows under titles of their own."""
+    texts = [
+        [shown(cell((column.header, ""))), *(shown(row[index]) for row in rows)]
+        for index, column in enumerate(columns)
+    ]
+    if not all(_one_cell(text) for column_texts in texts for text in column_texts):
+        return None
+    extra = len(columns) + 1  # the box's edges and dividers
+    widths = _widths(columns, texts, width - extra)
     if min(widths, default=0) < 3 or sum(widths) + extra > width:
         return None
-    lines = _title(title, sum(widths) + extra, soft_wrap) if grid.title.markup else []
-    lines.append("┏" + "┳".join("━" * w for w in widths) + "┓")
-    lines += _row(grid.columns, widths, [texts[0] for texts in columns], header=True)
+    lines = ["┏" + "┳".join("━" * w for w in widths) + "┓"]
+    lines += _row(columns, widths, [column_texts[0] for column_texts in texts], header=True)
     lines.append("┡" + "╇".join("━" * w for w in widths) + "┩")
-    for index in range(1, len(grid.rows) + 1):
-        lines += _row(grid.columns, widths, [texts[index] for texts in columns], header=False)
+    for index in range(1, len(rows) + 1):
+        lines += _row(
+            columns, widths, [column_texts[index] for column_texts in texts], header=False
+        )
     lines.append("└" + "┴".join("─" * w for w in widths) + "┘")
-    return "".join(line + "\n" for line in lines)
+    return sum(widths) + extra, "".join(line + "\n" for line in lines)
 
 
 def _one_cell(text: str) -> bool:

@@ -109,6 +109,8 @@ def _redact(text: str) -> str:
 # without any of them cannot match, so the scan is skipped; and those of the auth header.
 _KEY_WORDS = ("auth", "passw", "pwd", "token", "secret", "api", "credential")
 _HEADER_WORDS = ("bearer", "authorization")
+_KEY_BYTES = tuple(word.encode() for word in _KEY_WORDS)
+_HEADER_BYTES = tuple(word.encode() for word in _HEADER_WORDS)
 Words = tuple[bool, bool]  # a key word, an auth-header word
 
 
@@ -116,8 +118,11 @@ def _words(text: str) -> Words:
     """Whether ``text`` holds a key word and an auth-header word, looked for case-blind (a
     case-blind pattern also matches four non-ASCII letters, such as the Kelvin sign for k: a
     non-ASCII text is folded through :data:`_FOLD` first)."""
-    lower = text.lower() if text.isascii() else _ascii_fold(text)
-    return any(word in lower for word in _KEY_WORDS), any(word in lower for word in _HEADER_WORDS)
+    if text.isascii():
+        lower = text.lower()
+        return any(w in lower for w in _KEY_WORDS), any(w in lower for w in _HEADER_WORDS)
+    folded = _ascii_fold(text)
+    return any(w in folded for w in _KEY_BYTES), any(w in folded for w in _HEADER_BYTES)
 
 
 def _may_match(pattern: re.Pattern[str], text: str, words: Words) -> bool:
@@ -142,12 +147,15 @@ def _may_match(pattern: re.Pattern[str], text: str, words: Words) -> bool:
 _FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
 
 
-def _ascii_fold(text: str) -> str:
-    """``text`` in lower case with :data:`_FOLD`'s letters made ASCII (an arrow or an accent
-    in a report no longer makes every word check answer "maybe")."""
+def _ascii_fold(text: str) -> bytes:
+    """``text`` as UTF-8 with its ASCII letters in lower case, :data:`_FOLD`'s letters made
+    ASCII first (an arrow or an accent in a report no longer makes every word check answer
+    "maybe"). Only ASCII letters are lowered, in one pass over bytes: Unicode's lower case of
+    a long non-ASCII text costs ten times as much, and a multi-byte character holds no ASCII
+    byte, so it can neither hide a word nor make one."""
     if any(chr(code) in text for code in _FOLD):
         text = text.translate(_FOLD)
-    return text.lower()
+    return text.encode("utf-8", "surrogatepass").lower()
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")

@@ -18,9 +18,9 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from io import StringIO
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 from audit.core.findings import ERROR, INFO, WARNING
 from audit.core.redact import redact
@@ -58,6 +58,9 @@ from audit.plan.report import (
     severity_tally,
     summary_line,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
 WORD = {ERROR: "error", WARNING: "warning", INFO: "info"}

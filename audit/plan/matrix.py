@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
 from operator import attrgetter
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from audit.core.diff import ADDED, REMOVED, compare
 from audit.core.findings import Finding
@@ -35,6 +34,9 @@ from audit.plan.plain_table import Column, Grid, escape_markup, rich_table
 from audit.plan.plain_table import cell as plain_cell
 from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 WAIVED = "waived"
 OVERRIDE = "override"

@@ -23,13 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.markup import render as render_markup
 from rich.segment import Segment
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where a table is made: a pipe gets none
 
 Run = tuple[str, str]  # a piece of text and its rich style ("": none)
 Overflow = Literal["fold", "ellipsis"]
@@ -95,6 +97,8 @@ def shown(content: Cell) -> str:
 
 def rich_table(grid: Grid) -> Table:
     """The rich table of ``grid`` (what a terminal with colours gets)."""
+    from rich.table import Table
+
     table = Table(title=grid.title.markup, title_justify="left", header_style=grid.header_style)
     for column in grid.columns:
         table.add_column(

@@ -19,17 +19,19 @@ from functools import cached_property
 from io import StringIO
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.core.redact import redact, redact_json
 from audit.core.verdict import ASKED_BY
 from audit.plan import json_text
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where a table is made: the gate may draw none
 
 REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("table", "json", "markdown")
@@ -164,6 +166,8 @@ def _change(finding: Finding) -> str:
 
 
 def _table(title: str, severity: str, findings: list[Finding]) -> Table:
+    from rich.table import Table
+
     style = _STYLE[severity]
     heading = f"{escape(title)}: [{style}]{len(findings)} {severity}[/]"
     table = Table(title=heading, title_justify="left", header_style="bold", expand=False)

@@ -155,7 +155,10 @@ def test_a_printer_prints_what_rich_prints_for_each_table_and_line_in_turn(
     )
     out = Printer(console)
     for item in items:
-        out.grid(item) if isinstance(item, Grid) else out.line(item)
+        if isinstance(item, Grid):
+            out.grid(item)
+        else:
+            out.line(item)
     out.flush()
     expected = [
         rich_text(item, width, soft_wrap)
@@ -172,9 +175,14 @@ def test_a_printer_gathers_the_gate_tables_into_one_print() -> None:
     its place, after what was gathered before it."""
     console = CountingConsole(file=StringIO(), width=100, highlight=False, emoji=False)
     out = Printer(console)
-    items = [gate_table("a"), Cell("a line", "a line"), gate_table("b"), gate_table("中文 note")]
+    items: list[Grid | Cell] = [
+        gate_table("a"), Cell("a line", "a line"), gate_table("b"), gate_table("中文 note")
+    ]  # fmt: skip
     for item in items:
-        out.grid(item) if isinstance(item, Grid) else out.line(item)
+        if isinstance(item, Grid):
+            out.grid(item)
+        else:
+            out.line(item)
     out.line(Cell("after", "after"))
     assert console.prints == 2  # what was gathered, then the declined table
     out.flush()

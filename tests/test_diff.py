@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from audit.core.diff import Change, diff, parse_version, shadowed
+from audit.core.diff import Change, Comparison, diff, parse_version, shadowed
 from audit.core.snapshot import Distribution, Environment
 
 
@@ -136,3 +136,26 @@ def test_spelling_variants_are_one_package(parts: list[str], data: st.DataObject
 def test_parse_version_never_raises() -> None:
     assert parse_version("1.0+cu130") == Version("1.0+cu130")
     assert parse_version("$$$") is None
+
+
+def test_a_comparison_names_what_each_reader_needs() -> None:
+    """touched: another object at another version or digest (in ``after``'s order); removed:
+    only before; moved: new or another version text, even one equal as a version; changes:
+    what diff reports (an equal version is no change)."""
+    kept = dist("kept", "1.0")
+    before = {"kept": kept, "gone": dist("gone", "1.0"), "same": dist("same", "2.0"),
+              "respelt": dist("respelt", "1.0"), "rebuilt": dist("rebuilt", "3.0", "sha256:1"),
+              "up": dist("up", "1.0")}  # fmt: skip
+    after = {"up": dist("up", "1.1"), "new": dist("new", "0.1"), "kept": kept,
+             "same": dist("same", "2.0"), "respelt": dist("respelt", "1.0.0"),
+             "rebuilt": dist("rebuilt", "3.0", "sha256:2")}  # fmt: skip
+    pair = Comparison(before, after)
+    assert sorted(pair.touched) == ["new", "rebuilt", "respelt", "up"]
+    assert pair.removed == ["gone"]
+    assert pair.moved == ["up", "new", "respelt"]
+    assert [(c.kind, c.name) for c in pair.changes] == [
+        ("removed", "gone"), ("added", "new"), ("rebuilt", "rebuilt"), ("upgraded", "up"),
+    ]  # fmt: skip
+    assert pair.changes == diff(before, after)
+    pair.changes.clear()  # each read is the caller's own list
+    assert len(pair.changes) == 4

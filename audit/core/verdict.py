@@ -27,6 +27,8 @@ from audit.core.snapshot import Distribution, Environment, canonical_name
 if TYPE_CHECKING:
     import datetime as _dt
 
+    ChangeKey = tuple[str, str, str | None, str | None]  # rule, package, before, after
+
     from packaging.requirements import Requirement
 
 _ACTION_SEVERITY = {FAIL: ERROR, WARN: WARNING, ALLOW: INFO}
@@ -65,6 +67,18 @@ _ACTION_KEY = {
 def _origin(policy: Policy, rule_id: str) -> str:
     """The message prefix of a finding raised by a preset rule (``""`` for the recipe's own)."""
     return label(policy.preset, rule_id, policy.preset_rules)
+
+
+def change_key(change: _diff.Change) -> ChangeKey:
+    """What :func:`change_finding` makes of ``change`` (rule, package, old and new version):
+    the key the gate knows a reported finding by."""
+    before = change.before.version if change.before else None
+    return rule_of(change.kind), change.name, before, change.after.version if change.after else None
+
+
+def _reported(change: _diff.Change, reported: Collection[ChangeKey], policy: Policy) -> bool:
+    """Whether ``change``'s finding is in ``reported`` and would not fail."""
+    return _change_severity(change.kind, policy) != ERROR and change_key(change) in reported
 
 
 def change_finding(change: _diff.Change, policy: Policy, where: str) -> Finding:
@@ -499,20 +513,19 @@ def _names_any_of(text: str, names: Sequence[str]) -> bool:
     return any(text.startswith(name) for name in names)
 
 
-def _moved(before: Env, after: Env) -> list[str]:
-    """Names in ``after`` that are new or at another version than in ``before``."""
-    return [n for n, d in after.items() if n not in before or before[n].version != d.version]
-
-
-def _rules_for_moved(policy: Policy, before: Env, after: Env, moved: list[str]) -> Policy:
-    """``policy`` without the floors, bans and lockstep groups about packages that did not move.
+def _rules_for_moved(policy: Policy, pair: _diff.Comparison) -> Policy:
+    """``policy`` without the floors, bans and lockstep groups about packages that did not move
+    (another version text, or new) between ``pair``'s environments.
 
     Their verdict is the same before and after, so :func:`evaluate` would drop it anyway; this
     spares the guard importing the PEP 508 parser on layers that leave those packages alone,
     and a recipe's audit a scan of every name for every group on every layer. A group counts
     as touched when a member moved or went away.
     """
-    touched = {*moved, *(n for n in before if n not in after)}
+    if not (policy.requirements or policy.forbidden or policy.lockstep):
+        return policy  # nothing to narrow (replace() walks every field of a policy)
+    moved = pair.moved
+    touched = {*moved, *pair.removed}
     return replace(
         policy,
         requirements=tuple(t for t in policy.requirements if _names_any_of(t, moved)),
@@ -532,14 +545,23 @@ def evaluate(
     ledger: WaiverLedger | None = None,
     declared: Collection[str] = (),
     markers: Mapping[str, str] | None = None,
+    compared: _diff.Comparison | None = None,
+    reported: Collection[ChangeKey] = frozenset(),
 ) -> list[Finding]:
     """Findings for the step from ``before`` to ``after``: changes, then new state violations.
 
     ``declared`` names the packages the step re-pins on purpose (a ``no_deps`` layer): their
     moves are ``override`` warnings naming the requirements they break (evaluated with
     ``markers``), not downgrade or variant errors; every state rule still applies to them.
+    ``compared`` is the comparison of exactly ``before`` and ``after`` when the caller has one
+    (the gate reads the same pair for its change matrix): then nothing is scanned again.
+    ``reported`` holds keys (:func:`change_key`) of changes the caller has reported already and
+    drops (the gate: one an earlier stage showed): a change with such a key whose finding would
+    not fail is left out, unbuilt (no waiver is consulted for a finding that does not fail).
     """
-    changes = list(_diff.diff(before, after))
+    pair = compared if compared is not None else _diff.Comparison(before, after)
+    assert pair.before is before and pair.after is after, "compared is of another pair"
+    changes = pair.changes
     moved = {c.name for c in changes}
     kept = [_kept_override(n, after, markers, where) for n in declared if n not in moved]
     findings = [f for f in kept if f is not None] + [
@@ -547,9 +569,9 @@ def evaluate(
         if c.name in declared
         else _with_askers(change_finding(c, policy, where), after, markers)
         for c in changes
+        if not reported or c.name in declared or not _reported(c, reported, policy)
     ]
-    names = _moved(before, after)
-    relevant = _rules_for_moved(policy, before, after, names)
+    relevant = _rules_for_moved(policy, pair)
     known = _state_keys(check_state(before, relevant, where=where, markers=markers))
     state = check_state(after, relevant, where=where, markers=markers)
     findings.extend(f for f in state if (f.rule, f.package) not in known)

@@ -26,6 +26,7 @@ from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Any
 
+from audit.core.diff import Comparison
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.core.policy import LockstepGroup, Waiver
 from audit.core.rules import CHANGE_RULES
@@ -160,12 +161,14 @@ class ImageView:
 @dataclass(frozen=True)
 class ImageInputs:
     """What the gate knows beyond findings: stage environments at both refs, the head policy's
-    lockstep groups and waivers (each column: ``base``, then the head's stages)."""
+    lockstep groups and waivers, and each head column's comparison with the base ref
+    (:func:`audit.plan.matrix.column_pairs`; each column: ``base``, then the head's stages)."""
 
     old: Mapping[str, Env] = field(default_factory=dict)
     new: Mapping[str, Env] = field(default_factory=dict)
     lockstep: tuple[LockstepGroup, ...] = ()
     waivers: tuple[Waiver, ...] = ()
+    pairs: Mapping[str, Comparison] = field(default_factory=dict)  # per head column, old -> new
 
 
 def severity_of(finding: Finding) -> str:
@@ -249,15 +252,10 @@ def _plain_addition(finding: Finding) -> bool:
 
 
 def _unchanged(stage: str, inputs: ImageInputs) -> int | None:
-    """Packages this stage ships at the same version at both refs (None when not known)."""
-    if stage not in inputs.new:
-        return None
-    old = inputs.old.get(stage) or _last(inputs.old)
-    new = inputs.new[stage]
-    # a list's length, not a generator's sum: no frame resumed per package (300 x every stage)
-    return len(
-        [1 for name, dist in new.items() if name in old and old[name].version == dist.version]
-    )
+    """Packages this stage ships at the same version at both refs (None when not known): all
+    but those the comparison of its column finds new or at another version."""
+    pair = inputs.pairs.get(stage)
+    return None if pair is None else len(pair.after) - len(pair.moved)
 
 
 def _last(columns: Mapping[str, Env]) -> Env:

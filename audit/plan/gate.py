@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
 
+from audit.core.diff import Comparison
 from audit.core.errors import LockError
 from audit.core.findings import ERROR, INFO, WARNING, Finding
 from audit.core.policy import Policy, Waiver
@@ -33,7 +34,7 @@ from audit.core.rules import CHANGE_RULES
 from audit.core.snapshot import canonical_name
 from audit.core.system import System
 from audit.core.system_rules import evaluate_system
-from audit.core.verdict import Scope, WaiverLedger, evaluate, waiver_matches
+from audit.core.verdict import Scope, WaiverLedger, change_key, evaluate, waiver_matches
 from audit.plan import frontdoor
 from audit.plan.change_view import ImageInputs, ImageView, image_view, severity_of
 from audit.plan.lock import LockState, survey_locks
@@ -41,6 +42,7 @@ from audit.plan.lockfile import BaseRecord, base_relpath
 from audit.plan.matrix import (
     StageMatrix,
     change_matrix,
+    column_pairs,
     columns_matrix,
     declared_marks,
     finding_marks,
@@ -242,21 +244,21 @@ def _image(
     old_side = read_side(base, old) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
-    base_section, base_keys = _base_section(name, old_side, new_side, today)
+    old_columns, new_columns = _columns(old_side), _columns(new_side)
+    pairs = column_pairs(old_columns, new_columns)  # each compared once, read four times
+    base_section, base_keys = _base_section(name, old_side, new_side, pairs["base"], today)
     waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
     sections = [
         Section(section_title(name, WAIVERS_PART), tuple(waivers)),
         Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side))),
         base_section,
-        *_stage_sections(name, old_side, new_side, base_keys, today),
+        *_stage_sections(name, old_side, new_side, pairs, seen=base_keys, today=today),
     ]
     kept = [_mark_added(section, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
     old_matrix = old_side if recorded_before else None
-    matrices = image_matrices(name, old_matrix, new_side, found, today, whole=whole)
-    inputs = ImageInputs(
-        _columns(old_side), _columns(new_side), new.policy.lockstep, new.policy.waivers
-    )
+    matrices = image_matrices(name, old_matrix, new_side, found, today, pairs=pairs, whole=whole)
+    inputs = ImageInputs(old_columns, new_columns, new.policy.lockstep, new.policy.waivers, pairs)
     return kept, matrices, image_view(name, found, inputs)
 
 
@@ -276,14 +278,18 @@ def image_matrices(
     found: tuple[Finding, ...],
     today: date,
     *,
+    pairs: Mapping[str, Comparison],
     whole: bool = True,
 ) -> ImageMatrices:
     """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
-    change matrix marked with the gate's own findings."""
-    head = columns_matrix(name, _columns(new), head_marks(name, new, today)) if whole else None
+    change matrix of its column ``pairs`` marked with the gate's own findings."""
+    head = None
+    if whole:
+        marks = head_marks(name, new, today)
+        head = columns_matrix(name, _columns(new), marks, among=_column_moves(new))
     if old is None:
         return ImageMatrices(name, head, None)
-    changes = change_matrix(name, _columns(old), _columns(new), finding_marks(name, found))
+    changes = change_matrix(name, pairs, finding_marks(name, found))
     return ImageMatrices(name, head, changes)
 
 
@@ -344,6 +350,16 @@ def _moves_any(predicted: PredictedStep, names: frozenset[str]) -> bool:
 def _columns(side: Side) -> dict[str, Installed]:
     """``base`` then each stage's shipped environment."""
     return {"base": side.base_env, **side.stages}
+
+
+def _column_moves(side: Side) -> list[frozenset[str]]:
+    """Per stage column of :func:`_columns` (after ``base``), every name at which it may differ
+    from the column before: the pins of the stage's layers (none: the stage ships the same)."""
+    assert side.recipe is not None
+    return [
+        frozenset().union(*(p.moves for p in side.steps if p.step.stage is stage))
+        for stage in side.recipe.stages
+    ]
 
 
 def read_side(source: Source, recipe: Recipe) -> Side:
@@ -440,8 +456,11 @@ def _removed_image(name: str) -> Section:
     return Section(section_title(name, "image removed"), (finding,))
 
 
-def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section, set[FindingKey]]:
-    """What a changed base image (record or reference) changes, and the keys it reported."""
+def _base_section(
+    name: str, old: Side, new: Side, pair: Comparison, today: date
+) -> tuple[Section, set[FindingKey]]:
+    """What a changed base image (record or reference) changes, and the keys it reported;
+    ``pair`` compares the two base environments."""
     assert new.recipe is not None
     title = section_title(name, "base image")
     old_ref = old.recipe.base_ref if old.recipe else None
@@ -449,10 +468,11 @@ def _base_section(name: str, old: Side, new: Side, today: date) -> tuple[Section
         return Section(title, ()), set()
     stale = _stale_base(name, new)
     if stale is not None:  # the snapshot is of another image: predicting from it means nothing
-        pair = (_base_identity(old, new, f"{name} base image"), stale)
-        return Section(title, tuple(f.located(name) for f in pair)), set()
+        both = (_base_identity(old, new, f"{name} base image"), stale)
+        return Section(title, tuple(f.located(name) for f in both)), set()
     where = f"{name} base image"
-    found = evaluate(old.base_env, new.base_env, new.recipe.policy, where=where, today=today)
+    policy = new.recipe.policy
+    found = evaluate(pair.before, pair.after, policy, where=where, today=today, compared=pair)
     found += evaluate_system(
         _recorded_system(old), _recorded_system(new), new.recipe.policy, where=where, today=today
     )
@@ -501,19 +521,28 @@ def _base_identity(old: Side, new: Side, where: str) -> Finding:
 
 
 def _stage_sections(
-    name: str, old: Side, new: Side, seen: set[FindingKey], today: date
+    name: str,
+    old: Side,
+    new: Side,
+    pairs: Mapping[str, Comparison],
+    *,
+    seen: set[FindingKey],
+    today: date,
 ) -> list[Section]:
-    """One section per head stage with the changes that first show up there."""
+    """One section per head stage with the changes that first show up there (``pairs``: per
+    head stage, the base ref's environment for it, or its last, against the head's)."""
     assert new.recipe is not None
     sections: list[Section] = []
     ledger = WaiverLedger()
     for stage in new.recipe.stages:
-        before = old.stages.get(stage.name, old.final_env)  # a new stage extends the last one
+        pair = pairs[stage.name]
         where = f"{name} {stage.name}"
         found = evaluate(
-            before,
-            new.stages[stage.name],
+            pair.before,
+            pair.after,
             new.recipe.policy,
+            compared=pair,
+            reported=seen,
             where=where,
             today=today,
             scope=Scope(stage.name),
@@ -523,7 +552,7 @@ def _stage_sections(
         )
         fresh = [_attributed(f, new, stage) for f in found if finding_key(f) not in seen]
         fresh = [f if f.layer else f.located(name, stage.name) for f in fresh]
-        seen = _seen_keys(found)
+        seen = _seen_keys(found) | _carried(seen, pair)
         runs = run_layer_findings(name, old, new, stage)
         sections.append(Section(section_title(name, stage.name), (*runs, *fresh)))
     sections += [_removed_stage(name, stage) for stage in _dropped_stages(old, new)]
@@ -542,6 +571,14 @@ def _seen_keys(found: list[Finding]) -> set[FindingKey]:
         if f.rule in CHANGE_RULES:  # a later stage inheriting it: no "waiver spent" note either
             keys.add((WAIVER_SPENT_RULE, f.package, f.before, f.after))
     return keys
+
+
+def _carried(seen: set[FindingKey], pair: Comparison) -> set[FindingKey]:
+    """The keys of the changes ``pair`` still holds that ``seen`` reported: :func:`evaluate`
+    leaves out those that do not fail, so the next stage learns of them here (the others are
+    in its findings). No ``waiver-spent`` key is owed for them: a change's kind, so whether it
+    fails, follows from its versions, and one that does not fail never spends a waiver."""
+    return {key for c in pair.changes if (key := change_key(c)) in seen}
 
 
 def _overridden_in(side: Side, stage: Stage) -> tuple[str, ...]:

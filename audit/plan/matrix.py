@@ -24,7 +24,7 @@ from itertools import pairwise
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from audit.core.diff import ADDED, REMOVED, compare
+from audit.core.diff import ADDED, REMOVED, Comparison, compare
 from audit.core.findings import Finding
 from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
@@ -128,14 +128,18 @@ def columns_matrix(
     marks: Marks,
     *,
     all_rows: bool = False,
+    among: Sequence[Collection[str]] | None = None,
 ) -> StageMatrix:
-    """Packages x ``columns`` (in order: each cell compared with the column before it)."""
+    """Packages x ``columns`` (in order: each cell compared with the column before it).
+    ``among``, when given, holds per column after the first every name at which it may differ
+    from the one before (its stage's lock pins; nothing removed): only those are compared."""
     # only a name that moves between two columns, or is marked, can change: the rest of a row
     # is read without comparing (a base of 300 packages moves a handful per stage)
     envs = list(columns.values())
     moved_at: dict[str, set[int]] = {}  # name -> the column indexes it may change at
     for index, (old, new) in enumerate(pairwise(envs), start=1):
-        for name in _differing(old, new):
+        pair = Comparison(old, new, among[index - 1] if among is not None else None)
+        for name in (*pair.touched, *pair.removed):
             moved_at.setdefault(name, set()).add(index)
     marked_at = _marks_by_name(tuple(columns), marks)
     if all_rows:
@@ -185,41 +189,36 @@ def _marks_by_name(columns: Sequence[str], marks: Marks) -> dict[str, dict[int, 
     return found
 
 
-def _differing(old: Mapping[str, Distribution], new: Mapping[str, Distribution]) -> list[str]:
-    """Every name whose distribution may have changed kind from ``old`` to ``new``: absent on
-    one side, or at another version or digest (what :func:`_kind` looks at)."""
-    changed = [  # not the same object, nor at the same version and digest (inlined: hot)
-        name
-        for name, dist in new.items()
-        if (was := old.get(name)) is not dist
-        and (was is None or was.version != dist.version or was.digest != dist.digest)
-    ]
-    return changed + [name for name in old if name not in new]
-
-
 def _same(old: Distribution | None, new: Distribution | None) -> bool:
     return old is new or old == new
 
 
+def column_pairs(
+    old: Mapping[str, Mapping[str, Distribution]], new: Mapping[str, Mapping[str, Distribution]]
+) -> dict[str, Comparison]:
+    """What a pull request changes, per column of ``new`` (base, v1 … vN at the head ref): the
+    same column at the base ref ``old`` compared with it; a column the base ref lacks compares
+    with the base ref's last column (a new stage extends the last one)."""
+    last: Mapping[str, Distribution] = list(old.values())[-1] if old else {}
+    return {column: Comparison(old.get(column, last), env) for column, env in new.items()}
+
+
 def change_matrix(
     image: str,
-    old: Mapping[str, Mapping[str, Distribution]],
-    new: Mapping[str, Mapping[str, Distribution]],
+    pairs: Mapping[str, Comparison],
     marks: Marks,
     *,
     all_rows: bool = False,
 ) -> StageMatrix:
-    """What a pull request changes: per column of ``new`` (base, v1 … vN at the head ref), the
-    same column at the base ref against it; a column the base ref lacks compares with the
-    base ref's last column (a new stage extends the last one)."""
-    last: Mapping[str, Distribution] = list(old.values())[-1] if old else {}
-    pairs = {column: (old.get(column, last), env) for column, env in new.items()}
+    """The pull request's change matrix from :func:`column_pairs`: a row per package that
+    differs between the refs in some column (every package with ``all_rows``)."""
     if all_rows:
-        names = {name for pair in pairs.values() for env in pair for name in env}
+        names = {name for pair in pairs.values() for name in (*pair.before, *pair.after)}
     else:  # a cell changes only where the two refs differ in its column
-        names = {name for was, now in pairs.values() for name in _differing(was, now)}
-    rows = [_known_compared_row(name, pairs, marks) for name in sorted(names)]
-    return _matrix(image, tuple(new), rows, all_rows)
+        names = {name for pair in pairs.values() for name in (*pair.touched, *pair.removed)}
+    envs = {column: (pair.before, pair.after) for column, pair in pairs.items()}
+    rows = [_known_compared_row(name, envs, marks) for name in sorted(names)]
+    return _matrix(image, tuple(pairs), rows, all_rows)
 
 
 Pairs = Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]]

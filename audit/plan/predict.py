@@ -35,13 +35,16 @@ Installed = Mapping[str, Distribution]
 class PredictedStep:
     """One layer and the environments before and after it (canonical name -> distribution).
 
-    ``lock`` is the project-relative lock path of a pip layer whose lock exists, else None.
+    ``lock`` is the project-relative lock path of a pip layer whose lock exists, else None;
+    ``moves`` holds every name at which ``after`` may differ from ``before`` (the lock's pins:
+    a layer replaces or adds, never removes).
     """
 
     step: Step
     before: Installed
     after: Installed
     lock: str | None = None
+    moves: frozenset[str] = frozenset()
 
 
 def predict(source: Source, recipe: Recipe) -> list[PredictedStep]:
@@ -67,7 +70,8 @@ def predict_from(
         lock = _lock_of(source, recipe, step, locks)
         after = current if lock is None else apply_lock(current, lock)
         relpath = None if lock is None else lock_relpath(recipe, step)
-        predicted.append(PredictedStep(step, current, after, relpath))
+        moves = frozenset() if lock is None else frozenset(lock.pins)
+        predicted.append(PredictedStep(step, current, after, relpath, moves))
         current = after
     return predicted
 

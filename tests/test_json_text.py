@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from audit.core.redact import redact_json
 from audit.plan import json_text
 
 TEXTS = ["", "a", "é", '"quoted"', "back\\slash", "tab\t", "line\nbreak", "\u2028", "\x00",
@@ -69,3 +70,49 @@ def test_a_gate_report_document_round_trips() -> None:
     }
     text = json_text.dumps(document)
     assert text == reference(document) and json.loads(text) == document
+
+
+# texts a redaction changes, and what some of them become (a key collision after redaction)
+SECRETS = ["https://user:tok@host/x", "https://host/x", "token=abc123", "ghp_" + "a" * 20,
+           "Bearer abcdefgh12", "a\nb password: hunter2", "user:pw@registry:5000/x"]  # fmt: skip
+
+
+def with_secrets(rng: random.Random, depth: int = 0) -> Any:
+    """:func:`generated` with texts and keys a redaction changes, including keys that two
+    different raw keys redact to."""
+    roll = rng.random()
+    texts = TEXTS + SECRETS
+    if depth > 4 or roll < 0.35:
+        return rng.choice([rng.choice(texts), rng.randint(-5, 9), True, None])
+    if roll < 0.7:
+        return {rng.choice(texts): with_secrets(rng, depth + 1) for _ in range(rng.randint(0, 5))}
+    items = [with_secrets(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return items if rng.random() < 0.8 else tuple(items)
+
+
+def test_redacted_dumps_writes_what_dumps_writes_for_the_redacted_value() -> None:
+    rng = random.Random(2222)
+    for _ in range(3000):
+        value = with_secrets(rng)
+        assert json_text.redacted_dumps(value) == json_text.dumps(redact_json(value))
+
+
+def test_redacted_dumps_merges_keys_that_redact_to_one_as_redact_json_does() -> None:
+    value = {"https://u:p@host/x": 1, "https://host/x": 2, "z": ["https://u:p@host/x"]}
+    text = json_text.redacted_dumps(value)
+    assert json.loads(text) == {"https://host/x": 2, "z": ["https://host/x"]}
+    assert text == reference(redact_json(value)) and "u:p" not in text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"token=abc": 1.5, "items": ["https://u:p@h/x"]},  # a float: the general path
+        {2: "https://u:p@h/x"},  # a non-string key
+        {"level": Level.LOW, "url": "https://u:p@h/x"},
+        "ghp_" + "b" * 20,
+    ],
+)
+def test_redacted_dumps_of_unusual_values_redacts_them_too(value: object) -> None:
+    text = json_text.redacted_dumps(value)
+    assert text == reference(redact_json(value)) and "u:p" not in text and "bbbb" not in text

@@ -13,16 +13,20 @@ taken where it should be, so the property cannot hold by always declining.
 from __future__ import annotations
 
 from io import StringIO
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from rich.markup import escape
 
 from audit.plan.plain_table import (
     Cell,
     Column,
     Grid,
+    Printer,
     cell,
+    escape_markup,
     plain_console,
     plain_text,
     print_grid,
@@ -123,3 +127,75 @@ def test_only_a_console_without_colour_takes_the_fast_path() -> None:
         print_grid(gate_table("a note"), console)
         buffer = console.file
         assert isinstance(buffer, StringIO) and "nvidia-cutlass-dsl" in buffer.getvalue()
+
+
+class CountingConsole(Console):
+    """A colourless console that counts its ``print`` calls."""
+
+    prints = 0
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.prints += 1
+        super().print(*objects, **options)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(grids() | runs.map(lambda r: cell(*r)), max_size=6),
+    st.integers(6, 140),
+    st.booleans(),
+)
+def test_a_printer_prints_what_rich_prints_for_each_table_and_line_in_turn(
+    items: list[Grid | Cell], width: int, soft_wrap: bool
+) -> None:
+    """Gathered text (and rich's drawing of what the fast path declines, in its place) is
+    the text rich prints for each table and line alone, in order."""
+    console = CountingConsole(
+        file=StringIO(), width=width, soft_wrap=soft_wrap, highlight=False, emoji=False
+    )
+    out = Printer(console)
+    for item in items:
+        if isinstance(item, Grid):
+            out.grid(item)
+        else:
+            out.line(item)
+    out.flush()
+    expected = [
+        rich_text(item, width, soft_wrap)
+        if isinstance(item, Grid)
+        else rich_line(item, width, soft_wrap)
+        for item in items
+    ]
+    buffer = console.file
+    assert isinstance(buffer, StringIO) and buffer.getvalue() == "".join(expected)
+
+
+def test_a_printer_gathers_the_gate_tables_into_one_print() -> None:
+    """What the fast path draws is printed once; a table it declines is printed by rich in
+    its place, after what was gathered before it."""
+    console = CountingConsole(file=StringIO(), width=100, highlight=False, emoji=False)
+    out = Printer(console)
+    items: list[Grid | Cell] = [
+        gate_table("a"), Cell("a line", "a line"), gate_table("b"), gate_table("中文 note")
+    ]  # fmt: skip
+    for item in items:
+        if isinstance(item, Grid):
+            out.grid(item)
+        else:
+            out.line(item)
+    out.line(Cell("after", "after"))
+    assert console.prints == 2  # what was gathered, then the declined table
+    out.flush()
+    assert console.prints == 3
+    expected = [rich_text(t, 100, False) for t in (gate_table("a"),)]
+    expected += [rich_line(Cell("a line", "a line"), 100, False)]
+    expected += [rich_text(t, 100, False) for t in (gate_table("b"), gate_table("中文 note"))]
+    expected += [rich_line(Cell("after", "after"), 100, False)]
+    buffer = console.file
+    assert isinstance(buffer, StringIO) and buffer.getvalue() == "".join(expected)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab[]/\\@#x ")) | st.text())
+def test_escape_markup_returns_what_rich_escape_returns(text: str) -> None:
+    assert escape_markup(text) == escape(text)

@@ -89,13 +89,16 @@ def test_public_source_url(remote: str, expected: str) -> None:
     assert public_source_url(remote) == expected
 
 
+# what secrets are made of, non-ASCII letters a case-blind pattern reads as ASCII, a lone
+# surrogate (as os.fsdecode makes of a byte that is not UTF-8) and an emoji
 PIECES = ["https://", "user:pw@", "ghp_", "A" * 20, "github_pat_", "glpat-", "Bearer ",
           "Authorization: Basic ", "?token=", "&password=", "login bob password ",
           "machine h password ", "x:y@", "host", ":", "=", "@", " ", "\n", '"auth": "',
           "api_key=", "HF_TOKEN=", "--password=", "secret", "\u212a", "ſ", "paſſword=",
           "TO\u212aEN=", "pwd=", "credentials=", "api-key:", "Token", "SECRET:", "abc123xyz",
           "/", "'", '"', MASK, "registry:5000/", "é", "→", "\u0130", "\u0131",
-          "AUTHOR\u0130ZATION: Basic ", "credent\u0131als=", "Bearer\u2003"]  # fmt: skip
+          "AUTHOR\u0130ZATION: Basic ", "credent\u0131als=", "Bearer\u2003",
+          "\udcff", "\U0001f642"]  # fmt: skip
 
 
 def every_rule(text: str) -> str:

@@ -93,23 +93,41 @@ def _redact_cached(text: str) -> str:
 
 def _redact(text: str) -> str:
     """Each pattern in turn, skipping one whose :func:`_may_match` says it cannot match (a
-    report of thousands of lines holds no ``@`` and no credential word: nothing to scan)."""
+    report of thousands of lines holds no ``@`` and no credential word: nothing to scan). The
+    words a text holds are looked for once (folding a long text to lower case is most of the
+    cost), and again only after a pattern changed it."""
+    words = _words(text)
     for pattern, replacement in _RULES:
-        if _may_match(pattern, text):
-            text = pattern.sub(replacement, text)
+        if _may_match(pattern, text, words):
+            redacted = pattern.sub(replacement, text)
+            if redacted != text:
+                text, words = redacted, _words(redacted)
     return text
 
 
 # The words (lower case) one of which every match of the key patterns holds: an ASCII text
-# without any of them cannot match, so the scan is skipped.
+# without any of them cannot match, so the scan is skipped; and those of the auth header.
 _KEY_WORDS = ("auth", "passw", "pwd", "token", "secret", "api", "credential")
+_HEADER_WORDS = ("bearer", "authorization")
+_KEY_BYTES = tuple(word.encode() for word in _KEY_WORDS)
+_HEADER_BYTES = tuple(word.encode() for word in _HEADER_WORDS)
+Words = tuple[bool, bool]  # a key word, an auth-header word
 
 
-def _may_match(pattern: re.Pattern[str], text: str) -> bool:
-    """False only when ``pattern`` cannot match ``text``: a character or word every match holds
-    is absent. Never a false "no": words are looked for case-blind (a
+def _words(text: str) -> Words:
+    """Whether ``text`` holds a key word and an auth-header word, looked for case-blind (a
     case-blind pattern also matches four non-ASCII letters, such as the Kelvin sign for k: a
     non-ASCII text is folded through :data:`_FOLD` first)."""
+    if text.isascii():
+        lower = text.lower()
+        return any(w in lower for w in _KEY_WORDS), any(w in lower for w in _HEADER_WORDS)
+    folded = _ascii_fold(text)
+    return any(w in folded for w in _KEY_BYTES), any(w in folded for w in _HEADER_BYTES)
+
+
+def _may_match(pattern: re.Pattern[str], text: str, words: Words) -> bool:
+    """False only when ``pattern`` cannot match ``text``: a character or word every match holds
+    is absent (``words``: :func:`_words` of ``text``). Never a false "no"."""
     if pattern is _USERINFO or pattern is _BARE_USERINFO:
         return "@" in text
     if pattern is _TOKENS:
@@ -117,15 +135,10 @@ def _may_match(pattern: re.Pattern[str], text: str) -> bool:
     if pattern is _NETRC:
         return "password" in text
     if pattern is _QUERY or pattern is _ASSIGNMENT:
-        return "=" in text and _has_word(text, _KEY_WORDS)
+        return words[0] and "=" in text
     if pattern is _CREDENTIAL_KEY:
-        return ("=" in text or ":" in text) and _has_word(text, _KEY_WORDS)
-    return _has_word(text, ("bearer", "authorization"))  # _AUTH_HEADER
-
-
-def _has_word(text: str, words: tuple[str, ...]) -> bool:
-    lower = text.lower() if text.isascii() else _ascii_fold(text)
-    return any(word in lower for word in words)
+        return words[0] and ("=" in text or ":" in text)
+    return words[1]  # _AUTH_HEADER
 
 
 # The only non-ASCII characters a case-blind pattern matches as an ASCII letter (checked over
@@ -134,12 +147,15 @@ def _has_word(text: str, words: tuple[str, ...]) -> bool:
 _FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
 
 
-def _ascii_fold(text: str) -> str:
-    """``text`` in lower case with :data:`_FOLD`'s letters made ASCII (an arrow or an accent
-    in a report no longer makes every word check answer "maybe")."""
+def _ascii_fold(text: str) -> bytes:
+    """``text`` as UTF-8 with its ASCII letters in lower case, :data:`_FOLD`'s letters made
+    ASCII first (an arrow or an accent in a report no longer makes every word check answer
+    "maybe"). Only ASCII letters are lowered, in one pass over bytes: Unicode's lower case of
+    a long non-ASCII text costs ten times as much, and a multi-byte character holds no ASCII
+    byte, so it can neither hide a word nor make one."""
     if any(chr(code) in text for code in _FOLD):
         text = text.translate(_FOLD)
-    return text.lower()
+    return text.encode("utf-8", "surrogatepass").lower()
 
 
 _MASKED_USERINFO = re.compile(r"[^:@]*:" + re.escape(MASK) + "@")

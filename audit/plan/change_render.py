@@ -18,13 +18,12 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from io import StringIO
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from audit.core.findings import ERROR, INFO, WARNING
-from audit.core.redact import redact, redact_json
+from audit.core.redact import redact
 from audit.plan import json_text
 from audit.plan.change_view import (
     IMAGE_WIDE,
@@ -47,13 +46,21 @@ from audit.plan.plain_table import Cell as PlainCell
 from audit.plan.plain_table import (
     Column,
     Grid,
+    Printer,
     cell,
-    plain_console,
-    print_grid,
-    print_line,
+    escape_markup,
     rich_table,
 )
-from audit.plan.report import Report, print_footer, report_json, severity_tally, summary_line
+from audit.plan.report import (
+    Report,
+    print_footer,
+    report_document,
+    severity_tally,
+    summary_line,
+)
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
 WORD = {ERROR: "error", WARNING: "warning", INFO: "info"}
@@ -65,9 +72,9 @@ WORD = {ERROR: "error", WARNING: "warning", INFO: "info"}
 def gate_json(report: Report, views: Iterable[ImageView]) -> str:
     """The report document (``layer-audit.report/1``) with the change view as ``changes``;
     every string redacted."""
-    document = report_json(report)
-    document["changes"] = redact_json(view_json(views))
-    return json_text.dumps(document) + "\n"
+    document = report_document(report)
+    document["changes"] = view_json(views)
+    return json_text.redacted_dumps(document) + "\n"
 
 
 # --- terminal -------------------------------------------------------------------------------
@@ -82,33 +89,34 @@ def print_views(
     (a pipe, a CI log) the tables are drawn as rich draws them, without rich
     (:mod:`audit.plan.plain_table`)."""
     tables = {matrix.image: matrix for matrix in matrices}
-    plain = plain_console(console)
+    out = Printer(console)
     for view in views:
         for table in view_grids(view):
             if isinstance(table, Grid):
-                print_grid(table, console, plain=plain)
+                out.grid(table)
             else:
-                print_line(table, console, plain=plain)
+                out.line(table)
         if view.image in tables:
-            _print_matrix(tables[view.image], console, plain)
+            _print_matrix(tables[view.image], out)
+    out.flush()
     print_footer(report, console)
 
 
-def _print_matrix(matrix: StageMatrix, console: Console, plain: bool) -> None:
+def _print_matrix(matrix: StageMatrix, out: Printer) -> None:
     """The alarming rows as tables that fit; the routine rows as one count line."""
     shown = alarming_only(matrix)
     folded = len(matrix.rows) - len(shown.rows)
     if shown.rows:
-        for grid in matrix_grids(shown, console.width):
-            print_grid(grid, console, plain=plain)
+        for grid in matrix_grids(shown, out.width):
+            out.grid(grid)
     if folded:
         rows = "row" if folded == 1 else "rows"
         line = (
             f": stage matrix: {folded} routine {rows} folded "
             "(--format markdown or --html shows them)"
         )
-        folded_line = PlainCell(escape(matrix.image) + line, matrix.image + line)
-        print_line(folded_line, console, highlight=False, plain=plain)
+        folded_line = PlainCell(escape_markup(matrix.image) + line, matrix.image + line)
+        out.line(folded_line, highlight=False)
 
 
 def render_views(
@@ -148,7 +156,9 @@ def _title(view: ImageView, stage: StageView, routine: int) -> PlainCell:
     parts += [stage.folded] if stage.folded else []
     folded = f"; {', '.join(parts)} (folded)" if parts else ""
     tail = f": {severity_tally(stage.counts)}{folded}"
-    return PlainCell(f"{escape(view.image)} {escape(where)}{tail}", f"{view.image} {where}{tail}")
+    return PlainCell(
+        f"{escape_markup(view.image)} {escape_markup(where)}{tail}", f"{view.image} {where}{tail}"
+    )
 
 
 def _table(title: PlainCell, names: Sequence[str], rows: list[tuple[PlainCell, ...]]) -> Grid:
@@ -178,7 +188,7 @@ def _review_table(view: ImageView) -> Grid:
     title = f"{view.image}: needs owner review"
     cells = [_row_cells(view.image, row) for row in view.review]
     return _table(
-        PlainCell(f"{escape(view.image)}: needs owner review", title),
+        PlainCell(f"{escape_markup(view.image)}: needs owner review", title),
         [r.package for r in view.review],
         cells,
     )

@@ -19,9 +19,11 @@ Pure: no I/O; the same inputs give the same view.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import cached_property
 from typing import Any
 
 from audit.core.diff import Comparison
@@ -132,8 +134,14 @@ class StageView:
     @property
     def counts(self) -> dict[str, int]:
         """Shown rows by the severity they are shown as (folded additions are info)."""
+        return dict(self._counts)
+
+    @cached_property
+    def _counts(self) -> dict[str, int]:
+        """:attr:`counts`, counted once (the view is frozen; three writers read it)."""
         found = [*self.rows, *(row for group in self.groups for row in group.rows), *self.added]
-        return {s: sum(severity_of(r.finding) == s for r in found) for s in SEVERITIES}
+        tally = Counter([severity_of(row.finding) for row in found])
+        return {severity: tally[severity] for severity in SEVERITIES}
 
     @property
     def folded(self) -> str:

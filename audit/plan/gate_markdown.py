@@ -12,6 +12,7 @@ or injects HTML; a ``<summary>`` holds HTML, never Markdown (GitHub shows it lit
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from audit.core.findings import INFO, SEVERITIES, Finding
 from audit.core.redact import redact
@@ -166,7 +167,7 @@ def _row(image: str, row: Row, *, member: bool = False) -> str:
     package = f"↳ {package}" if member and package else package
     icon = SEVERITY_ICON[severity_of(finding)]
     cells = (icon, finding.rule, package, row.change, where, row.note)
-    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+    return "| " + " | ".join([_cell(cell) for cell in cells]) + " |"
 
 
 def _tally(rows: list[Row]) -> str:
@@ -201,5 +202,8 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+@lru_cache(maxsize=1 << 14)
 def _cell(text: str) -> str:
+    """``text`` as a table cell (remembered: a fleet's rows repeat their rules, versions and
+    layers thousands of times)."""
     return _escape(text).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
 from operator import attrgetter
-
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from audit.core.diff import ADDED, REMOVED, Comparison, compare
 from audit.core.findings import Finding
@@ -32,10 +30,13 @@ from audit.core.snapshot import Distribution
 from audit.plan.auditdeps import RecipeAudit
 from audit.plan.change_view import severity_of
 from audit.plan.plain_table import Cell as PlainCell
-from audit.plan.plain_table import Column, Grid, rich_table
+from audit.plan.plain_table import Column, Grid, escape_markup, rich_table
 from audit.plan.plain_table import cell as plain_cell
 from audit.plan.predict import PredictedStep, declared_overrides
 from audit.plan.report import Report, ordered, summary_line
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 WAIVED = "waived"
 OVERRIDE = "override"
@@ -385,7 +386,7 @@ def matrix_grid(matrix: StageMatrix, columns: Sequence[int] | None = None) -> Gr
     part = "" if len(shown) == len(matrix.columns) else f" ({', '.join(_picked(matrix, shown))})"
     text = "" if not part else f" ({', '.join(matrix.columns[index] for index in shown)})"
     title = PlainCell(
-        f"{escape(matrix.image)}: stage matrix{part}", f"{matrix.image}: stage matrix{text}"
+        f"{escape_markup(matrix.image)}: stage matrix{part}", f"{matrix.image}: stage matrix{text}"
     )
     heads = [Column("package", min_width=_name_width(matrix), no_wrap=True)]
     heads += [Column(matrix.columns[index], overflow="fold") for index in shown]
@@ -426,7 +427,7 @@ def matrix_grids(matrix: StageMatrix, width: int) -> list[Grid]:
 
 
 def _picked(matrix: StageMatrix, shown: Sequence[int]) -> list[str]:
-    return [escape(matrix.columns[index]) for index in shown]
+    return [escape_markup(matrix.columns[index]) for index in shown]
 
 
 def _name_width(matrix: StageMatrix) -> int:
@@ -442,7 +443,7 @@ def _column_width(matrix: StageMatrix, index: int) -> int:
 
 def _grid_cell(cell: Cell) -> PlainCell:
     """The version(s) dim when unchanged, else in the kind's style followed by the kind."""
-    text = escape(cell.text)
+    text = escape_markup(cell.text)
     if not cell.kind:
         return PlainCell(f"[dim]{text}[/]", cell.text)
     style = STYLES.get(cell.kind, "bold")

@@ -21,14 +21,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.markup import render as render_markup
 from rich.segment import Segment
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where a table is made: a pipe gets none
 
 Run = tuple[str, str]  # a piece of text and its rich style ("": none)
 Overflow = Literal["fold", "ellipsis"]
@@ -73,9 +76,17 @@ class Grid:
 def cell(*runs: Run) -> Cell:
     """Runs of (text, style) as one cell: each text escaped, a styled one in its style."""
     return Cell(
-        "".join(f"[{style}]{escape(text)}[/]" if style else escape(text) for text, style in runs),
+        "".join(
+            f"[{style}]{escape_markup(text)}[/]" if style else escape_markup(text)
+            for text, style in runs
+        ),
         "".join(text for text, _ in runs),
     )
+
+
+def escape_markup(text: str) -> str:
+    """rich's ``escape``, which changes only a text holding a bracket or a backslash."""
+    return escape(text) if "[" in text or "\\" in text else text
 
 
 def shown(content: Cell) -> str:
@@ -86,6 +97,8 @@ def shown(content: Cell) -> str:
 
 def rich_table(grid: Grid) -> Table:
     """The rich table of ``grid`` (what a terminal with colours gets)."""
+    from rich.table import Table
+
     table = Table(title=grid.title.markup, title_justify="left", header_style=grid.header_style)
     for column in grid.columns:
         table.add_column(
@@ -126,46 +139,105 @@ def print_grid(grid: Grid, console: Console, *, plain: bool | None = None) -> No
     """``grid`` on ``console``: drawn here when the console shows only characters
     (``plain``: :func:`plain_console`, when the caller knows it) and :func:`plain_text` can
     promise rich's text, else by rich."""
-    plain = plain_console(console) if plain is None else plain
-    text = plain_text(grid, console.width, console.soft_wrap) if plain else None
-    console.print(rich_table(grid) if text is None else Drawn(text))
+    out = Printer(console, plain=plain)
+    out.grid(grid)
+    out.flush()
 
 
 def print_line(
     content: Cell, console: Console, *, highlight: bool | None = None, plain: bool | None = None
 ) -> None:
     """One line, as ``console.print(content.markup, highlight=highlight)`` prints it."""
-    text = shown(content)
-    plain = plain_console(console) if plain is None else plain
-    if plain and _one_cell(text):  # highlighting shows as styles only
-        lines = [text] if console.soft_wrap else _wrapped(text, console.width, "fold", pad=False)
-        console.print(Drawn("".join(line + "\n" for line in lines)))
-    else:
-        console.print(content.markup, highlight=highlight)
+    out = Printer(console, plain=plain)
+    out.line(content, highlight=highlight)
+    out.flush()
+
+
+class Printer:
+    """Tables and lines printed in order on one console. On a console that shows only
+    characters (``plain``: :func:`plain_console`) the text drawn here for consecutive tables
+    and lines is gathered and printed by one ``console.print`` (rich's cost per call: console
+    options, size, environment look-ups, a redaction of each write); what rich must draw is
+    printed after what is gathered. Call :meth:`flush` before anything else prints.
+
+    The same characters reach the console: each drawn text is whole lines (it ends with a line
+    break), so a soft-wrapping console writes them as they are and another crops each line as
+    it would have cropped it alone."""
+
+    def __init__(self, console: Console, *, plain: bool | None = None) -> None:
+        self.console = console
+        self.plain = plain_console(console) if plain is None else plain
+        # read once (rich reads the environment and the terminal's size at every look)
+        self.width = console.width
+        self.drawn: list[str] = []
+
+    def grid(self, grid: Grid) -> None:
+        console = self.console
+        text = plain_text(grid, self.width, console.soft_wrap) if self.plain else None
+        if text is None:
+            self.flush()
+            console.print(rich_table(grid))
+        else:
+            self.drawn.append(text)
+
+    def line(self, content: Cell, *, highlight: bool | None = None) -> None:
+        """As ``console.print(content.markup, highlight=highlight)`` prints it."""
+        text = shown(content)
+        console = self.console
+        if self.plain and _one_cell(text):  # highlighting shows as styles only
+            width = self.width
+            lines = [text] if console.soft_wrap else _wrapped(text, width, "fold", pad=False)
+            self.drawn.append("".join(line + "\n" for line in lines))
+        else:
+            self.flush()
+            console.print(content.markup, highlight=highlight)
+
+    def flush(self) -> None:
+        """Print what is gathered (nothing when nothing is)."""
+        if self.drawn:
+            self.console.print(Drawn("".join(self.drawn)))
+            self.drawn.clear()
 
 
 def plain_text(grid: Grid, width: int, soft_wrap: bool) -> str | None:
     """The text rich prints for ``grid`` on a colourless console ``width`` wide (``soft_wrap``:
     the console's mode, in which a title is never wrapped); None where that is not promised."""
     title = shown(grid.title)
-    columns = [
-        [shown(cell((column.header, ""))), *(shown(row[index]) for row in grid.rows)]
-        for index, column in enumerate(grid.columns)
-    ]
-    if not all(_one_cell(text) for text in (title, *(t for texts in columns for t in texts))):
+    body = _body(grid.columns, grid.rows, width) if _one_cell(title) else None
+    if body is None:
         return None
-    extra = len(grid.columns) + 1  # the box's edges and dividers
-    widths = _widths(grid.columns, columns, width - extra)
+    table_width, text = body
+    lines = _title(title, table_width, soft_wrap) if grid.title.markup else []
+    return "".join(line + "\n" for line in lines) + text
+
+
+@lru_cache(maxsize=1 << 10)
+def _body(
+    columns: tuple[Column, ...], rows: tuple[tuple[Cell, ...], ...], width: int
+) -> tuple[int, str] | None:
+    """A table's text below its title, and the table's width; None where :func:`plain_text`
+    promises nothing. It depends on the columns, the cells and the console's width alone
+    (a title is drawn at the table's width), so it is remembered by them: a fleet's images
+    print the same rows under titles of their own."""
+    texts = [
+        [shown(cell((column.header, ""))), *(shown(row[index]) for row in rows)]
+        for index, column in enumerate(columns)
+    ]
+    if not all(_one_cell(text) for column_texts in texts for text in column_texts):
+        return None
+    extra = len(columns) + 1  # the box's edges and dividers
+    widths = _widths(columns, texts, width - extra)
     if min(widths, default=0) < 3 or sum(widths) + extra > width:
         return None
-    lines = _title(title, sum(widths) + extra, soft_wrap) if grid.title.markup else []
-    lines.append("┏" + "┳".join("━" * w for w in widths) + "┓")
-    lines += _row(grid.columns, widths, [texts[0] for texts in columns], header=True)
+    lines = ["┏" + "┳".join("━" * w for w in widths) + "┓"]
+    lines += _row(columns, widths, [column_texts[0] for column_texts in texts], header=True)
     lines.append("┡" + "╇".join("━" * w for w in widths) + "┩")
-    for index in range(1, len(grid.rows) + 1):
-        lines += _row(grid.columns, widths, [texts[index] for texts in columns], header=False)
+    for index in range(1, len(rows) + 1):
+        lines += _row(
+            columns, widths, [column_texts[index] for column_texts in texts], header=False
+        )
     lines.append("└" + "┴".join("─" * w for w in widths) + "┘")
-    return "".join(line + "\n" for line in lines)
+    return sum(widths) + extra, "".join(line + "\n" for line in lines)
 
 
 def _one_cell(text: str) -> bool:

@@ -12,21 +12,26 @@ waiver_index, and where known image, stage and layer (``audit/schemas/report.sch
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from io import StringIO
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from audit.core.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.core.redact import redact, redact_json
 from audit.core.verdict import ASKED_BY
 from audit.plan import json_text
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where a table is made: the gate may draw none
 
 REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("table", "json", "markdown")
@@ -51,32 +56,53 @@ class Section:
 
 @dataclass(frozen=True)
 class Report:
+    """A run's findings by section. Frozen, so what is derived from the sections is computed
+    on first use and kept (a fleet's gate reads its 8,400 findings a dozen times)."""
+
     title: str
     sections: tuple[Section, ...]
 
-    @property
+    @cached_property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for section in self.sections for f in section.findings)
 
-    @property
+    @cached_property
     def failed(self) -> bool:
         return any(f.fails for f in self.findings)
 
     @property
     def counts(self) -> dict[str, int]:
+        """A new dict each time (a caller may change it); counted once."""
+        return dict(self._counts)
+
+    @cached_property
+    def _counts(self) -> dict[str, int]:
         return count(self.findings)
 
 
+_SEVERITY = attrgetter("severity")
+
+
 def count(findings: tuple[Finding, ...]) -> dict[str, int]:
-    return {severity: sum(f.severity == severity for f in findings) for severity in SEVERITIES}
+    """Findings by severity, every severity named (most serious first), in one pass."""
+    tally = Counter(map(_SEVERITY, findings))
+    return {severity: tally[severity] for severity in SEVERITIES}
+
+
+_SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}
+_RULE_RANK = {rule: rank for rank, rule in enumerate(RULE_ORDER)}
 
 
 def ordered(findings: tuple[Finding, ...]) -> list[Finding]:
-    """Severity first, then the alarming rules first (downgrades lead), then by package."""
+    """Severity first, then the alarming rules first (downgrades lead; a rule not in
+    :data:`RULE_ORDER` after them all), then by package; stable."""
+    last = len(RULE_ORDER)
 
     def key(finding: Finding) -> tuple[int, int, str]:
-        rule = RULE_ORDER.index(finding.rule) if finding.rule in RULE_ORDER else len(RULE_ORDER)
-        return SEVERITIES.index(finding.severity), rule, finding.package
+        severity = _SEVERITY_RANK.get(finding.severity)
+        if severity is None:
+            raise ValueError(f"{finding.severity!r} is not a severity")
+        return severity, _RULE_RANK.get(finding.rule, last), finding.package
 
     return sorted(findings, key=key)
 
@@ -140,6 +166,8 @@ def _change(finding: Finding) -> str:
 
 
 def _table(title: str, severity: str, findings: list[Finding]) -> Table:
+    from rich.table import Table
+
     style = _STYLE[severity]
     heading = f"{escape(title)}: [{style}]{len(findings)} {severity}[/]"
     table = Table(title=heading, title_justify="left", header_style="bold", expand=False)
@@ -160,8 +188,9 @@ def _table(title: str, severity: str, findings: list[Finding]) -> Table:
 def _print_section(section: Section, console: Console) -> None:
     if not section.findings:
         console.print(f"{escape(section.title)}: no changes")
+    in_order = ordered(section.findings)
     for severity in SEVERITIES:
-        findings = [f for f in ordered(section.findings) if f.severity == severity]
+        findings = [f for f in in_order if f.severity == severity]
         if findings:
             console.print(_table(section.title, severity, findings))
 
@@ -169,10 +198,10 @@ def _print_section(section: Section, console: Console) -> None:
 def _hints(report: Report) -> dict[str, list[str]]:
     """Each distinct hint of a failing finding, with what it is about (said once, not per row)."""
     hints: dict[str, list[str]] = {}
-    for finding in ordered(report.findings):
-        if finding.fails and finding.hint:
-            subject = f"{finding.package or finding.where} ({finding.rule})"
-            hints.setdefault(finding.hint, []).append(subject)
+    # filtered first: the order is a stable sort's, so the kept findings keep their order
+    for finding in ordered(tuple(f for f in report.findings if f.fails and f.hint)):
+        subject = f"{finding.package or finding.where} ({finding.rule})"
+        hints.setdefault(finding.hint, []).append(subject)
     return hints
 
 
@@ -197,12 +226,19 @@ def print_footer(report: Report, console: Console) -> None:
 
 def report_json(report: Report) -> dict[str, Any]:
     """The report as JSON data; every string redacted (no URL userinfo, no token)."""
-    document: dict[str, Any] = {
+    return dict(redact_json(report_document(report)))
+
+
+def report_document(report: Report) -> dict[str, Any]:
+    """:func:`report_json` before redaction: written only through
+    :func:`audit.plan.json_text.redacted_dumps`, which redacts every string as it writes."""
+    unaudited = not_audited_images(report)
+    return {
         "schema": REPORT_SCHEMA,
         "title": report.title,
         "verdict": "fail" if report.failed else "pass",
         "counts": report.counts,
-        **({"not_audited": not_audited_images(report)} if not_audited_images(report) else {}),
+        **({"not_audited": unaudited} if unaudited else {}),
         "sections": [
             {
                 "title": section.title,
@@ -212,7 +248,6 @@ def report_json(report: Report) -> dict[str, Any]:
             for section in report.sections
         ],
     }
-    return dict(redact_json(document))
 
 
 # --- Markdown ----------------------------------------------------------------------------
@@ -264,7 +299,7 @@ def report_markdown(report: Report) -> str:
 def render_text(report: Report, fmt: str, width: int = 100) -> str:
     """The report as text in ``fmt`` (``table`` renders without colour at ``width`` columns)."""
     if fmt == "json":
-        return json_text.dumps(report_json(report)) + "\n"
+        return json_text.redacted_dumps(report_document(report)) + "\n"
     if fmt == "markdown":
         return report_markdown(report)
     if fmt == "table":

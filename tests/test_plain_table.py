@@ -12,6 +12,7 @@ taken where it should be, so the property cannot hold by always declining.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from io import StringIO
 from typing import Any
 
@@ -29,8 +30,6 @@ from audit.plan.plain_table import (
     escape_markup,
     plain_console,
     plain_text,
-    print_grid,
-    print_line,
 )
 from tests.support.plain_check import colourless, rich_line, rich_text
 
@@ -79,7 +78,9 @@ def test_a_line_drawn_without_rich_is_what_rich_prints(
 ) -> None:
     console, buffer = colourless(width, soft_wrap)
     content = cell(*line)
-    print_line(content, console, highlight=highlight)
+    out = Printer(console)
+    out.line(content, highlight=highlight)
+    out.flush()
     assert buffer.getvalue() == rich_line(content, width, soft_wrap, highlight)
 
 
@@ -124,9 +125,20 @@ def test_only_a_console_without_colour_takes_the_fast_path() -> None:
     emoji = Console(file=StringIO(), width=80, emoji=True)
     assert not plain_console(terminal) and not plain_console(emoji)
     for console in (terminal, emoji):
-        print_grid(gate_table("a note"), console)
+        print_all(Printer(console), [gate_table("a note")])
         buffer = console.file
         assert isinstance(buffer, StringIO) and "nvidia-cutlass-dsl" in buffer.getvalue()
+
+
+def print_all(out: Printer, items: Sequence[Grid | Cell], *, flush: bool = True) -> None:
+    """Each table and line through ``out``, in order (then flushed, with ``flush``)."""
+    for item in items:
+        if isinstance(item, Grid):
+            out.grid(item)
+        else:
+            out.line(item)
+    if flush:
+        out.flush()
 
 
 class CountingConsole(Console):
@@ -153,13 +165,7 @@ def test_a_printer_prints_what_rich_prints_for_each_table_and_line_in_turn(
     console = CountingConsole(
         file=StringIO(), width=width, soft_wrap=soft_wrap, highlight=False, emoji=False
     )
-    out = Printer(console)
-    for item in items:
-        if isinstance(item, Grid):
-            out.grid(item)
-        else:
-            out.line(item)
-    out.flush()
+    print_all(Printer(console), items)
     expected = [
         rich_text(item, width, soft_wrap)
         if isinstance(item, Grid)
@@ -178,11 +184,7 @@ def test_a_printer_gathers_the_gate_tables_into_one_print() -> None:
     items: list[Grid | Cell] = [
         gate_table("a"), Cell("a line", "a line"), gate_table("b"), gate_table("中文 note")
     ]  # fmt: skip
-    for item in items:
-        if isinstance(item, Grid):
-            out.grid(item)
-        else:
-            out.line(item)
+    print_all(out, items, flush=False)
     out.line(Cell("after", "after"))
     assert console.prints == 2  # what was gathered, then the declined table
     out.flush()

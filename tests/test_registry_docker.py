@@ -167,8 +167,10 @@ def names_of(repository: str) -> list[str]:
     """Every name of ``repository`` on the main engine: tags and ``repo@digest`` references
     (a pull by digest leaves only the latter)."""
     found = list(images_of(repository))
-    for image in docker_host.daemon().images.list():
-        digests = image.attrs.get("RepoDigests") or []
+    # the engine's one list call (the SDK's images.list() inspects each image afterwards, and
+    # another test worker may remove one in between: ImageNotFound)
+    for summary in docker_host.daemon().api.images():
+        digests = summary.get("RepoDigests") or []
         found += [ref for ref in digests if ref.partition("@")[0] == repository]
     return found
 

@@ -101,8 +101,9 @@ class Comparison:
 
     ``touched``: the names of ``after`` whose distribution may have changed kind (not the same
     object, and absent before or at another version or digest: what :func:`compare` looks at);
-    ``removed``: the names only ``before`` has; ``moved``: the touched names new or at another
-    version text; ``changes``: :func:`diff`. Neither mapping may change once compared.
+    ``removed``: the names only ``before`` has; ``differing``: both, every name that may
+    differ; ``moved``: the touched names new or at another version text; ``changes``:
+    :func:`diff`. Neither mapping may change once compared.
 
     ``among``, when given, holds every name at which ``after`` may differ from ``before``, and
     ``after`` keeps every name of ``before`` (a predicted layer over the one before it: its
@@ -147,6 +148,10 @@ class Comparison:
         return self._removed
 
     @property
+    def differing(self) -> list[str]:
+        return [*self.touched, *self.removed]
+
+    @property
     def moved(self) -> list[str]:
         before, after = self.before, self.after
         return [n for n in self.touched if n not in before or before[n].version != after[n].version]
@@ -157,7 +162,7 @@ class Comparison:
         if self._changes is None:
             before, after = self.before, self.after
             found = []
-            for name in sorted([*self.touched, *self.removed]):
+            for name in sorted(self.differing):
                 old, new = before.get(name), after.get(name)
                 kind = _kind(old, new)
                 if kind is not None:

@@ -489,7 +489,7 @@ def _base_section(
     policy = new.recipe.policy
     found = evaluate(pair.before, pair.after, policy, where=where, today=today, compared=pair)
     found += evaluate_system(
-        _recorded_system(old), _recorded_system(new), new.recipe.policy, where=where, today=today
+        _recorded_system(old), _recorded_system(new), policy, where=where, today=today
     )
     identity = _base_identity(old, new, where)
     located = tuple(f.located(name) for f in (identity, *found))

@@ -31,12 +31,11 @@ from audit.plan.lockfile import (
     Lock,
     PinMetadata,
     base_relpath,
-    compile_hint,
     digest_inputs,
     lock_relpath,
     parse_base,
-    parse_lock,
     read_file,
+    read_lock,
     requires_lines,
     rerecord_hint,
     sha256,
@@ -207,10 +206,9 @@ def _state_of(
     source: Source, inputs: LayerInputs, earlier_stale: str | None, also: Mapping[str, str]
 ) -> tuple[LockState, Lock | None]:
     step, relpath = inputs.step, inputs.relpath
-    if not source.exists(relpath):
+    lock = _lock_at(source, relpath)
+    if lock is None:
         return LockState(step, relpath, "missing", "no lock yet"), None
-    data = read_file(source, relpath, compile_hint)
-    lock = parse_lock(data, source.describe(relpath))
     if earlier_stale:
         return LockState(step, relpath, "stale", earlier_stale), lock
     changed = changed_inputs(lock.inputs, inputs.digests, also)
@@ -260,13 +258,15 @@ def read_locks(source: Source, recipe: Recipe) -> Survey:
     base = read_base_digest(source, recipe)
     if base is None:
         return Survey((), None, {})
-    relpaths = {step.slug: lock_relpath(recipe, step) for step in pip_steps(recipe)}
-    locks = {
-        slug: parse_lock(read_file(source, relpath, compile_hint), source.describe(relpath))
-        for slug, relpath in relpaths.items()
-        if source.exists(relpath)
-    }
-    return Survey((), base, locks)
+    found = {step.slug: _lock_at(source, lock_relpath(recipe, step)) for step in pip_steps(recipe)}
+    return Survey((), base, {slug: lock for slug, lock in found.items() if lock is not None})
+
+
+def _lock_at(source: Source, relpath: str) -> Lock | None:
+    """The verified lock at ``relpath``, or None when there is none yet."""
+    if not source.exists(relpath):
+        return None
+    return read_lock(source, relpath)
 
 
 def check_locks(source: Source, recipe: Recipe) -> list[LockState]:

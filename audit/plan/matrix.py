@@ -139,7 +139,7 @@ def columns_matrix(
     moved_at: dict[str, set[int]] = {}  # name -> the column indexes it may change at
     for index, (old, new) in enumerate(pairwise(envs), start=1):
         pair = Comparison(old, new, among[index - 1] if among is not None else None)
-        for name in (*pair.touched, *pair.removed):
+        for name in pair.differing:
             moved_at.setdefault(name, set()).add(index)
     marked_at = _marks_by_name(tuple(columns), marks)
     if all_rows:
@@ -215,18 +215,16 @@ def change_matrix(
     if all_rows:
         names = {name for pair in pairs.values() for name in (*pair.before, *pair.after)}
     else:  # a cell changes only where the two refs differ in its column
-        names = {name for pair in pairs.values() for name in (*pair.touched, *pair.removed)}
-    envs = {column: (pair.before, pair.after) for column, pair in pairs.items()}
-    rows = [_known_compared_row(name, envs, marks) for name in sorted(names)]
+        names = {name for pair in pairs.values() for name in pair.differing}
+    rows = [_known_compared_row(name, pairs, marks) for name in sorted(names)]
     return _matrix(image, tuple(pairs), rows, all_rows)
 
 
-Pairs = Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]]
 Seen = tuple[str, str | None] | None  # a package's (version, digest) in one column, or absent
 _COMPARED: dict[tuple[str, tuple[tuple[Seen, Seen, str | None], ...]], Row] = {}
 
 
-def _known_compared_row(name: str, pairs: Pairs, marks: Marks) -> Row:
+def _known_compared_row(name: str, pairs: Mapping[str, Comparison], marks: Marks) -> Row:
     """:func:`_compared_row`, remembered by everything it reads: per column the package's
     version and digest at both refs and its mark."""
     key = (
@@ -234,11 +232,11 @@ def _known_compared_row(name: str, pairs: Pairs, marks: Marks) -> Row:
         tuple(
             [
                 (
-                    (d.version, d.digest) if (d := was.get(name)) else None,
-                    (d.version, d.digest) if (d := now.get(name)) else None,
+                    (d.version, d.digest) if (d := pair.before.get(name)) else None,
+                    (d.version, d.digest) if (d := pair.after.get(name)) else None,
                     marks.get((column, name)),
                 )
-                for column, (was, now) in pairs.items()
+                for column, pair in pairs.items()
             ]
         ),
     )
@@ -349,17 +347,14 @@ def _row(
     return Row(name, tuple(cells))
 
 
-def _compared_row(
-    name: str,
-    pairs: Mapping[str, tuple[Mapping[str, Distribution], Mapping[str, Distribution]]],
-    marks: Marks,
-) -> Row:
+def _compared_row(name: str, pairs: Mapping[str, Comparison], marks: Marks) -> Row:
     """A change matrix row: a cell is marked only where its (base ref, head ref) pair first
     differs from the column before it (a v1 change that v2…vN inherit is marked once, in v1,
     as the gate reports it)."""
     cells: list[Cell] = []
     previous: tuple[str | None, str | None] = (None, None)
-    for column, (old, new) in pairs.items():
+    for column, compared in pairs.items():
+        old, new = compared.before, compared.after
         was, now = old.get(name), new.get(name)
         pair = (was.version if was else None, now.version if now else None)
         kind = _kind(name, old, new) if pair != previous or not cells else ""

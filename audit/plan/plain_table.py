@@ -135,24 +135,6 @@ class Drawn:
         yield Segment(self.text)
 
 
-def print_grid(grid: Grid, console: Console, *, plain: bool | None = None) -> None:
-    """``grid`` on ``console``: drawn here when the console shows only characters
-    (``plain``: :func:`plain_console`, when the caller knows it) and :func:`plain_text` can
-    promise rich's text, else by rich."""
-    out = Printer(console, plain=plain)
-    out.grid(grid)
-    out.flush()
-
-
-def print_line(
-    content: Cell, console: Console, *, highlight: bool | None = None, plain: bool | None = None
-) -> None:
-    """One line, as ``console.print(content.markup, highlight=highlight)`` prints it."""
-    out = Printer(console, plain=plain)
-    out.line(content, highlight=highlight)
-    out.flush()
-
-
 class Printer:
     """Tables and lines printed in order on one console. On a console that shows only
     characters (``plain``: :func:`plain_console`) the text drawn here for consecutive tables

@@ -164,7 +164,7 @@ def _mark(tmp_path: Path) -> dict[str, str]:
 def _containers_of(client: Any, mark: dict[str, str]) -> list[Any]:
     """Every container, running or not, carrying ``mark`` (others' are none of this test's)."""
     ((key, value),) = mark.items()
-    return list(client.containers.list(all=True, filters={"label": f"{key}={value}"}))
+    return list(client.api.containers(all=True, filters={"label": f"{key}={value}"}))
 
 
 @pytest.mark.docker

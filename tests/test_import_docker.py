@@ -83,9 +83,9 @@ def project(tmp_path: Path, base_image: BaseImageFactory) -> Iterator[Path]:
     (root / "images").mkdir()
     yield root
     daemon = docker_host.daemon()
-    for image in daemon.images.list(name=f"{TEST_REPOSITORY}/imported"):
-        for tag in image.tags:
-            daemon.images.remove(tag)
+    for image in daemon.api.images(name=f"{TEST_REPOSITORY}/imported"):
+        for tag in image.get("RepoTags") or ():
+            daemon.api.remove_image(tag)
 
 
 def build(root: Path, name: str) -> subprocess.CompletedProcess[str]:

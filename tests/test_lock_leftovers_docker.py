@@ -71,8 +71,12 @@ def test_a_base_without_ensurepip_is_bad_input_naming_the_fix(
 
 
 def our_containers(client: Any, pid: int) -> list[Any]:
-    boxes = client.containers.list(all=True, filters={"label": LABEL})
-    return [box for box in boxes if str(box.labels.get(LABEL, "")).endswith(f":{pid}")]
+    # the engine's one list call: the SDK's containers.list() inspects each container after,
+    # and a container another run removes in between fails the call with NotFound
+    boxes = client.api.containers(all=True, filters={"label": LABEL})
+    return [
+        box for box in boxes if str((box.get("Labels") or {}).get(LABEL, "")).endswith(f":{pid}")
+    ]
 
 
 def git(root: Path, *argv: str) -> str:

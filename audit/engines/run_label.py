@@ -69,9 +69,10 @@ def sweep_containers() -> list[str]:
 
     removed = []
     with contextlib.suppress(docker.errors.DockerException):
-        for box in daemon().containers.list(all=True, filters={"label": LABEL}):
-            if gone(str(box.labels.get(LABEL, ""))):
+        api = daemon().api  # one list call: the SDK's list inspects each box after, racing removals
+        for box in api.containers(all=True, filters={"label": LABEL}):
+            if gone(str((box.get("Labels") or {}).get(LABEL, ""))):
                 with contextlib.suppress(docker.errors.DockerException):
-                    box.remove(force=True)
-                    removed.append(str(box.id))
+                    api.remove_container(box["Id"], force=True)
+                    removed.append(str(box["Id"]))
     return removed

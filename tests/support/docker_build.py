@@ -149,10 +149,10 @@ def images_of(repository: str) -> dict[str, str]:
     """tag -> image id of every local image of ``repository``."""
     daemon = docker_host.daemon()
     found = {}
-    for image in daemon.images.list(name=repository):
-        for tag in image.tags:
+    for image in daemon.api.images(name=repository):  # one list call, no inspect per image
+        for tag in image.get("RepoTags") or ():
             if tag.startswith(f"{repository}:"):  # the image may carry other names too
-                found[tag] = image.id
+                found[tag] = image["Id"]
     return found
 
 

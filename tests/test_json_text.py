@@ -25,15 +25,16 @@ def reference(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def generated(rng: random.Random, depth: int = 0) -> Any:
-    """A random JSON-like value: nested dicts, lists and tuples of report scalars."""
+def generated(rng: random.Random, texts: list[str] = TEXTS, depth: int = 0) -> Any:
+    """A random JSON-like value: nested dicts, lists and tuples of report scalars, its strings
+    and keys drawn from ``texts``."""
     roll = rng.random()
     if depth > 4 or roll < 0.35:
-        return rng.choice([rng.choice(TEXTS), rng.randint(-5, 10**20), True, False, None])
+        return rng.choice([rng.choice(texts), rng.randint(-5, 10**20), True, False, None])
     if roll < 0.7:
-        return {rng.choice(TEXTS) + str(rng.randint(0, 3)): generated(rng, depth + 1)
+        return {rng.choice(texts) + str(rng.randint(0, 3)): generated(rng, texts, depth + 1)
                 for _ in range(rng.randint(0, 4))}  # fmt: skip
-    items = [generated(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    items = [generated(rng, texts, depth + 1) for _ in range(rng.randint(0, 4))]
     return items if rng.random() < 0.8 else tuple(items)
 
 
@@ -77,23 +78,10 @@ SECRETS = ["https://user:tok@host/x", "https://host/x", "token=abc123", "ghp_" +
            "Bearer abcdefgh12", "a\nb password: hunter2", "user:pw@registry:5000/x"]  # fmt: skip
 
 
-def with_secrets(rng: random.Random, depth: int = 0) -> Any:
-    """:func:`generated` with texts and keys a redaction changes, including keys that two
-    different raw keys redact to."""
-    roll = rng.random()
-    texts = TEXTS + SECRETS
-    if depth > 4 or roll < 0.35:
-        return rng.choice([rng.choice(texts), rng.randint(-5, 9), True, None])
-    if roll < 0.7:
-        return {rng.choice(texts): with_secrets(rng, depth + 1) for _ in range(rng.randint(0, 5))}
-    items = [with_secrets(rng, depth + 1) for _ in range(rng.randint(0, 4))]
-    return items if rng.random() < 0.8 else tuple(items)
-
-
 def test_redacted_dumps_writes_what_dumps_writes_for_the_redacted_value() -> None:
     rng = random.Random(2222)
     for _ in range(3000):
-        value = with_secrets(rng)
+        value = generated(rng, TEXTS + SECRETS)  # keys too, two raw keys redacting to one
         assert json_text.redacted_dumps(value) == json_text.dumps(redact_json(value))
 
 

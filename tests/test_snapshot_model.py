@@ -13,6 +13,8 @@ from audit.core.snapshot import (
     SCHEMA,
     Distribution,
     Environment,
+    _digest_of,
+    canonical_json,
     dump_snapshot,
     parse_snapshot,
     read_snapshot,
@@ -136,8 +138,6 @@ def test_parsed_distributions_equal_constructed_ones_in_both_schemas() -> None:
     [item] = document["environments"][0]["distributions"]
     del item["requires_dist"], item["requires_python"], document["digest"]
     document["schema"] = "layer-audit.snapshot/1"
-    from audit.core.snapshot import _digest_of, canonical_json
-
     sealed = canonical_json(dict(document, digest=_digest_of(document))).encode()
     [old] = parse_snapshot(sealed, "x.json")
     assert old.distributions == (Distribution("foo", "1.0", SITE, "pip", "sha256:aa", "Foo"),)

@@ -77,15 +77,14 @@ class LockRun:
         today's policy and waivers: a kept lock that no longer passes stops the run (exit 1).
         A layer's inputs are read once, for both the freshness look and the compile."""
         before = self.environment()
-        fresh = state.status == "fresh"
-        inputs, also = self._inputs(state.step) if not fresh or self.upgrade.active else (None, {})
-        if not self.upgrade.active and (fresh or self._still_fresh(state, inputs, also)):
+        keep = state.status == "fresh" and not self.upgrade.active
+        inputs, also = (None, {}) if keep else self._inputs(state.step)
+        if inputs is None or (not self.upgrade.active and self._still_fresh(state, inputs, also)):
             lock = self.fresh_locks[state.step.slug]
             installed = installed_before(self.base_pins, self.earlier)
             self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
             self.done.append((state, "kept"))
         else:
-            assert inputs is not None
             lock = self.compile(state.step, before, inputs)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
@@ -99,16 +98,14 @@ class LockRun:
                               resolver=self.backend.label)  # fmt: skip
         return inputs, also
 
-    def _still_fresh(
-        self, state: LockState, inputs: LayerInputs | None, also: Mapping[str, str]
-    ) -> bool:
+    def _still_fresh(self, state: LockState, inputs: LayerInputs, also: Mapping[str, str]) -> bool:
         """Whether a lock the survey staled only because an earlier layer was stale records
         exactly today's ``inputs``, now that the earlier layers are compiled: an earlier lock
         that came out installing the same (a comment edited, a line reordered, a line added for
         a package it already installed: only its ``# via`` comments moved) gives a later layer
         the same installed set, so it is kept, not compiled again."""
         previous = self.fresh_locks.get(state.step.slug)
-        if previous is None or inputs is None or state.status != "stale":
+        if previous is None or state.status != "stale":
             return False
         return not changed_inputs(previous.inputs, inputs.digests, also)
 

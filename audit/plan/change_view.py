@@ -160,15 +160,13 @@ class ImageView:
 
 @dataclass(frozen=True)
 class ImageInputs:
-    """What the gate knows beyond findings: stage environments at both refs, the head policy's
-    lockstep groups and waivers, and each head column's comparison with the base ref
-    (:func:`audit.plan.matrix.column_pairs`; each column: ``base``, then the head's stages)."""
+    """What the gate knows beyond findings: each head column's environment at both refs, as
+    the gate compared them (:func:`audit.plan.matrix.column_pairs`; each column: ``base``, then
+    the head's stages), and the head policy's lockstep groups and waivers."""
 
-    old: Mapping[str, Env] = field(default_factory=dict)
-    new: Mapping[str, Env] = field(default_factory=dict)
+    pairs: Mapping[str, Comparison] = field(default_factory=dict)  # per head column, old -> new
     lockstep: tuple[LockstepGroup, ...] = ()
     waivers: tuple[Waiver, ...] = ()
-    pairs: Mapping[str, Comparison] = field(default_factory=dict)  # per head column, old -> new
 
 
 def severity_of(finding: Finding) -> str:
@@ -221,7 +219,7 @@ def image_view(image: str, findings: Iterable[Finding], inputs: ImageInputs) -> 
     for finding in found:
         if finding.rule != WAIVER_RULE:
             by_stage.setdefault(finding.stage or IMAGE_WIDE, []).append(finding)
-    order = [IMAGE_WIDE, *inputs.new, *by_stage]
+    order = [IMAGE_WIDE, *inputs.pairs, *by_stage]
     stages = tuple(
         stage_view(stage, by_stage[stage], inputs)
         for stage in dict.fromkeys(order)
@@ -258,10 +256,6 @@ def _unchanged(stage: str, inputs: ImageInputs) -> int | None:
     return None if pair is None else len(pair.after) - len(pair.moved)
 
 
-def _last(columns: Mapping[str, Env]) -> Env:
-    return list(columns.values())[-1] if columns else {}
-
-
 def _groups(stage: str, rows: Sequence[Row], inputs: ImageInputs) -> tuple[Group, ...]:
     """A block per lockstep group that a row of this stage touches (a member's change, or the
     group's own lockstep finding)."""
@@ -289,9 +283,10 @@ def _in_group(finding: Finding, group: LockstepGroup, patterns: Sequence[str]) -
 def _members(
     stage: str, patterns: Sequence[str], inputs: ImageInputs, rows: Sequence[Row]
 ) -> tuple[Member, ...]:
-    """Every member the stage ships at either ref; without environments, the rows' own."""
-    new = inputs.new.get(stage, {})
-    old = inputs.old.get(stage) or _last(inputs.old)
+    """Every member the stage ships at either ref (its column's pair, as the gate compared
+    it); without environments, the rows' own."""
+    pair = inputs.pairs.get(stage)
+    old, new = (pair.before, pair.after) if pair is not None else ({}, {})
     names = sorted(n for n in {*old, *new} if any(fnmatchcase(n, p) for p in patterns))
     if names:
         return tuple(Member(n, _version(old, n), _version(new, n)) for n in names)

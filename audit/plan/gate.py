@@ -245,8 +245,7 @@ def _image(
     old_side = read_side(base, old, judge_locks=False) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
     added = added_waivers(old.policy if old else None, new.policy)
-    old_columns, new_columns = _columns(old_side), _columns(new_side)
-    pairs = column_pairs(old_columns, new_columns)  # each compared once, read four times
+    pairs = column_pairs(_columns(old_side), _columns(new_side))  # compared once, read four times
     base_section, base_keys = _base_section(name, old_side, new_side, pairs["base"], today)
     waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
     sections = [
@@ -259,7 +258,7 @@ def _image(
     found = tuple(finding for section in kept for finding in section.findings)
     old_matrix = old_side if recorded_before else None
     matrices = image_matrices(name, old_matrix, new_side, found, today, pairs=pairs, whole=whole)
-    inputs = ImageInputs(old_columns, new_columns, new.policy.lockstep, new.policy.waivers, pairs)
+    inputs = ImageInputs(pairs, new.policy.lockstep, new.policy.waivers)
     return kept, matrices, image_view(name, found, inputs)
 
 

@@ -15,10 +15,13 @@ tar) in ONE forward pass, in memory bounded by ``cap`` whatever the file's size 
 engines library is hundreds of MB). It keeps only the byte ranges the decoding needs, known
 before they pass by: the ELF header, the program headers, the first PT_LOAD segment's file
 range (``.dynsym``, ``.dynstr``, ``.gnu.hash``, ``.gnu.version*`` lie there in every layout
-GNU ld, gold and lld produce: read-only data before the code) up to ``cap``, and the
-PT_DYNAMIC range. Anything the decoding then asks for outside those ranges, or a plan over the
-cap, gives ``Unreadable(..., invalid=False)``: this reader could not tell, the loader might map
-the file. It reads up to the end of the last range it keeps; the caller skips the rest.
+GNU ld, gold and lld produce: read-only data before the code) up to half of ``cap``, the
+PT_DYNAMIC range, and, once the dynamic tags are read, the later PT_LOAD segments that hold a
+table they point at (``patchelf``, which NVIDIA's cuDNN wheels went through, moves
+``.dynstr`` and ``.dynsym`` to a segment it appends at the end of the file). Anything the
+decoding then asks for outside those ranges, or a plan over the cap, gives
+``Unreadable(..., invalid=False)``: this reader could not tell, the loader might map the file.
+It reads up to the end of the last range it keeps; the caller skips the rest.
 
 Outcomes are never exceptions: a file that is not ELF, is cut short or is damaged gives an
 :class:`~audit.native.elf.Unreadable` whose reason names the file and what is wrong; a wrong
@@ -56,6 +59,7 @@ _MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_386": "i386", "
 _SKIP_CHUNK = 1 << 20
 DF_1_NODEFLIB = 0x800
 VER_FLG_BASE, VER_FLG_WEAK = 0x1, 0x2
+BASE_INDEX = -1  # where the base definition's name is kept (no symbol has this index)
 _HIDDEN, _INDEX = 0x8000, 0x7FFF
 
 
@@ -151,8 +155,9 @@ class _Decoder:
             if symbol["st_shndx"] == "SHN_UNDEF":
                 if index in imported and symbol["st_info"]["bind"] != "STB_WEAK":
                     imported[index].append(symbol.name)
-            elif index in defined or index == 1:
-                exported.setdefault(defined.get(index, UNVERSIONED), []).append(symbol.name)
+            elif index == 1 or index in defined:
+                name = UNVERSIONED if index == 1 else defined[index]
+                exported.setdefault(name, []).append(symbol.name)
         return _needs(needed, imported), tuple(
             VersionDefinition(name, sorted_unique(symbols))
             for name, symbols in sorted(exported.items())
@@ -174,16 +179,19 @@ class _Decoder:
         return found
 
     def version_definitions(self) -> dict[int, str]:
-        """index -> version name (the base definition, the file's own name, is left out: glibc
-        treats index 1 as unversioned)."""
+        """index -> version name. The base definition (the file's own name, index 1) is kept
+        under its name for the version-node check (glibc's ``match_symbol`` accepts it), while
+        symbols at index 1 count as unversioned (``check_match``)."""
         start, count = self.first("DT_VERDEF"), self.first("DT_VERDEFNUM") or 0
         found: dict[int, str] = {}
         at = self.offset(start) if start is not None else 0
         for _ in range(count if start is not None else 0):
             entry = struct_parse(self.structs.Elf_Verdef, self.stream, at)
             aux = struct_parse(self.structs.Elf_Verdaux, self.stream, at + entry["vd_aux"])
-            if not entry["vd_flags"] & VER_FLG_BASE:
-                found[entry["vd_ndx"] & _INDEX] = self.string(aux["vda_name"])
+            name = self.string(aux["vda_name"])
+            found[BASE_INDEX if entry["vd_flags"] & VER_FLG_BASE else entry["vd_ndx"] & _INDEX] = (
+                name
+            )
             at += entry["vd_next"]
         return found
 
@@ -251,14 +259,19 @@ def _decode(stream: IO[bytes], name: str) -> FileFacts:
     """The facts of one file, or why not, in words that name the file."""
     try:
         return _Decoder(stream).facts()
-    except Uncaptured as gap:
-        return Unreadable(f"{name}: {gap}", invalid=False)
-    except ELFParseError as error:
+    except Exception as error:  # a damaged file is an outcome, never a traceback
+        missed = getattr(stream, "missed", "")
+        if isinstance(error, Uncaptured) or missed:
+            return Unreadable(f"{name}: {missed or error}", invalid=False)
+        return _damaged(name, error)
+
+
+def _damaged(name: str, error: Exception) -> Unreadable:
+    if isinstance(error, ELFParseError):
         return Unreadable(f"{name}: cut short or damaged ELF file ({error})")
-    except ELFError as error:
+    if isinstance(error, ELFError):
         return Unreadable(_elf_error(name, error))
-    except (struct.error, ValueError, KeyError, IndexError) as error:
-        return Unreadable(f"{name}: damaged ELF file ({type(error).__name__}: {error})")
+    return Unreadable(f"{name}: damaged ELF file ({type(error).__name__}: {error})")
 
 
 def read_path(path: str | Path) -> FileFacts:
@@ -275,12 +288,15 @@ def read_path(path: str | Path) -> FileFacts:
 
 
 class _Sparse(io.RawIOBase):
-    """A read-only, seekable view of the byte ranges a streamed read kept; any read that
-    touches bytes not kept raises :class:`Uncaptured` (past the end reads short, as a file)."""
+    """A read-only, seekable view of the byte ranges a streamed read kept. A read that starts
+    in a kept range returns what that range holds (short at its end, as a file at its end:
+    pyelftools reads strings in 64-byte chunks); one that starts elsewhere raises
+    :class:`Uncaptured`."""
 
     def __init__(self, ranges: list[tuple[int, bytes]], size: int) -> None:
         super().__init__()
         self.ranges, self.size, self.position = ranges, size, 0
+        self.missed = ""  # why a read failed (pyelftools' construct rewraps the exception)
 
     def readable(self) -> bool:
         return True
@@ -301,14 +317,16 @@ class _Sparse(io.RawIOBase):
         if end <= self.position:
             return b""
         for start, data in self.ranges:
-            if start <= self.position and end <= start + len(data):
-                chunk = data[self.position - start : end - start]
-                self.position = end
+            if start <= self.position < start + len(data):
+                chunk = data[self.position - start : end - start]  # short at the range's end
+                self.position += len(chunk)
                 return chunk
-        raise Uncaptured(
+        self.missed = (
             f"needs bytes {self.position}..{end}, outside what a streamed read keeps "
-            "(the ELF and program headers, the first PT_LOAD segment, PT_DYNAMIC)"
+            "(the ELF and program headers, the first PT_LOAD segment, PT_DYNAMIC, the segments "
+            "of the tables it names)"
         )
+        raise Uncaptured(self.missed)
 
 
 class _Capture:
@@ -380,9 +398,10 @@ _TABLES = ("DT_STRTAB", "DT_SYMTAB", "DT_GNU_HASH", "DT_HASH", "DT_VERSYM", "DT_
 
 def _plan(capture: _Capture) -> None:
     """Take the header, the program headers, then in file order the first PT_LOAD range (up to
-    the cap) and the PT_DYNAMIC range; once PT_DYNAMIC is in, also the rest of every later
-    PT_LOAD segment that holds a table its tags point at (``patchelf`` moves ``.dynstr`` and
-    ``.dynsym`` to a segment it appends after PT_DYNAMIC: NVIDIA's cuDNN wheels are so built)."""
+    half the cap: the rest stays for tables found later) and the PT_DYNAMIC range; once
+    PT_DYNAMIC is in, also the rest of every later PT_LOAD segment that holds a table its tags
+    point at (``patchelf`` moves ``.dynstr`` and ``.dynsym`` to a segment it appends after
+    PT_DYNAMIC: NVIDIA's cuDNN wheels are so built)."""
     capture.take(0, 64)
     elf = ELFFile(_sparse(capture))
     header = elf.header
@@ -390,8 +409,8 @@ def _plan(capture: _Capture) -> None:
     headers = program_headers(elf, _sparse(capture))
     loads = sorted((h["p_offset"], h["p_filesz"]) for h in headers if h["p_type"] == "PT_LOAD")
     dynamic = [(h["p_offset"], h["p_filesz"]) for h in headers if h["p_type"] == "PT_DYNAMIC"]
-    pending = sorted(dynamic + ([(loads[0][0], min(loads[0][1], _room(capture, dynamic)))]
-                                if loads else []))  # fmt: skip
+    first = [(loads[0][0], min(loads[0][1], _room(capture, dynamic) // 2))] if loads else []
+    pending = sorted(dynamic + first)
     while pending:
         offset, size = pending.pop(0)
         capture.take(offset, size)

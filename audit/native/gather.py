@@ -250,6 +250,8 @@ def _deb_owners(view: FileSystemView, root: str = "/") -> dict[str, Owner]:
     for listing in sorted(Path(f"{root}var/lib/dpkg/info").glob("*.list")):
         package = listing.name[: -len(".list")].split(":")[0]
         for line in (_text(str(listing)) or "").splitlines():
+            if ".so" not in line or family_of(line) is None:
+                continue
             real = _real(view, line)
             if real in wanted and real not in found:
                 found[real] = Owner("deb", package, versions.get(package, ""))

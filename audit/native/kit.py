@@ -11,9 +11,12 @@ cuRAND, cuSOLVER and cuSPARSE (as far as the package offers them), and reports t
 ``/proc/self/maps`` shows and the loader's link map in load order (``dl_iterate_phdr``: the
 names the loader opened). The parent then gathers the scene (:mod:`audit.native.gather`) with
 the children's environment: the package trees, every folder the loader could search, every
-mapped file. ``--ld-debug`` keeps ``LD_DEBUG=libs`` logs (how ld.so found each file), for a
-person to read. ``--check-stream`` reads every CUDA-family file a second time with the
-streaming reader and records whether it agrees with the path reader and how many bytes it kept.
+mapped file. ``--ld-library-path-first FOLDERS`` runs torch and jax once more with FOLDERS in
+front of LD_LIBRARY_PATH (``torch+path``): where that makes an older copy load, the record
+shows a real shadowing for the predictor to find. ``--ld-debug`` keeps ``LD_DEBUG=libs``
+logs (how ld.so found each file), for a person to read. ``--check-stream`` reads every
+CUDA-family file a second time with the streaming reader and records whether it agrees with
+the path reader and how many bytes it kept.
 
 The child imports nothing of this package before its work (only the standard library), so
 the record is the package's own loading. The JSON (gzip) holds the schema, the scene
@@ -128,7 +131,7 @@ def child(scenario: str, output: str) -> int:
             _WORK[package]()
         except Exception as caught:
             error += f"{package}: {type(caught).__name__}: {caught}\n"
-    record = {"name": scenario, "maps": _mapped(), "link_map": _link_map(), "error": error}
+    record = {"maps": _mapped(), "link_map": _link_map(), "error": error}
     Path(output).write_text(json.dumps(record), encoding="utf-8")
     return 0
 
@@ -142,18 +145,26 @@ def _importable(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def run_scenario(scenario: str, folder: Path, ld_debug: Path | None) -> dict[str, Any]:
-    """One child interpreter's record (its stderr kept when it failed)."""
-    output = folder / f"{scenario}.json"
+def run_scenario(
+    scenario: str, folder: Path, ld_debug: Path | None, first: str = ""
+) -> dict[str, Any]:
+    """One child interpreter's record (its stderr kept when it failed); ``first`` goes in
+    front of LD_LIBRARY_PATH (the record is then named ``<scenario>+path``)."""
+    name = f"{scenario}+path" if first else scenario
+    output = folder / f"{name}.json"
     environ = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    if first:
+        environ["LD_LIBRARY_PATH"] = ":".join(filter(None, (first, environ.get("LD_LIBRARY_PATH"))))
     if ld_debug is not None:
-        environ.update(LD_DEBUG="libs", LD_DEBUG_OUTPUT=str(ld_debug / scenario))
+        environ.update(LD_DEBUG="libs", LD_DEBUG_OUTPUT=str(ld_debug / name))
     argv = [sys.executable, "-m", "audit.native.kit", "--child", scenario, "--output", str(output)]
     done = subprocess.run(argv, env=environ, cwd=folder, capture_output=True, text=True,
                           timeout=600, check=False)  # fmt: skip
-    if not output.exists():
-        return {"name": scenario, "maps": [], "link_map": [], "error": done.stderr[-4000:]}
-    record: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
+    record: dict[str, Any] = {"maps": [], "link_map": [], "error": done.stderr[-4000:]}
+    if output.exists():
+        record = json.loads(output.read_text(encoding="utf-8"))
+    record.update(name=name, packages=list(_PACKAGES[scenario]),
+                  ld_library_path=environ.get("LD_LIBRARY_PATH"))  # fmt: skip
     return record
 
 
@@ -193,12 +204,16 @@ def stream_check(scene: Any) -> list[dict[str, Any]]:
         kept: list[int] = []
         with Path(path).open("rb") as handle:
             streamed = read_stream(handle, Path(path).stat().st_size, path, kept=kept)
+        by_path = read_path(path)
         found.append({"path": path, "size": Path(path).stat().st_size, "kept": sum(kept),
-                      "equal": streamed == read_path(path)})  # fmt: skip
+                      "equal": streamed == by_path,
+                      "streamed": getattr(streamed, "reason", "")})  # fmt: skip
     return found
 
 
-def parent(output: str, ld_debug: str | None, check: bool, scenarios: list[str]) -> int:
+def parent(
+    output: str, ld_debug: str | None, check: bool, scenarios: list[str], first: str = ""
+) -> int:
     import site
     import tempfile
 
@@ -210,8 +225,11 @@ def parent(output: str, ld_debug: str | None, check: bool, scenarios: list[str])
         debug.mkdir(parents=True, exist_ok=True)
     sites = [s for s in site.getsitepackages() if Path(s).is_dir()]
     with tempfile.TemporaryDirectory(prefix="la-native-kit-") as work:
-        processes = [run_scenario(s, Path(work), debug) for s in scenarios
-                     if all(_importable(p) for p in _PACKAGES[s])]  # fmt: skip
+        runnable = [s for s in scenarios if all(_importable(p) for p in _PACKAGES[s])]
+        processes = [run_scenario(s, Path(work), debug) for s in runnable]
+        if first:  # the same work with other folders first on LD_LIBRARY_PATH
+            processes += [run_scenario(s, Path(work), debug, first) for s in runnable
+                          if s in ("torch", "jax")]  # fmt: skip
     import _ctypes
 
     python = PythonFacts(os.path.realpath(sys.executable), tuple(sites), _ctypes.__file__)
@@ -237,12 +255,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ld-debug", help="folder for LD_DEBUG=libs logs")
     parser.add_argument("--check-stream", action="store_true")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument(
+        "--ld-library-path-first",
+        default="",
+        metavar="FOLDERS",
+        help="also run torch and jax with FOLDERS first on LD_LIBRARY_PATH",
+    )
     parser.add_argument("--child", choices=SCENARIOS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.output)
     scenarios = [s for s in args.scenarios.split(",") if s in SCENARIOS]
-    return parent(args.output, args.ld_debug, args.check_stream, scenarios)
+    return parent(
+        args.output, args.ld_debug, args.check_stream, scenarios, args.ld_library_path_first
+    )
 
 
 if __name__ == "__main__":

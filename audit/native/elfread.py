@@ -344,10 +344,8 @@ class _Capture:
         end = min(start + length, self.size)
         if end <= start:
             return
-        covered = max(start, min(end, self.position))
-        if covered > start and not self._has(start, covered):
-            raise Uncaptured(f"bytes {start}..{covered} were passed before they were needed")
-        if end <= self.position:
+        covered = max(start, min(end, self.position))  # what passed by is kept or lost:
+        if end <= self.position:  # the decoding says so if it needs it
             return
         if self.kept() + (end - covered) > self.cap:
             raise Uncaptured(f"keeping bytes {covered}..{end} would pass the cap of {self.cap}")
@@ -357,9 +355,6 @@ class _Capture:
         self._keep(covered, data)
         if len(data) < end - covered:
             raise ELFParseError(f"the stream ended at byte {self.position} of {self.size}")
-
-    def _has(self, start: int, end: int) -> bool:
-        return any(s <= start and end <= s + len(d) for s, d in self.ranges)
 
     def _keep(self, start: int, data: bytes) -> None:
         if self.ranges and self.ranges[-1][0] + len(self.ranges[-1][1]) == start:
@@ -410,7 +405,9 @@ def _plan(capture: _Capture) -> None:
     loads = sorted((h["p_offset"], h["p_filesz"]) for h in headers if h["p_type"] == "PT_LOAD")
     dynamic = [(h["p_offset"], h["p_filesz"]) for h in headers if h["p_type"] == "PT_DYNAMIC"]
     first = [(loads[0][0], min(loads[0][1], _room(capture, dynamic) // 2))] if loads else []
-    pending = sorted(dynamic + first)
+    pending = sorted(
+        dynamic + first + _before_dynamic(loads, dynamic, _room(capture, dynamic) // 4)
+    )
     while pending:
         offset, size = pending.pop(0)
         capture.take(offset, size)
@@ -418,8 +415,24 @@ def _plan(capture: _Capture) -> None:
             pending = sorted(pending + _table_ranges(capture))
 
 
+def _before_dynamic(
+    loads: list[tuple[int, int]], dynamic: list[tuple[int, int]], room: int
+) -> list[tuple[int, int]]:
+    """The part of PT_DYNAMIC's own PT_LOAD segment before it, up to ``room`` bytes: where
+    ``patchelf`` writes ``.dynstr`` when it moves ``.dynamic`` too (cuSPARSELt's wheel)."""
+    found = []
+    for offset, _ in dynamic:
+        for start, size in loads[1:]:
+            if start <= offset < start + size:
+                found.append((max(start, offset - room), offset - max(start, offset - room)))
+    return found
+
+
 def _room(capture: _Capture, reserved: list[tuple[int, int]]) -> int:
     return max(0, capture.cap - capture.kept() - sum(size for _, size in reserved))
+
+
+_STRING_TAGS = ("DT_NEEDED", "DT_SONAME", "DT_RPATH", "DT_RUNPATH")
 
 
 def _table_ranges(capture: _Capture) -> list[tuple[int, int]]:
@@ -427,8 +440,11 @@ def _table_ranges(capture: _Capture) -> list[tuple[int, int]]:
     PT_LOAD segment that holds it."""
     decoder = _Decoder(_sparse(capture))
     ends: dict[int, int] = {}
-    for name in _TABLES:
-        address = decoder.first(name)
+    strings = decoder.first("DT_STRTAB")
+    addresses = [decoder.first(name) for name in _TABLES]
+    if strings is not None:  # a string patchelf appended may lie past the table's own segment
+        addresses += [strings + v for tag, v in decoder.tags if tag in _STRING_TAGS]
+    for address in addresses:
         for vaddr, offset, filesz in decoder.loads if address is not None else ():
             if vaddr <= address < vaddr + filesz:  # type: ignore[operator]
                 start = address - vaddr + offset  # type: ignore[operator]

@@ -131,7 +131,8 @@ def child(scenario: str, output: str) -> int:
             _WORK[package]()
         except Exception as caught:
             error += f"{package}: {type(caught).__name__}: {caught}\n"
-    record = {"maps": _mapped(), "link_map": _link_map(), "error": error}
+    versions = {p: str(getattr(sys.modules.get(p), "__version__", "")) for p in _PACKAGES[scenario]}
+    record = {"maps": _mapped(), "link_map": _link_map(), "error": error, "versions": versions}
     Path(output).write_text(json.dumps(record), encoding="utf-8")
     return 0
 
@@ -240,9 +241,14 @@ def parent(
     trees = [f"{s}/{t}" for s in sites for t in _TREES if Path(s, t).is_dir()]
     scene = gather(trees, settings, [python.executable, python.ctypes, *mapped], python,
                    trim=True)  # fmt: skip
-    document = {"schema": SCHEMA, "scene": scene.to_json(), "processes": processes,
-                "stream_check": stream_check(scene) if check else [],
-                "python": sys.version.split()[0]}  # fmt: skip
+    document = {
+        "schema": SCHEMA,
+        "scene": scene.to_json(),
+        "processes": processes,
+        "stream_check": stream_check(scene) if check else [],
+        "python": sys.version.split()[0],
+        "glibc": os.confstr("CS_GNU_LIBC_VERSION"),
+    }
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     Path(output).write_bytes(gzip.compress(data, mtime=0))
     print(f"{output}: {len(data)} bytes of JSON, {len(processes)} processes")

@@ -21,6 +21,8 @@ vendored into images for the in-build guard, like ``audit/core``):
 - :mod:`audit.native.versions`: the versioned-symbol rule (typed findings, no false positives).
 - :mod:`audit.native.scene`: the facts of one environment bundled (view, loader settings,
   owners, the interpreter) with a JSON round trip, and the replay of a recorded process.
+- :mod:`audit.native.bridge`: a snapshot's ``system`` (with the loader facts the in-image
+  script records) to its native libraries with the model's loads (imports the pure core).
 
 HOST (pyelftools or a live filesystem):
 
@@ -29,3 +31,6 @@ HOST (pyelftools or a live filesystem):
 - :mod:`audit.native.gather`: a scene read from a live filesystem.
 - :mod:`audit.native.kit`: the ground-truth kit run inside a real CUDA Python environment.
 """
+
+PURE_MODULES = ("elf", "ldcache", "fsview", "search", "process", "pyrules", "catalog",
+                "versions", "scene", "bridge")  # fmt: skip

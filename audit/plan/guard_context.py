@@ -10,6 +10,7 @@ Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing
     _guard/lib/audit/core/ the pure core modules (errors, findings, policy, snapshot, diff,
                            verdict, and below Python debversion, system,
                            system_rules: PURE_CORE)
+    _guard/lib/audit/native/ the loader model's pure modules (audit.native.PURE_MODULES)
     _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
 
 The folder is mounted with ``RUN --mount=type=bind,source=_guard,target=GUARD_MOUNT``, so none
@@ -27,6 +28,7 @@ from pathlib import Path
 import packaging
 from packaging.specifiers import SpecifierSet
 
+from audit import native
 from audit.core.errors import RecipeError
 from audit.plan import frontdoor
 from audit.plan.lockfile import base_relpath, parse_base
@@ -41,6 +43,7 @@ PURE_CORE = (
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent
 _CORE_PACKAGE = _AUDIT_PACKAGE / "core"
+_NATIVE = Path(native.__file__).parent
 _PACKAGE_INIT = '"""layer-audit, as vendored for the build guard: only its pure core."""\n'
 _CORE_INIT = '"""The pure core of layer-audit, vendored for the build guard."""\n'
 
@@ -118,5 +121,7 @@ def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
         check_vendored_python(recipe, files["base.json"], vendored_requires_python(), where)
     for module in PURE_CORE:
         files[f"lib/audit/core/{module}.py"] = (_CORE_PACKAGE / f"{module}.py").read_bytes()
+    for module in ("__init__", *native.PURE_MODULES):  # the loader model shadowed-native runs
+        files[f"lib/audit/native/{module}.py"] = (_NATIVE / f"{module}.py").read_bytes()
     files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))
     return files

@@ -69,6 +69,20 @@ def test_every_cuda_library_the_process_maps_is_predicted(
     result = _agreement(scene, process)
     assert (result.wrong, result.missing, result.extra) == ((), (), ())
     assert len(result.right) == result.total == count
+    outcome = predict(_in(scene, process), process["packages"])
+    assert version_findings(outcome, scene.view) == []  # every process ran: no false positive
+
+
+def test_the_versioned_symbol_check_has_real_needs_to_check(scene: Scene) -> None:
+    needs = [
+        (path, need.file, version.name, symbol)
+        for path, facts in scene.view.elf_files()
+        for need in facts.imports
+        for version in need.versions
+        for symbol in version.symbols
+    ]
+    assert len(needs) > 3000
+    assert any(n[1] == "libnvJitLink.so.13" and n[0].endswith("libcusparse.so.12") for n in needs)
 
 
 def test_the_wheels_cudnn_subs_load_through_the_shims_runpath(

@@ -4,6 +4,7 @@ ld.so.conf, token expansion, search order details, the catalog."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,19 @@ def test_pure_modules_run_on_python_39() -> None:
                           text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "not found"
+
+
+def test_the_kit_records_a_scene_where_no_cuda_package_is(tmp_path: Path) -> None:
+    """Without torch, cupy or jax the kit runs no process and still records the machine."""
+    import gzip
+    import json
+
+    from audit.native.kit import main
+    from audit.native.scene import scene_from_json
+
+    output = tmp_path / "scene.json.gz"
+    assert main(["--output", str(output), "--scenarios", "torch,cupy,jax"]) == 0
+    document = json.loads(gzip.decompress(output.read_bytes()))
+    assert document["schema"] == "layer-audit.native-kit/1" and document["processes"] == []
+    scene = scene_from_json(document["scene"])
+    assert scene.python is not None and scene.python.executable == os.path.realpath(sys.executable)

@@ -169,13 +169,12 @@ def run_scenario(
     return record
 
 
-def system_search(machine: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def system_search() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(system search folders, glibc-hwcaps subfolders searched) as ``ld.so --help`` says."""
     for loader in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"):
         if Path(loader).exists():
             done = subprocess.run([loader, "--help"], capture_output=True, text=True, check=False)
             return _parse_help(done.stdout)
-    del machine
     return (), ()
 
 
@@ -235,7 +234,7 @@ def parent(
 
     python = PythonFacts(os.path.realpath(sys.executable), tuple(sites), _ctypes.__file__)
     machine = os.uname().machine
-    folders, hwcaps = system_search(machine)
+    folders, hwcaps = system_search()
     settings = loader_settings(os.environ, machine, folders, hwcaps, cwd=work)
     mapped = sorted({p for record in processes for p in record["maps"]})
     trees = [f"{s}/{t}" for s in sites for t in _TREES if Path(s, t).is_dir()]

@@ -266,11 +266,11 @@ def jax_steps(scene: Scene) -> list[Step]:
         for major in ("13", "12"):
             plugin = f"{root}/jax_cuda{major}_plugin"
             if site.names(plugin):
-                return _jax(site, root, plugin, f"{root}/jax_plugins/xla_cuda{major}")
+                return _jax(site, plugin, f"{root}/jax_plugins/xla_cuda{major}")
     return []
 
 
-def _jax(site: _Site, root: str, plugin: str, xla: str) -> list[Step]:
+def _jax(site: _Site, plugin: str, xla: str) -> list[Step]:
     names = site.names(plugin)
     order = [n for e in JAX_EXTENSIONS for n in names if n == f"{e}.so" or n.startswith(f"{e}.")]
     steps = []
@@ -283,7 +283,6 @@ def _jax(site: _Site, root: str, plugin: str, xla: str) -> list[Step]:
                        if site.scene.view.is_folder(f"{s}/nvidia/{module}")), "")  # fmt: skip
         steps += [site.preload(f"{folder}/lib/{lib}", f"jax: _load_nvidia_libraries {lib}")
                   for lib in libraries if folder]  # fmt: skip
-    del root
     steps.append(Step(f"{xla}/xla_cuda_plugin.so", "", Reason.PATH, "jax: register the plugin"))
     return steps
 

@@ -117,7 +117,7 @@ def scene_for(root: Path, env: dict[str, str] | None = None) -> Scene:
     from audit.native.scene import PythonFacts
 
     machine = os.uname().machine
-    folders, hwcaps = system_search(machine)
+    folders, hwcaps = system_search()
     settings = loader_settings(env or {}, machine, folders, hwcaps, cwd=str(root))
     python = PythonFacts(os.path.realpath(sys.executable), (), _ctypes.__file__)
     return gather([str(root)], settings, [python.executable, python.ctypes], python)

@@ -130,8 +130,8 @@ def test_the_contract_catches_a_violation(tmp_path: Path) -> None:
     (package / "core" / "rules.py").write_text("from audit.plan import lock\n")
     (package / "plan" / "lock.py").write_text("from audit.engines.docker import X\n")
     assert violations(package) == [
-        "audit.core.rules -> audit.plan.lock",
-        "audit.plan.lock -> audit.engines.docker",
+        "audit.policy.rules -> audit.lock.plan",
+        "audit.lock.plan -> audit.engines.docker",
     ]
 
 

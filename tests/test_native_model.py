@@ -35,7 +35,7 @@ def test_pure_modules_are_stdlib_only_and_python_39(module: str) -> None:
     foreign = {m for m in imported if m.split(".")[0] not in sys.stdlib_module_names}
     ours = {m for m in foreign if m.startswith("audit.native.")}
     assert {m.split(".")[2] for m in ours} <= set(PURE)
-    core = {"audit.core.system"} if module == "bridge" else set()  # vendored with the guard
+    core = {"audit.history.system"} if module == "bridge" else set()  # vendored with the guard
     assert foreign - ours == core
 
 

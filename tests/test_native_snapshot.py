@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.policy import Policy
-from audit.core.snapshot import parse_snapshot
-from audit.core.system import System, parse_system
-from audit.core.system_rules import SHADOWED_NATIVE, native_findings
+from audit.policy.model import Policy
+from audit.history.snapshot import parse_snapshot
+from audit.history.system import System, parse_system
+from audit.policy.system_rules import SHADOWED_NATIVE, native_findings
 from audit.inimage import snapshot as script
 from audit.native.bridge import resolved_libraries, scene_of
 from tests.support.native_build import build, needs_gcc

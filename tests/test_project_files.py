@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT
-from audit.engines import atomic
-from audit.plan.sources import TEXT_LIMIT
+from audit.errors import EXIT_BAD_INPUT
+from audit.host import atomic
+from audit.project.sources import TEXT_LIMIT
 from tests.support.cli import fails
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from audit.core.findings import ERROR, INFO, WARNING, Finding
-from audit.engines.reports import write_report
-from audit.plan.report import (
+from audit.policy.findings import ERROR, INFO, WARNING, Finding
+from audit.report.output import write_report
+from audit.report.findings import (
     REPORT_SCHEMA,
     Report,
     Section,

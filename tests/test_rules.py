@@ -1,4 +1,4 @@
-"""Rule names once (``audit/core/rules.py``), and the recipe schema in step with the parser.
+"""Rule names once (``audit/policy/rules.py``), and the recipe schema in step with the parser.
 
 Every finding the package raises with a literal rule name uses a registered name; the lists
 the verdict, the recipe parser, the gate and the reports use are read from the registry; and
@@ -18,10 +18,10 @@ from typing import Any, TypeGuard
 
 import pytest
 
-from audit.core import presets, rules
-from audit.core.policy import ACTIONS
-from audit.plan import policy_parse, recipe_parse
-from audit.plan.report import RULE_ORDER
+from audit.policy import presets, rules
+from audit.policy.model import ACTIONS
+from audit.recipe import policy_parse, parse as recipe_parse
+from audit.report.findings import RULE_ORDER
 
 AUDIT = Path(__file__).resolve().parents[1] / "audit"
 RULE_CONSTANT = re.compile(r"_(RULE|LOCK)$")

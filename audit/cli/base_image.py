@@ -10,9 +10,10 @@ from typing import Any
 from rich.markup import escape
 
 from audit.cli.options import add_client_option
-from audit.core.errors import EXIT_OK, UsageError
-from audit.engines import baseimage, console, replica
-from audit.plan import base_image
+from audit.errors import EXIT_OK, UsageError
+from audit.base import make as baseimage, replica
+from audit.host import console
+from audit.base import offline as base_image
 
 
 def register(subparsers: Any) -> None:
@@ -103,7 +104,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _replica(args: argparse.Namespace, make: base_image.BaseImageOptions) -> int:
     """``--replica FILE``: the offline base for the suite and arch, plus metadata-only
-    stand-ins of FILE's pins (see :mod:`audit.engines.replica`)."""
+    stand-ins of FILE's pins (see :mod:`audit.base.replica`)."""
     options = replica.ReplicaOptions(
         pins_file=args.replica,
         suite=make.suite,

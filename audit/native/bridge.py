@@ -18,7 +18,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from audit.core.system import NativeLibrary, NativeLoad, System
+from audit.history.system import NativeLibrary, NativeLoad, System
 from audit.native.process import Step, run_process
 from audit.native.pyrules import RULES, library_opens
 from audit.native.scene import Scene, scene_from_json

@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from audit.cli import main as cli
-from audit.engines import process as commands
-from audit.plan.lockfile import forget_parsed
+from audit.host import process as commands
+from audit.lock.files import forget_parsed
 from tests.support.project import (
     SYSTEM_PYTHON,
     ProjectSpec,

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit.core.snapshot import (  # noqa: E402
+from audit.history.snapshot import (  # noqa: E402
     SNAPSHOT_LIMIT,
     Distribution,
     Environment,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = os.environ.get("LAYER_AUDIT_DOCKER", "/usr/bin/docker")
-# pip layers mount this cache (audit.plan.render.PIP_CACHE_MOUNT; its id defaults to the target).
+# pip layers mount this cache (audit.render.plan.PIP_CACHE_MOUNT; its id defaults to the target).
 PIP_CACHE = "/root/.cache/pip"
 
 

@@ -32,21 +32,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from audit.cli import lock as cmd_lock  # noqa: E402
-from audit.engines import console, lock_stamp  # noqa: E402
-from audit.engines import process as commands  # noqa: E402
-from audit.engines.resolvers.job import CompileJob  # noqa: E402
-from audit.engines.resolvers.piptools import host_target, image_target, run_compile  # noqa: E402
-from audit.plan.lock import (  # noqa: E402
+from audit.host import console  # noqa: E402
+from audit.host import process as commands  # noqa: E402
+from audit.lock import stamp as lock_stamp  # noqa: E402
+from audit.lock.files import forget_parsed  # noqa: E402
+from audit.lock.plan import (  # noqa: E402
     base_constraints,
     existing_pins,
     layer_inputs,
     pip_steps,
     read_base_digest,
 )
-from audit.plan.lockfile import forget_parsed  # noqa: E402
-from audit.plan.recipe_parse import load_recipe  # noqa: E402
-from audit.plan.sources import DirectorySource  # noqa: E402
-from audit.plan.standins import standin_wheels  # noqa: E402
+from audit.lock.resolvers.job import CompileJob  # noqa: E402
+from audit.lock.resolvers.piptools import host_target, image_target, run_compile  # noqa: E402
+from audit.lock.standins import standin_wheels  # noqa: E402
+from audit.project.sources import DirectorySource  # noqa: E402
+from audit.recipe.parse import load_recipe  # noqa: E402
 from tests.support.pkgindex import serve_index  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit.plan.lockfile import parse_lock  # noqa: E402
+from audit.lock.files import parse_lock  # noqa: E402
 
 BACKENDS = ("pip-tools", "uv")
 EDIT = "joblib>=1.3  # one edit\n"

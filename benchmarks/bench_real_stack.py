@@ -87,11 +87,11 @@ def replica(rounds: int) -> list[str]:
 def wheels_gb() -> float:
     """Total size of the wheels the replica's metadata came from (its manifest names them)."""
     sys.path.insert(0, str(ROOT))
-    from audit.engines.replica import manifest_of
+    from audit.base.replica import manifest_of
 
     listed: list[dict[str, str]] = manifest_of(TAG)["distributions"]  # type: ignore[assignment]
     names = {d["name"]: d.get("file", "") for d in listed}
-    from audit.engines import wheel_metadata as wm
+    from audit.index import wheel_metadata as wm
 
     stats, total = wm.FetchStats(), 0
     for name, filename in names.items():
@@ -114,7 +114,7 @@ def scratch() -> Path:
 
 
 def bare_uv(project: Path, cache: Path) -> float:
-    from audit.engines.resolvers.uv import uv_binary
+    from audit.lock.resolvers.uv import uv_binary
 
     env = {"PATH": os.defpath, "HOME": str(cache), "UV_CACHE_DIR": str(cache / "uv")}
     env["SSL_CERT_FILE"] = os.environ.get("SSL_CERT_FILE", "")

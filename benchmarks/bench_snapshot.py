@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit.core.snapshot import SCRIPT_PATH, parse_snapshot  # noqa: E402
-from audit.engines import process as commands  # noqa: E402
+from audit.history.snapshot import SCRIPT_PATH, parse_snapshot  # noqa: E402
+from audit.host import process as commands  # noqa: E402
 
 TARGET_RATIO = 15.0
 SYSTEM_BUDGET = 2.0  # the snapshot with OS packages and native libraries vs the Python-only one

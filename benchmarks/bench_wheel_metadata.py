@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from audit.engines import wheel_metadata as wm  # noqa: E402
+from audit.index import wheel_metadata as wm  # noqa: E402
 
 PINS = ["torch==2.14.0", "nvidia-nccl-cu13==2.30.7", "vllm==0.33.0"]
 MAX_FRACTION = 0.01

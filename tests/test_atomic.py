@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.engines import atomic
+from audit.host import atomic
 
 
 @pytest.fixture

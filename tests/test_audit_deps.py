@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.engines import process as commands
-from audit.plan.auditdeps import audit_recipe
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.gate.audit_deps import audit_recipe
+from audit.host import process as commands
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.vllm_project import BASE, CUDA_RECIPE, Project, with_pins, write_project
 
 

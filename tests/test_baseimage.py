@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from audit.base import make as baseimage
+from audit.base import offline as base_image
+from audit.base.offline import BaseImageOptions
 from audit.cli.main import main
-from audit.core.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
-from audit.engines import baseimage, docker_host
-from audit.engines import process as commands
-from audit.plan import base_image
-from audit.plan.base_image import BaseImageOptions
+from audit.docker import host as docker_host
+from audit.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
+from audit.host import process as commands
 
 DEB822 = """\
 Types: deb

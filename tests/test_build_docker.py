@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from audit.engines import docker_host
+from audit.docker import host as docker_host
 from tests.support.docker_build import (
     CLIENT,
     PYTHON,

@@ -1,4 +1,4 @@
-"""The build plan (audit.plan.build): argv, targets, tags, labels, secrets, network; no Docker."""
+"""The build plan (audit.build.plan): argv, targets, tags, labels, secrets, network; no Docker."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import UsageError
-from audit.plan.build import (
+from audit.build.plan import (
     NO_GUARD_ARG,
     BuildOptions,
     choose_network,
@@ -18,7 +17,8 @@ from audit.plan.build import (
     secret_sources,
     target_stages,
 )
-from audit.plan.recipe import (
+from audit.errors import UsageError
+from audit.recipe.model import (
     CopyLayer,
     EnvLayer,
     Layer,

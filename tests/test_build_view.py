@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from audit.engines.build_progress import LiveView, Progress, clean, duration, step_table
+from audit.build.progress import LiveView, Progress, clean, duration, step_table
 
 TRANSCRIPT = (Path(__file__).parent / "data" / "buildkit-plain-torch.txt").read_text()
 LINES = TRANSCRIPT.splitlines()

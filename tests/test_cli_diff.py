@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import main
-from audit.core.snapshot import SCHEMA, read_snapshot
+from audit.history.snapshot import SCHEMA, read_snapshot
 from tests.support.snapshot_files import write
 
 
@@ -105,7 +105,7 @@ def test_a_snapshot_over_the_limit_is_refused_before_it_is_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A 33 MiB file (sparse: nothing is written) exits 2 naming its size and the limit."""
-    from audit.core.snapshot import SNAPSHOT_LIMIT
+    from audit.history.snapshot import SNAPSHOT_LIMIT
 
     small = write(tmp_path / "before.json", ("six", "1.16"))
     big = tmp_path / "after.json"

@@ -12,7 +12,7 @@ import pytest
 
 from audit import __version__
 from audit.cli import main as cli
-from audit.core.errors import EXIT_OK
+from audit.errors import EXIT_OK
 from tests.support.cli import spawn_audit
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 

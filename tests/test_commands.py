@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from audit.core.errors import CommandFailed
-from audit.engines import process as commands
+from audit.errors import CommandFailed
+from audit.host import process as commands
 
 
 @pytest.fixture

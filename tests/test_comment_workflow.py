@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from audit.plan.scaffold import skeleton
+from audit.project.scaffold import skeleton
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = ".github/workflows/dependency-gate.yml"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from audit.core.findings import Finding
-from audit.core.policy import LockstepGroup, Policy
-from audit.core.snapshot import Distribution
-from audit.core.verdict import check_state, required_by_metadata
+from audit.history.snapshot import Distribution
+from audit.policy.findings import Finding
+from audit.policy.model import LockstepGroup, Policy
+from audit.policy.verdict import check_state, required_by_metadata
 
 DATA = Path(__file__).parent / "data" / "real_stack" / "vllm-0.33.0-arm64-cp311.json"
 # The PEP 508 markers of CPython 3.11 on linux/arm64 (the replica's interpreter).

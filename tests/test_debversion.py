@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.core.debversion import (
+from audit.history.debversion import (
     DebianVersion,
     DebianVersionError,
     compare_debian_versions,

@@ -1,4 +1,4 @@
-"""Which engine every Docker call talks to (``audit.engines.docker_endpoint``), and the registry
+"""Which engine every Docker call talks to (``audit.docker.endpoint``), and the registry
 helpers that need no registry: contexts resolved from files as the docker CLI does, the
 push's digest and failure, the build plan's cache and multi-platform argv."""
 
@@ -12,18 +12,20 @@ from typing import Any
 
 import pytest
 
+from audit.build.plan import INLINE_CACHE_ARG, BuildOptions, build_command
 from audit.cli.main import main
-from audit.core.errors import (
+from audit.docker import endpoint as docker_endpoint
+from audit.docker import host as docker_host
+from audit.docker import registry
+from audit.errors import (
     EXIT_BAD_INPUT,
     EXIT_ENVIRONMENT,
     CommandFailed,
     EnvironmentProblem,
     UsageError,
 )
-from audit.engines import docker_endpoint, docker_host, registry
-from audit.engines import process as commands
-from audit.engines.process import Completed
-from audit.plan.build import INLINE_CACHE_ARG, BuildOptions, build_command
+from audit.host import process as commands
+from audit.host.process import Completed
 from tests.support.build_plan import BUILDX, LEGACY, plan
 
 DIGEST = "sha256:" + "ab" * 32
@@ -298,7 +300,7 @@ def test_a_refused_pull_is_exit_3_naming_the_engine(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_sdk_reaches_an_ssh_engine_through_the_ssh_program() -> None:
-    from audit.engines.container import sdk_arguments
+    from audit.docker.container import sdk_arguments
 
     assert sdk_arguments({"DOCKER_HOST": "ssh://admin@spark-2"}) == {
         "base_url": "ssh://admin@spark-2",

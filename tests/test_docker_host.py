@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from audit.core.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
-from audit.engines import docker_host
-from audit.engines import process as commands
-from audit.engines.docker_host import BindMount
-from audit.engines.process import Completed
-from audit.plan.build import DockerClient, build_command
+from audit.build.plan import DockerClient, build_command
+from audit.docker import host as docker_host
+from audit.docker.host import BindMount
+from audit.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
+from audit.host import process as commands
+from audit.host.process import Completed
 from tests.support.fixtures import Wheelhouse
 
 

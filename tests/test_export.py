@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK
-from audit.core.snapshot import Distribution
-from audit.engines import process as commands
-from audit.engines.resolvers.job import DEFAULT_TOOLS_INDEX, ambient_ca_bundle
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK
+from audit.history.snapshot import Distribution
+from audit.host import process as commands
+from audit.lock.resolvers.job import DEFAULT_TOOLS_INDEX, ambient_ca_bundle
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project

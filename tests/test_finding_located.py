@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from audit.core.findings import LOCATION_KEYS, Finding
+from audit.policy.findings import LOCATION_KEYS, Finding
 
 
 def test_located_keeps_every_field_and_sets_only_the_location() -> None:

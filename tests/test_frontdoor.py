@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import main
-from audit.core.errors import EXIT_VIOLATION
-from audit.plan import frontdoor
-from audit.plan.scaffold import skeleton
+from audit.errors import EXIT_VIOLATION
+from audit.project import frontdoor
+from audit.project.scaffold import skeleton
 from tests.support.project import ProjectSpec, pip_recipe_toml, system_base, write_project
 
 NOXFILE = """import nox
@@ -87,12 +87,12 @@ def test_the_guard_s_hints_name_the_project_s_front_door(
 ) -> None:
     """The guard runs inside the image and cannot look for a noxfile: the host writes the
     commands into its config, and its lock-mismatch and no-base hints say them."""
-    from audit.core.lockformat import parse_pins
-    from audit.core.snapshot import Distribution, Environment
+    from audit.history.snapshot import Distribution, Environment
     from audit.inimage import guard
-    from audit.plan.guard_context import guard_config
-    from audit.plan.recipe_parse import load_recipe
-    from audit.plan.sources import DirectorySource
+    from audit.lock.format import parse_pins
+    from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
+    from audit.render.guard import guard_config
 
     if noxfile:
         (project / "noxfile.py").write_text(noxfile)

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.core.findings import ERROR, INFO, Finding
-from audit.engines.gitsource import GitSource
-from audit.plan.gate import gate
-from audit.plan.gate_markdown import gate_markdown
-from audit.plan.report import Report, Section
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
+from audit.gate.compare import gate
+from audit.gate.markdown import gate_markdown
+from audit.policy.findings import ERROR, INFO, Finding
+from audit.project.gitsource import GitSource
+from audit.report.findings import Report, Section
 from tests.support.gate_project import (
     TODAY,
     WAIVER,

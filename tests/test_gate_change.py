@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION
+from audit.errors import EXIT_OK, EXIT_VIOLATION
 from tests.support import gate_project as shared
 from tests.support.cli import edit
 from tests.support.gate_project import WAIVER, Project, findings, propose, run_gate

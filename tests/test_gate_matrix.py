@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION
-from audit.core.findings import Finding
-from audit.engines.gitsource import GitSource
-from audit.plan import gate
-from audit.plan.gate import gate_result
-from audit.plan.matrix import Cell
-from audit.plan.predict import StepJudge
-from audit.plan.recipe import Step
-from audit.plan.recipe_parse import load_recipe
+from audit.errors import EXIT_OK, EXIT_VIOLATION
+from audit.gate import compare as gate
+from audit.gate.compare import gate_result
+from audit.gate.matrix import Cell
+from audit.history.predict import StepJudge
+from audit.policy.findings import Finding
+from audit.project.gitsource import GitSource
+from audit.recipe.model import Step
+from audit.recipe.parse import load_recipe
 from tests.support import gate_project
 from tests.support.gate_project import (
     RECIPE,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_OK
-from audit.engines import process as commands
+from audit.errors import EXIT_OK
+from audit.host import process as commands
 from tests.support.gitrepo import git
 from tests.support.project import (
     ProjectSpec,

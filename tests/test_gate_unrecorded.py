@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION
+from audit.errors import EXIT_OK, EXIT_VIOLATION
 from tests.support import gate_project as shared
 from tests.support.gate_project import findings, run_gate
 from tests.support.gitrepo import commit_files, git

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, CommandFailed, GitError
-from audit.engines import gitsource
-from audit.engines import process as commands
-from audit.engines.gitsource import GitSource
+from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, CommandFailed, GitError
+from audit.host import process as commands
+from audit.project import gitsource
+from audit.project.gitsource import GitSource
 from tests.support.gitrepo import SHELL_BRANCH, commit_files, git
 
 

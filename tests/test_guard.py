@@ -1,4 +1,4 @@
-"""The build guard, run for real: a ``_guard/`` folder written by audit.plan.guard_context, a real
+"""The build guard, run for real: a ``_guard/`` folder written by audit.render.guard, a real
 virtual environment changed by real pip between "layers", the guard run with that venv's Python.
 
 No Docker: the venv stands in for the image. Each test walks layers the way a build does and
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from audit.core.errors import RecipeError
-from audit.core.policy import LockstepGroup, Policy, Waiver
-from audit.core.snapshot import Environment, canonical_name, parse_snapshot
-from audit.engines.context import write_guard_context
-from audit.plan.guard_context import GUARD_DIR, check_vendored_python
-from audit.plan.lockfile import BaseRecord, render_base
-from audit.plan.recipe import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
+from audit.errors import RecipeError
+from audit.history.snapshot import Environment, canonical_name, parse_snapshot
+from audit.lock.files import BaseRecord, render_base
+from audit.policy.model import LockstepGroup, Policy, Waiver
+from audit.recipe.model import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
+from audit.render.guard import GUARD_DIR, check_vendored_python
+from audit.render.write import write_guard_context
 from tests.support.fixtures import Wheelhouse
 
 VIOLATION = "LAYER-AUDIT-VIOLATION "
@@ -285,8 +285,9 @@ def test_the_guard_context_is_deterministic_and_drops_stale_files(image: Image) 
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
     assert after == before
     assert (folder / "lib" / "packaging" / "version.py").is_file()
-    core = folder / "lib" / "audit" / "core"
-    assert {p.name for p in core.iterdir()} >= {"verdict.py", "diff.py"}
+    vendored = folder / "lib" / "audit"
+    assert {p.name for p in (vendored / "policy").iterdir()} >= {"__init__.py", "verdict.py"}
+    assert {p.name for p in (vendored / "history").iterdir()} >= {"diff.py", "snapshot.py"}
 
 
 def test_guard_config_holds_image_interpreters_and_policy(image: Image) -> None:
@@ -358,7 +359,7 @@ def test_plain_pins_and_unmoved_floors_spare_the_pep508_parser(image: Image) -> 
 def test_the_guard_applies_a_preset_and_names_it(image: Image, wheelhouse: Wheelhouse) -> None:
     """The preset travels in guard.json and the vendored core: the field's cutlass-dsl skew
     (4.4.0 beside libs 4.8.1: only upgrades) fails the layer, naming the preset rule."""
-    from audit.core.presets import merge
+    from audit.policy.presets import merge
 
     for version in ("4.4.0", "4.8.1"):
         wheelhouse("nvidia-cutlass-dsl-libs-base", version)

@@ -14,19 +14,11 @@ from typing import Any
 
 import pytest
 
+from audit.build.plan import build_command
 from audit.cli import main as cli
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.core.policy import Policy
-from audit.core.snapshot import (
-    SCRIPT_PATH,
-    Distribution,
-    Environment,
-    dump_snapshot,
-    parse_snapshot,
-)
-from audit.engines import docker_host
-from audit.engines import process as commands
-from audit.engines.image_audit import (
+from audit.docker import host as docker_host
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
+from audit.history.image_audit import (
     MARKER,
     ImageTarget,
     compare_section,
@@ -34,7 +26,15 @@ from audit.engines.image_audit import (
     select_interpreters,
     unique_environments,
 )
-from audit.plan.build import build_command
+from audit.history.snapshot import (
+    SCRIPT_PATH,
+    Distribution,
+    Environment,
+    dump_snapshot,
+    parse_snapshot,
+)
+from audit.host import process as commands
+from audit.policy.model import Policy
 from tests.support.fixtures import Wheelhouse
 
 TODAY = dt.date(2026, 12, 1)
@@ -66,7 +66,7 @@ def test_parse_snapshots_splits_per_interpreter_and_skips_failures() -> None:
 
 
 def test_unique_environments_drops_aliases_of_one_environment() -> None:
-    from audit.engines.image_audit import ImageEnvironment
+    from audit.history.image_audit import ImageEnvironment
 
     system = _env("/usr/bin/python3", ("/usr/lib/site",), six="1")
     alias = _env("/usr/bin/python3.11", ("/usr/lib/site",), six="1")

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from audit.cli.main import main
-from audit.engines import docker_host
+from audit.docker import host as docker_host
 from tests.support.docker_build import CLIENT, PYTHON, REPO_ROOT, TEST_REPOSITORY, base_record
 from tests.support.fixtures import BaseImageFactory
 

@@ -27,10 +27,10 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from audit.cli.main import main
-from audit.plan import dockerfile_heredoc
-from audit.plan.dockerfile_import import plan_import
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.dockerfile import heredoc as dockerfile_heredoc
+from audit.dockerfile.importer import plan_import
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 HERE = Path(__file__).parent / "dockerfiles"
 FIELD = sorted(p.name for p in HERE.iterdir() if (p / "Dockerfile").is_file())

@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from audit.cli.main import main
-from audit.core.errors import EXIT_ENVIRONMENT, EXIT_OK, EXIT_VIOLATION
-from audit.engines.self_spec import _from_local
-from audit.plan.lock import resolver_label
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import EXIT_ENVIRONMENT, EXIT_OK, EXIT_VIOLATION
+from audit.lock.plan import resolver_label
+from audit.project.self_spec import _from_local
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.gitrepo import git
 from tests.support.project import lock_body, write_fresh_locks
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.engines import docker_host
+from audit.docker import host as docker_host
 from tests.support.docker_build import CLIENT, REPO_ROOT, TEST_REPOSITORY, images_of
 from tests.support.fixtures import BaseImageFactory
 from tests.support.gitrepo import git

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from audit.core.redact import redact_json
-from audit.plan import json_text
+from audit.redact import redact_json
+from audit.report import json_text
 
 TEXTS = ["", "a", "é", '"quoted"', "back\\slash", "tab\t", "line\nbreak", "\u2028", "\x00",
          "🙂", "ü → x", "</script>", "null"]  # fmt: skip

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import UsageError
-from audit.engines import process as commands
-from audit.engines.provenance import gather, tree_digest
-from audit.plan.build import created_time, labels, qualified_image, stage_labels
-from audit.plan.lockfile import BaseRecord
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.build.plan import created_time, labels, qualified_image, stage_labels
+from audit.build.provenance import gather, tree_digest
+from audit.errors import UsageError
+from audit.host import process as commands
+from audit.lock.files import BaseRecord
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.gitrepo import commit_files, git
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 

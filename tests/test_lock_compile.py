@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from audit.core.snapshot import Distribution
-from audit.engines import atomic, lock_stamp
-from audit.engines import process as commands
-from audit.plan.lockfile import parse_lock
+from audit.history.snapshot import Distribution
+from audit.host import atomic
+from audit.host import process as commands
+from audit.lock import stamp as lock_stamp
+from audit.lock.files import parse_lock
 from tests.support.cli import REPO, run_lock, spawn_audit
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index

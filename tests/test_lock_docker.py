@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.plan.lockfile import BaseRecord, parse_base, parse_lock
+from audit.lock.files import BaseRecord, parse_base, parse_lock
 from tests.support.cli import run_lock
 from tests.support.fixtures import BaseImageFactory, Wheelhouse
 from tests.support.project import ProjectSpec, pip_recipe_toml, write_project

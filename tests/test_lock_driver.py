@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from audit.core.policy import Policy
-from audit.engines.resolvers.job import CompileJob
-from audit.engines.resolvers.piptools import known_pins, with_known
 from audit.inimage import lock_driver
-from audit.plan.lock import LayerInputs, pip_steps
-from audit.plan.recipe import PipLayer, Recipe, Stage
+from audit.lock.plan import LayerInputs, pip_steps
+from audit.lock.resolvers.job import CompileJob
+from audit.lock.resolvers.piptools import known_pins, with_known
+from audit.policy.model import Policy
+from audit.recipe.model import PipLayer, Recipe, Stage
 
 
 def job(tmp_path: Path, **changes: Any) -> dict[str, Any]:

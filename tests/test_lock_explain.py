@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EnvironmentProblem, LockError, ResolutionConflict
-from audit.core.policy import Policy
-from audit.engines.resolvers import job, piptools, uv
+from audit.errors import EnvironmentProblem, LockError, ResolutionConflict
 from audit.inimage import lock_driver
-from audit.plan.lock import Constraint, LayerInputs, pip_steps
-from audit.plan.recipe import PipLayer, Recipe, Stage
+from audit.lock.plan import Constraint, LayerInputs, pip_steps
+from audit.lock.resolvers import job, piptools, uv
+from audit.policy.model import Policy
+from audit.recipe.model import PipLayer, Recipe, Stage
 
 INDEX = "https://builder:s3cr3t@pypi.example.org/simple"
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from audit.engines.run_label import LABEL
-from audit.plan.scaffold import gitignore_after
+from audit.docker.run_label import LABEL
+from audit.project.scaffold import gitignore_after
 from tests.support.cli import run_lock
 from tests.support.fixtures import BaseImageFactory, Wheelhouse
 from tests.support.project import ProjectSpec, pip_recipe_toml, write_project

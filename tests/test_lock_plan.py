@@ -6,13 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import LockError
-from audit.core.lockformat import Pin
-from audit.core.policy import Policy, Waiver
-from audit.core.snapshot import Distribution, Environment
-from audit.engines.lock_run import known_metadata
-from audit.engines.resolvers.job import ambient_ca_bundle
-from audit.plan.lock import (
+from audit.errors import LockError
+from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import (
+    BaseRecord,
+    Lock,
+    PinMetadata,
+    lock_relpath,
+    parse_lock,
+    render_lock,
+)
+from audit.lock.format import Pin
+from audit.lock.plan import (
     BASE_ORIGIN,
     RESOLVER,
     Constraint,
@@ -33,16 +38,11 @@ from audit.plan.lock import (
     via_parents,
     who_asks,
 )
-from audit.plan.lockfile import (
-    BaseRecord,
-    Lock,
-    PinMetadata,
-    lock_relpath,
-    parse_lock,
-    render_lock,
-)
-from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
-from audit.plan.sources import DirectorySource
+from audit.lock.resolvers.job import ambient_ca_bundle
+from audit.lock.run import known_metadata
+from audit.policy.model import Policy, Waiver
+from audit.project.sources import DirectorySource
+from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage
 from tests.support.project import write_base, write_fresh_locks, write_text
 
 BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main as cli
-from audit.core.snapshot import Distribution
+from audit.history.snapshot import Distribution
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 WAIVER = (

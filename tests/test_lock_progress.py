@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.snapshot import Distribution
-from audit.engines.lock_progress import LockProgress
+from audit.history.snapshot import Distribution
+from audit.lock.progress import LockProgress
 from tests.support.cli import REPO
 from tests.support.fixtures import Wheelhouse
 from tests.support.pkgindex import serve_index

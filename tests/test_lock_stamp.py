@@ -14,13 +14,14 @@ from typing import ClassVar, cast
 
 import pytest
 
+from audit.base.record import BaseOptions
 from audit.cli import lock_quick
 from audit.cli import main as cli
-from audit.core.snapshot import Distribution
-from audit.engines import lock_stamp, lock_workflow
-from audit.engines.base_record import BaseOptions
-from audit.plan import recipe_parse
-from audit.plan.sources import DirectorySource, Source
+from audit.history.snapshot import Distribution
+from audit.lock import stamp as lock_stamp
+from audit.lock import workflow as lock_workflow
+from audit.project.sources import DirectorySource, Source
+from audit.recipe import parse as recipe_parse
 from tests.support.lock_stamp import HEAVY, STAMP, imported, project, spawn
 from tests.support.project import base_record, write_base
 
@@ -61,7 +62,7 @@ def test_a_fresh_run_writes_the_stamp_and_the_next_process_imports_no_parser(
         assert again.returncode == 0, again.stderr
         assert again.stdout == answer + "\n"
         loaded = imported(again.stderr)
-        assert "audit.engines.lock_stamp" in loaded
+        assert "audit.lock.stamp" in loaded
         assert not [name for name in loaded if name.split(".")[0] in HEAVY or name in HEAVY]
 
 
@@ -149,7 +150,7 @@ def doctor(kind: str, table: dict[str, str]) -> Callable[[str], str]:
 
 def other_code(text: str) -> str:
     stamp = lock_stamp.parse_stamp(text)
-    assert stamp is not None and any("audit/plan/lock.py" in path for path in stamp["code"])
+    assert stamp is not None and any("audit/lock/plan.py" in path for path in stamp["code"])
     changed = dict.fromkeys(stamp["code"], "0" * 64)
     return doctor("code", changed)(text)
 

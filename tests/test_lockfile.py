@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT, LockError
-from audit.core.policy import Policy
-from audit.core.snapshot import Distribution, Environment
-from audit.plan.lockfile import (
+from audit.errors import EXIT_BAD_INPUT, LockError
+from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import (
     END_MARKER,
     BaseRecord,
     Lock,
@@ -19,7 +18,8 @@ from audit.plan.lockfile import (
     render_base,
     render_lock,
 )
-from audit.plan.recipe import PipLayer, Recipe, Stage
+from audit.policy.model import Policy
+from audit.recipe.model import PipLayer, Recipe, Stage
 
 BODY = """\
 alpha==2.0 \\

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from audit.core.lockformat import LockFormatError, _layout_pins, _line_pins, parse_pins
+from audit.lock.format import LockFormatError, _layout_pins, _line_pins, parse_pins
 from tests.support.project import lock_body
 
 HASH = "--hash=sha256:" + "ab" * 32

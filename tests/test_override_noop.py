@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_OK
-from audit.core.findings import WARNING, Finding
-from audit.core.policy import Policy
-from audit.core.snapshot import Distribution
-from audit.core.verdict import evaluate
-from audit.engines import process as commands
+from audit.errors import EXIT_OK
+from audit.history.snapshot import Distribution
+from audit.host import process as commands
+from audit.policy.findings import WARNING, Finding
+from audit.policy.model import Policy
+from audit.policy.verdict import evaluate
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files
 

@@ -1,6 +1,6 @@
 """The gate's tables drawn without rich equal rich's drawing, byte for byte.
 
-:func:`audit.plan.plain_table.plain_text` is the fast path for a console without colour (a
+:func:`audit.gate.plain_table.plain_text` is the fast path for a console without colour (a
 pipe, a CI log: the fleet case). It must print exactly what rich prints for the same table at
 the same width and wrap mode, or decline (None) so that rich draws it. A property test over
 table shapes (long words that fold or collapse a column, wrapping, unicode wide and combining
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.markup import escape
 
-from audit.plan.plain_table import (
+from audit.gate.plain_table import (
     Cell,
     Column,
     Grid,

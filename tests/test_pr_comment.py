@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from audit.cli.main import main
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK
-from audit.engines.github_comment import MARKER
+from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK
+from audit.gate.github_comment import MARKER
 
 TOKEN = "ghs_FAKEtoken0123456789abcdefABCDEF0123"
 REPO = "octo-org/images"

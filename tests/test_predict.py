@@ -8,15 +8,15 @@ from types import MappingProxyType
 
 import pytest
 
-from audit.core.errors import LockError
-from audit.core.lockformat import Pin
-from audit.core.snapshot import Distribution, Environment
-from audit.plan.lock import survey_locks
-from audit.plan.lockfile import BaseRecord, Lock
-from audit.plan.predict import apply_lock, base_environment, predict, predict_from
-from audit.plan.recipe import Recipe
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import LockError
+from audit.history.predict import apply_lock, base_environment, predict, predict_from
+from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import BaseRecord, Lock
+from audit.lock.format import Pin
+from audit.lock.plan import survey_locks
+from audit.project.sources import DirectorySource
+from audit.recipe.model import Recipe
+from audit.recipe.parse import load_recipe
 from tests.support.vllm_project import BASE, Project, write_project
 
 

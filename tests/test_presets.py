@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.core import presets
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION, RecipeError
-from audit.core.findings import Finding
-from audit.core.policy import FAIL, WARN, LockstepGroup, Policy
-from audit.core.snapshot import Distribution
-from audit.core.verdict import evaluate
-from audit.engines import process as commands
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import EXIT_OK, EXIT_VIOLATION, RecipeError
+from audit.history.snapshot import Distribution
+from audit.host import process as commands
+from audit.policy import presets
+from audit.policy.findings import Finding
+from audit.policy.model import FAIL, WARN, LockstepGroup, Policy
+from audit.policy.verdict import evaluate
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files
 

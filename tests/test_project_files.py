@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT
-from audit.engines import atomic
-from audit.plan.sources import TEXT_LIMIT
+from audit.errors import EXIT_BAD_INPUT
+from audit.host import atomic
+from audit.project.sources import TEXT_LIMIT
 from tests.support.cli import fails
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ def test_a_sigkilled_write_leaves_a_temporary_the_next_write_removes(tmp_path: P
     script = (
         "import os, signal, sys, tempfile\n"
         "from pathlib import Path\n"
-        "from audit.engines import atomic\n"
+        "from audit.host import atomic\n"
         "real = tempfile.mkstemp\n"
         "def killed(*a, **k):\n"
         "    fd, name = real(*a, **k)\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import build_parser, main
-from audit.plan import paths
+from audit.project import paths
 from tests.support.lock_stamp import HEAVY, STAMP, imported, spawn
 from tests.support.lock_stamp import project as project  # noqa: PLC0414 - the fixture
 

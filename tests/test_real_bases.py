@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main as cli
-from audit.core.snapshot import Distribution
-from audit.plan.lockfile import parse_lock
+from audit.history.snapshot import Distribution
+from audit.lock.files import parse_lock
 from tests.support.field_stack import (
     BASE,
     NIGHTLY,

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import main
-from audit.plan.lock import read_base_digest
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
-from audit.plan.trust import REPLICA_SOURCE
+from audit.lock.plan import read_base_digest
+from audit.lock.trust import REPLICA_SOURCE
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "vllm-arm64-cu13"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.engines import docker_host
-from audit.plan.lockfile import parse_lock
+from audit.docker import host as docker_host
+from audit.lock.files import parse_lock
 from tests.support.docker_build import images_of
 from tests.support.real_stack import FIXTURE, IMAGE
 

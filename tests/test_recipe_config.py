@@ -13,9 +13,9 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from audit.cli.main import main
-from audit.core.errors import RecipeError
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import RecipeError
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 MINI = Path(__file__).resolve().parent / "data" / "recipes" / "mini"
 TOML = "images/mini/image.toml"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import RecipeError, UsageError
-from audit.plan.located_toml import read_toml
-from audit.plan.recipe import CopyLayer, EnvLayer, PipLayer, RunLayer
-from audit.plan.recipe_parse import load_all, load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import RecipeError, UsageError
+from audit.project.sources import DirectorySource
+from audit.recipe.located_toml import read_toml
+from audit.recipe.model import CopyLayer, EnvLayer, PipLayer, RunLayer
+from audit.recipe.parse import load_all, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "tests" / "data" / "recipes" / "mini"

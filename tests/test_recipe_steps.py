@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from audit.core.policy import Policy
-from audit.plan.recipe import PipLayer, Recipe, RunLayer, Stage
+from audit.policy.model import Policy
+from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage
 
 
 def make_recipe() -> Recipe:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.core import redact as redact_module
-from audit.core.redact import MASK, public_source_url, redact, redact_json
+from audit import redact as redact_module
+from audit.redact import MASK, public_source_url, redact, redact_json
 
 SECRET = "S3cr3tValue"
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
-from audit.engines import docker_host
-from audit.engines.docker_host import BindMount
-from audit.plan.lockfile import BaseRecord, render_base
+from audit.docker import host as docker_host
+from audit.docker.host import BindMount
+from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
+from audit.lock.files import BaseRecord, render_base
 from tests.support.docker_build import (
     CLIENT,
     PYTHON,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import RecipeError
-from audit.engines.context import render
-from audit.plan.recipe import PipLayer
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.render import RenderResult, env_quote, pip_command
-from audit.plan.sources import DirectorySource
+from audit.errors import RecipeError
+from audit.project.sources import DirectorySource
+from audit.recipe.model import PipLayer
+from audit.recipe.parse import load_recipe
+from audit.render.plan import RenderResult, env_quote, pip_command
+from audit.render.write import render
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "tests" / "data" / "recipes" / "mini"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import RecipeError
-from audit.plan.located_toml import Node
-from audit.plan.recipe import Layer, PipLayer, RunLayer
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.repins import fold_repins
-from audit.plan.sources import DirectorySource
+from audit.errors import RecipeError
+from audit.project.sources import DirectorySource
+from audit.recipe.located_toml import Node
+from audit.recipe.model import Layer, PipLayer, RunLayer
+from audit.recipe.parse import load_recipe
+from audit.recipe.repins import fold_repins
 
 MINI = Path(__file__).resolve().parent / "data" / "recipes" / "mini"
 STAGE = Node("images/x/image.toml", "stage[2]", {})

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from audit.core.errors import UsageError
-from audit.plan import replica
-from audit.plan.lock import Constraint
-from audit.plan.trust import REPLICA_SOURCE, base_source, source_name
+from audit.base import replica_plan as replica
+from audit.errors import UsageError
+from audit.lock.plan import Constraint
+from audit.lock.trust import REPLICA_SOURCE, base_source, source_name
 
 ARM64 = replica.target_markers("aarch64", "3.11.2")
 
@@ -129,9 +129,9 @@ def test_a_replica_image_records_its_source_and_reports_name_it() -> None:
 def test_a_dry_build_tags_only_dry_references_and_never_latest() -> None:
     from pathlib import Path
 
-    from audit.plan.build import stage_tags
-    from audit.plan.recipe_parse import load_recipe
-    from audit.plan.sources import DirectorySource
+    from audit.build.plan import stage_tags
+    from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
 
     recipe = load_recipe(DirectorySource(Path(__file__).resolve().parents[1]), "demo")
     last = recipe.stages[-1].name

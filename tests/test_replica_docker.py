@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.engines import docker_host
+from audit.docker import host as docker_host
 from tests.support.docker_build import TEST_REPOSITORY
 from tests.support.fixtures import BaseImageFactory
 from tests.support.metaindex import serve_metadata_index

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from audit.core.findings import ERROR, INFO, WARNING, Finding
-from audit.engines.reports import write_report
-from audit.plan.report import (
+from audit.policy.findings import ERROR, INFO, WARNING, Finding
+from audit.report.findings import (
     REPORT_SCHEMA,
     Report,
     Section,
@@ -20,6 +19,7 @@ from audit.plan.report import (
     report_markdown,
     summary_line,
 )
+from audit.report.output import write_report
 
 DOWNGRADE = Finding(
     rule="downgraded",

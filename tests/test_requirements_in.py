@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.requirements import InvalidRequirement, Requirement
 
-from audit.core.errors import RecipeError
-from audit.core.lockformat import logical_lines
-from audit.plan.requirements_in import (
+from audit.errors import RecipeError
+from audit.lock.format import logical_lines
+from audit.recipe.requirements_in import (
     _PLAIN_LINE,
     RequirementsFile,
     normalise_index_url,

@@ -1,4 +1,4 @@
-"""Rule names once (``audit/core/rules.py``), and the recipe schema in step with the parser.
+"""Rule names once (``audit/policy/rules.py``), and the recipe schema in step with the parser.
 
 Every finding the package raises with a literal rule name uses a registered name; the lists
 the verdict, the recipe parser, the gate and the reports use are read from the registry; and
@@ -18,10 +18,11 @@ from typing import Any, TypeGuard
 
 import pytest
 
-from audit.core import presets, rules
-from audit.core.policy import ACTIONS
-from audit.plan import policy_parse, recipe_parse
-from audit.plan.report import RULE_ORDER
+from audit.policy import presets, rules
+from audit.policy.model import ACTIONS
+from audit.recipe import parse as recipe_parse
+from audit.recipe import policy_parse
+from audit.report.findings import RULE_ORDER
 
 AUDIT = Path(__file__).resolve().parents[1] / "audit"
 RULE_CONSTANT = re.compile(r"_(RULE|LOCK)$")
@@ -68,7 +69,7 @@ def test_every_literal_rule_is_registered() -> None:
 def test_the_scan_sees_real_findings() -> None:
     """The scan is not vacuous: it finds the guard's and the gate's own rule names."""
     guard = ast.parse((AUDIT / "inimage" / "guard.py").read_text())
-    gate = ast.parse((AUDIT / "plan" / "gate.py").read_text())
+    gate = ast.parse((AUDIT / "gate" / "compare.py").read_text())
     assert "lock-mismatch" in {name for _, name in literal_rules(guard)}
     assert {"base-image", "waiver-added"} <= {name for _, name in literal_rules(gate)}
     assert not rules.known("no-such-rule")

@@ -13,13 +13,13 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from audit.cli.main import main
-from audit.core.errors import EXIT_BAD_INPUT
-from audit.core.snapshot import Environment, dump_snapshot
-from audit.core.system import OsPackage, System
-from audit.engines.sbom import SBOM_NAME, write_sbom
-from audit.plan.lockfile import BaseRecord
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.errors import EXIT_BAD_INPUT
+from audit.history.snapshot import Environment, dump_snapshot
+from audit.history.system import OsPackage, System
+from audit.lock.files import BaseRecord
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
+from audit.report.sbom import SBOM_NAME, write_sbom
 from tests.support.cli import fails
 from tests.support.fixtures import BaseImageFactory
 from tests.support.project import (

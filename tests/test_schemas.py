@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.core.snapshot import SCRIPT_PATH
-from audit.engines import process as commands
+from audit.history.snapshot import SCRIPT_PATH
+from audit.host import process as commands
 from tests.support.gate_project import Project, propose, repo, run_gate
 from tests.support.schemas import problems, schema_of, validator
 from tests.support.snapshot_files import write as write_snapshot

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from audit.build.plan import Provenance, labels
+from audit.build.run import BuildLog
 from audit.cli.main import report_error
-from audit.core.errors import EXIT_BAD_INPUT, BadInput
-from audit.core.findings import ERROR, Finding
-from audit.core.redact import redact
-from audit.engines.build_run import BuildLog
-from audit.plan.build import Provenance, labels
-from audit.plan.gate_markdown import gate_markdown
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.report import Report, Section, render_text
-from audit.plan.sources import DirectorySource
+from audit.errors import EXIT_BAD_INPUT, BadInput
+from audit.gate.markdown import gate_markdown
+from audit.policy.findings import ERROR, Finding
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
+from audit.redact import redact
+from audit.report.findings import Report, Section, render_text
 from tests.support.cli import edit, fails
 
 SECRET = "Zq7pW3xK9vLm"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT, UsageError
-from audit.core.snapshot import SCRIPT_PATH
-from audit.plan.snapshot_file import one_per_interpreter, parse_documents
+from audit.base.snapshot_file import one_per_interpreter, parse_documents
+from audit.errors import EXIT_BAD_INPUT, UsageError
+from audit.history.snapshot import SCRIPT_PATH
 from tests.support.cli import edit, fails
 
 PYTHONS = [Path(f"/root/.pyenv/versions/{v}/bin/python3") for v in ("3.11.7", "3.12.1")]
@@ -80,7 +80,7 @@ def test_lock_from_snapshot_names_the_conflict_and_writes_nothing(
 def test_lock_from_snapshot_refuses_an_oversized_file_before_reading_it(
     demo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from audit.core.snapshot import SNAPSHOT_LIMIT
+    from audit.history.snapshot import SNAPSHOT_LIMIT
 
     big = demo / "snap.json"
     with big.open("wb") as handle:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EXIT_BAD_INPUT, SnapshotError
-from audit.core.snapshot import (
+from audit.errors import EXIT_BAD_INPUT, SnapshotError
+from audit.history.snapshot import (
     SCHEMA,
     Distribution,
     Environment,
@@ -85,7 +85,7 @@ def _resealed(edit) -> bytes:  # type: ignore[no-untyped-def]
     edit(document["environments"][0])
     envs = document["environments"]
     body = {"schema": SCHEMA, "environments": envs}
-    from audit.core.snapshot import _digest_of, canonical_json
+    from audit.history.snapshot import _digest_of, canonical_json
 
     return (canonical_json(dict(body, digest=_digest_of(body))) + "\n").encode()
 

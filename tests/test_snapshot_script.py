@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from packaging.markers import default_environment
 from packaging.utils import canonicalize_name
 
-from audit.core.snapshot import SCRIPT_PATH, Environment, parse_snapshot
+from audit.history.snapshot import SCRIPT_PATH, Environment, parse_snapshot
 from tests.support.wheels import make_wheel
 
 PY39 = Path("/root/.pyenv/versions/3.9.18/bin/python3.9")

@@ -6,8 +6,8 @@ import hashlib
 import io
 import zipfile
 
-from audit.plan.lock import Constraint
-from audit.plan.standins import (
+from audit.lock.plan import Constraint
+from audit.lock.standins import (
     metadata_text,
     provided_extras,
     standin_digests,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.engines import docker_host
+from audit.docker import host as docker_host
 from tests.support.docker_build import (
     Index,
     Project,

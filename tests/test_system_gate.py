@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from audit.core.errors import EXIT_OK, EXIT_VIOLATION
-from audit.core.system import OsPackage, System
+from audit.errors import EXIT_OK, EXIT_VIOLATION
+from audit.history.system import OsPackage, System
 from tests.support.gate_project import RECIPE, Project, repo, run_gate  # noqa: F401  (repo: a fixture)
 from tests.support.gitrepo import commit_files
 from tests.support.project import ProjectSpec, system_base

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.snapshot import SCRIPT_PATH, parse_snapshot
-from audit.core.system import parse_system
+from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
+from audit.history.system import parse_system
 from audit.inimage import snapshot as script  # the in-image script, stdlib only
 from tests.support.native import needs_cc, shared_object
 

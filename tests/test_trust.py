@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from audit.build.progress import Progress
+from audit.build.run import build_failure
 from audit.cli.main import main
-from audit.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, LockError
-from audit.core.findings import ERROR
-from audit.core.snapshot import SCRIPT_PATH
-from audit.engines.build_progress import Progress
-from audit.engines.build_run import build_failure
-from audit.plan.gate import gate
-from audit.plan.lockfile import BaseRecord, parse_base
-from audit.plan.recipe import PipLayer
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.render import pip_command
-from audit.plan.sources import DirectorySource
-from audit.plan.trust import base_identity_drift, base_record_mismatch, recorded_platform
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, LockError
+from audit.gate.compare import gate
+from audit.history.snapshot import SCRIPT_PATH
+from audit.lock.files import BaseRecord, parse_base
+from audit.lock.trust import base_identity_drift, base_record_mismatch, recorded_platform
+from audit.policy.findings import ERROR
+from audit.project.sources import DirectorySource
+from audit.recipe.model import PipLayer
+from audit.recipe.parse import load_recipe
+from audit.render.plan import pip_command
 from tests.support.cli import edit, fails
 from tests.support.fixtures import Wheelhouse, copy_demo
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import main
-from audit.core.snapshot import SCRIPT_PATH
-from audit.engines import docker_host
-from audit.plan.lockfile import parse_base
+from audit.docker import host as docker_host
+from audit.history.snapshot import SCRIPT_PATH
+from audit.lock.files import parse_base
 from tests.support.cli import edit
 from tests.support.docker_build import (
     CLIENT,

@@ -22,13 +22,13 @@ from typing import cast
 import pytest
 
 from audit.cli import main as cli
-from audit.core.snapshot import Distribution
-from audit.engines.http_fetch import FetchStats
-from audit.engines.resolvers import uv, uv_cache, uv_warm
-from audit.engines.simple_index import IndexFile, ProjectPages
-from audit.engines.wheel_metadata import Metadata
-from audit.plan.lock import LayerInputs
-from audit.plan.recipe import Step
+from audit.history.snapshot import Distribution
+from audit.index.http import FetchStats
+from audit.index.simple import IndexFile, ProjectPages
+from audit.index.wheel_metadata import Metadata
+from audit.lock.plan import LayerInputs
+from audit.lock.resolvers import uv, uv_cache, uv_warm
+from audit.recipe.model import Step
 from tests.support.fixtures import Wheelhouse
 from tests.support.metaindex import serve_metadata_index
 from tests.support.project import ProjectSpec, base_record, write_project

@@ -6,11 +6,11 @@ import datetime
 
 import pytest
 
-from audit.core.errors import BadInput
-from audit.core.findings import ERROR, INFO, WARNING, Finding
-from audit.core.policy import ALLOW, WARN, LockstepGroup, Policy, Waiver
-from audit.core.snapshot import Distribution, Environment
-from audit.core.verdict import (
+from audit.errors import BadInput
+from audit.history.snapshot import Distribution, Environment
+from audit.policy.findings import ERROR, INFO, WARNING, Finding
+from audit.policy.model import ALLOW, WARN, LockstepGroup, Policy, Waiver
+from audit.policy.verdict import (
     Scope,
     WaiverLedger,
     broken_requirements,

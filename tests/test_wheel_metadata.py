@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.errors import EnvironmentProblem, MetadataUnavailable
-from audit.engines import wheel_metadata as wm
-from audit.engines.simple_index import IndexFile, _from_html, _from_json
+from audit.errors import EnvironmentProblem, MetadataUnavailable
+from audit.index import wheel_metadata as wm
+from audit.index.simple import IndexFile, _from_html, _from_json
 from tests.support.metaindex import serve_metadata_index
 from tests.support.wheels import make_wheel
 

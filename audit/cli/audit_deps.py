@@ -17,27 +17,27 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from audit.build.plan import created_time
 from audit.cli.options import add_report_arguments
-from audit.core.errors import UsageError
-from audit.engines import atomic, console
-from audit.engines.image_audit import ImageTarget, audit_images, load_named_recipe
-from audit.engines.reports import write_report
-from audit.plan.auditdeps import audit_report, recipe_audits
-from audit.plan.build import created_time
-from audit.plan.matrix import (
+from audit.errors import UsageError
+from audit.gate.audit_deps import audit_report, recipe_audits
+from audit.gate.matrix import (
     StageMatrix,
     matrix_html,
     matrix_markdown,
     matrix_tables,
     stage_matrix,
 )
-from audit.plan.report import (
+from audit.history.image_audit import ImageTarget, audit_images, load_named_recipe
+from audit.host import atomic, console
+from audit.report.findings import (
     FORMATS,
     Report,
     check_output,
     render_text,
     report_exit_code,
 )
+from audit.report.output import write_report
 
 CYCLONEDX = "cyclonedx"
 
@@ -190,7 +190,7 @@ def _write_text(text: str, output: Path | None) -> None:
 
 def write_image_sbom(options: AuditDepsOptions) -> int:
     """``--image REF --format cyclonedx``: the image's SBOM to ``--output`` or stdout; exit 0."""
-    from audit.engines.sbom import image_sbom
+    from audit.report.sbom import image_sbom
 
     if not options.image or options.against:
         raise UsageError(

@@ -9,10 +9,12 @@ from typing import Any
 
 from rich.markup import escape
 
+from audit.base import make as baseimage
+from audit.base import offline as base_image
+from audit.base import replica
 from audit.cli.options import add_client_option
-from audit.core.errors import EXIT_OK, UsageError
-from audit.engines import baseimage, console, replica
-from audit.plan import base_image
+from audit.errors import EXIT_OK, UsageError
+from audit.host import console
 
 
 def register(subparsers: Any) -> None:
@@ -103,7 +105,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _replica(args: argparse.Namespace, make: base_image.BaseImageOptions) -> int:
     """``--replica FILE``: the offline base for the suite and arch, plus metadata-only
-    stand-ins of FILE's pins (see :mod:`audit.engines.replica`)."""
+    stand-ins of FILE's pins (see :mod:`audit.base.replica`)."""
     options = replica.ReplicaOptions(
         pins_file=args.replica,
         suite=make.suite,

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from audit.build.plan import NETWORK_AUTO, BuildOptions
+from audit.build.run import build_image
 from audit.cli.options import add_client_option
-from audit.core.errors import EXIT_OK
-from audit.core.redact import redact_json
-from audit.engines import console
-from audit.engines.build_run import build_image
-from audit.plan import paths
-from audit.plan.build import NETWORK_AUTO, BuildOptions
+from audit.errors import EXIT_OK
+from audit.host import console
+from audit.project import paths
+from audit.redact import redact_json
 
 DEFAULT_IMAGE = "demo"
 FORMATS = ("table", "json")

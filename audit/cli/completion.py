@@ -17,8 +17,8 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from audit.core.errors import EXIT_OK
-from audit.engines import console
+from audit.errors import EXIT_OK
+from audit.host import console
 
 SHELLS = ("bash", "zsh")
 FUNCTION = "_layer_audit"

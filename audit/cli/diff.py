@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from audit.cli.options import add_report_arguments
-from audit.engines import console
-from audit.engines.reports import write_report
-from audit.plan.report import check_output, report_exit_code, summary_line
-from audit.plan.snapshot_diff import diff_report
+from audit.history.snapshot_diff import diff_report
+from audit.host import console
+from audit.report.findings import check_output, report_exit_code, summary_line
+from audit.report.output import write_report
 
 
 @dataclass(frozen=True)

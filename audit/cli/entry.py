@@ -2,7 +2,7 @@
 
 ``lock`` on unchanged inputs is answered from its verified-fresh stamp after only the lock
 command's own parser has read the command line (:func:`audit.cli.lock_quick.quick_exit`: argparse,
-then :mod:`audit.engines.lock_stamp`, which imports os, sys and sha256); every other run, and
+then :mod:`audit.lock.stamp`, which imports os, sys and sha256); every other run, and
 every miss, goes through :mod:`audit.cli.main`. Nothing heavier is imported here.
 """
 

@@ -2,7 +2,7 @@
 
 Writes ``pylock.<stage>.toml`` (PEP 751) per stage into ``--output DIR`` (default
 ``build/export/IMAGE/``): what the base and the locks install, with the index and the hashes of
-every file a lock allows (see :mod:`audit.plan.pylock`). Exit 0 written; 2 an unknown stage or a
+every file a lock allows (see :mod:`audit.report.pylock`). Exit 0 written; 2 an unknown stage or a
 stale, missing or unusable lock (nothing written); 3 the index did not answer.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from audit.core.errors import EXIT_OK
-from audit.engines import console
-from audit.engines.pylock_export import Exported, export_pylock
-from audit.plan.paths import find_root
-from audit.plan.report import check_output
+from audit.errors import EXIT_OK
+from audit.host import console
+from audit.project.paths import find_root
+from audit.report.findings import check_output
+from audit.report.pylock_export import Exported, export_pylock
 
 FORMATS = ("pylock",)
 SCHEMA = "layer-audit.export/1"

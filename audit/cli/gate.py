@@ -1,7 +1,7 @@
 """``python -m audit gate``: what a pull request does to every image's dependencies.
 
 ``gate --base REF [--head REF] [--repo PATH]`` reads both refs straight from git (no checkout),
-compares every image stage by stage and applies the head's policy (see :mod:`audit.plan.gate`).
+compares every image stage by stage and applies the head's policy (see :mod:`audit.gate.compare`).
 An image with no base record is "not audited" (a warning, counted; an error where the pull
 request touches it, and for every such image with ``--strict``).
 Prints the change view (``--format``: a terminal table with the change matrices, Markdown or
@@ -20,15 +20,15 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from audit.core.errors import EnvironmentProblem
-from audit.engines import atomic, console
-from audit.engines.gitsource import gate_refs
-from audit.plan import frontdoor
-from audit.plan.change_render import gate_html, gate_json, print_views
-from audit.plan.gate import GateResult
-from audit.plan.gate_markdown import gate_markdown
-from audit.plan.matrix import StageMatrix
-from audit.plan.report import FORMATS, check_output, report_exit_code
+from audit.errors import EnvironmentProblem
+from audit.gate.change_render import gate_html, gate_json, print_views
+from audit.gate.compare import GateResult
+from audit.gate.markdown import gate_markdown
+from audit.gate.matrix import StageMatrix
+from audit.host import atomic, console
+from audit.project import frontdoor
+from audit.project.gitsource import gate_refs
+from audit.report.findings import FORMATS, check_output, report_exit_code
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

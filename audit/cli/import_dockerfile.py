@@ -1,6 +1,6 @@
 """``layer-audit import DOCKERFILE``: write a recipe folder from a multi-stage Dockerfile.
 
-The mapping is :func:`audit.plan.dockerfile_import.plan_import`. This module reads the
+The mapping is :func:`audit.dockerfile.importer.plan_import`. This module reads the
 Dockerfile, copies the files its ``COPY`` layers name from the build context, and writes the
 recipe into a temporary project first: it is loaded with the recipe parser (so what lands in
 ``images/`` is a recipe that validates) and only then renamed into ``images/<image>/``. An
@@ -10,7 +10,7 @@ Hostile input ends in exit 2 or 3 with the path named, nothing half-written: a D
 ``MAX_DOCKERFILE`` bytes, binary or not a regular file; a link in a copied folder that leaves
 the build context, dangles or loops; a FIFO or device; an unwritable ``images/`` (exit 3).
 ``COPY .`` never copies the project's own ``images/``, ``build/``, ``locks/`` nor ``.git``, and no
-COPY copies what the context's ``.dockerignore`` leaves out (:mod:`audit.engines.dockerignore`).
+COPY copies what the context's ``.dockerignore`` leaves out (:mod:`audit.dockerfile.dockerignore`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from typing import Any
 
 from rich.markup import escape
 
-from audit.core.errors import (
+from audit.dockerfile import dockerignore
+from audit.dockerfile.dockerignore import Ignored
+from audit.dockerfile.importer import ImportPlan, plan_import, unmapped_lines
+from audit.errors import (
     EXIT_OK,
     AuditError,
     BadInput,
@@ -36,13 +39,11 @@ from audit.core.errors import (
     RecipeError,
     UsageError,
 )
-from audit.core.redact import redact
-from audit.engines import atomic, console, dockerignore
-from audit.engines.dockerignore import Ignored
-from audit.plan import paths
-from audit.plan.dockerfile_import import ImportPlan, plan_import, unmapped_lines
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.host import atomic, console
+from audit.project import paths
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
+from audit.redact import redact
 
 NAME_PART = re.compile(r"[^a-z0-9._-]+")
 MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear

@@ -3,7 +3,7 @@
 Writes ``noxfile.py`` (the same sessions, calling ``layer-audit``), one example recipe under
 ``images/``, ``.github/workflows/dependency-gate.yml``, ``.pre-commit-config.yaml`` (render
 and ``lock --check`` hooks) and the ``.gitignore`` entries. The plan is
-:func:`audit.plan.scaffold.plan_scaffold`; a file that differs is kept unless ``--force``.
+:func:`audit.project.scaffold.plan_scaffold`; a file that differs is kept unless ``--force``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 from rich.markup import escape
 
-from audit.core.errors import EXIT_OK, AuditError, EnvironmentProblem, UsageError
-from audit.engines import atomic, console
-from audit.engines.self_spec import self_spec
-from audit.plan.scaffold import DEFAULT_IMAGE, Action, PlannedFile, plan_scaffold
+from audit.errors import EXIT_OK, AuditError, EnvironmentProblem, UsageError
+from audit.host import atomic, console
+from audit.project.scaffold import DEFAULT_IMAGE, Action, PlannedFile, plan_scaffold
+from audit.project.self_spec import self_spec
 
 
 def register(subparsers: Any) -> None:

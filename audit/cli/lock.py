@@ -1,4 +1,4 @@
-"""``layer-audit lock IMAGE``: the command line of :func:`audit.engines.lock_workflow.run_lock`.
+"""``layer-audit lock IMAGE``: the command line of :func:`audit.lock.workflow.run_lock`.
 
 One parser, two uses: :func:`register` adds it to the full command line, and
 :func:`audit.cli.lock_quick.quick_exit` parses with the same :func:`add_arguments` before anything
@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing costs import time the quick path exists to avoid
 if TYPE_CHECKING:
     from typing import Any
 
-    from audit.engines.lock_workflow import LockOptions
+    from audit.lock.workflow import LockOptions
 
 HELP = "compile one hermetic lock per pip layer (only the stale ones)"
 DESCRIPTION = (
@@ -115,9 +115,9 @@ def options_from(args: argparse.Namespace) -> LockOptions:
     """The typed options of a parsed command line (nothing below cli/ sees the Namespace)."""
     from pathlib import Path
 
-    from audit.engines.base_record import BaseOptions, SnapshotFile
-    from audit.engines.lock_workflow import LockOptions
-    from audit.plan.lock import Upgrade, parse_upgrade_package
+    from audit.base.record import BaseOptions, SnapshotFile
+    from audit.lock.plan import Upgrade, parse_upgrade_package
+    from audit.lock.workflow import LockOptions
 
     snapshot = None
     if args.from_snapshot is not None:
@@ -132,7 +132,7 @@ def options_from(args: argparse.Namespace) -> LockOptions:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from audit.engines.lock_workflow import run_lock
-    from audit.plan import paths
+    from audit.lock.workflow import run_lock
+    from audit.project import paths
 
     return run_lock(paths.find_root(), options_from(args))

@@ -1,7 +1,7 @@
 """``lock IMAGE`` on unchanged inputs, answered from its stamp by the lock command's own parser.
 
 :func:`quick_exit` parses with :func:`audit.cli.lock.add_arguments` (argparse only: one grammar
-for both paths) and asks :func:`audit.engines.lock_stamp.fresh_answer`; a hit is all the process
+for both paths) and asks :func:`audit.lock.stamp.fresh_answer`; a hit is all the process
 runs. Anything argparse would refuse, and every run that asks for work, takes the full path.
 """
 
@@ -48,7 +48,7 @@ def quick_exit(argv: list[str]) -> int | None:
 
 
 def _stamp_answer(args: argparse.Namespace, project: str | None) -> int | None:
-    from audit.engines.lock_stamp import fresh_answer, project_root
+    from audit.lock.stamp import fresh_answer, project_root
 
     root = project_root(project)
     answer = None if root is None else fresh_answer(root, args.image, args.stage, check=args.check)

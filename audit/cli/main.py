@@ -4,7 +4,7 @@ Each subcommand lives in its own ``audit/cli/<name>.py`` module exposing
 ``register(subparsers) -> None``, which adds a parser whose default ``handler`` is the module's
 ``handle(args) -> int``: it builds the command's frozen options (``Options.from_args(args)``),
 makes one call into :mod:`audit.plan` or :mod:`audit.engines`, and returns an exit code.
-Errors from :mod:`audit.core.errors` are caught here and only here: printed as "error: what
+Errors from :mod:`audit.errors` are caught here and only here: printed as "error: what
 and where" plus "hint: what to do", never as a traceback.
 """
 
@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from audit import __version__
-from audit.core.errors import EXIT_BAD_INPUT, AuditError
-from audit.core.redact import redact
-from audit.engines import console, docker_endpoint
-from audit.plan import paths
+from audit.docker import endpoint as docker_endpoint
+from audit.errors import EXIT_BAD_INPUT, AuditError
+from audit.host import console
+from audit.project import paths
+from audit.redact import redact
 
 # Command name -> module. Only the module of the command being run is imported, so a quick
 # command (``lock --check`` on unchanged inputs) does not pay for docker, jinja2 and the rest.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# audit.engines.docker_host.DOCKER_ENV (not imported: this module stays argparse-only)
+# audit.docker.host.DOCKER_ENV (not imported: this module stays argparse-only)
 DOCKER_ENV = "LAYER_AUDIT_DOCKER"
 
 
@@ -27,7 +27,7 @@ def add_report_arguments(
 ) -> None:
     """``--format`` (into ``fmt``) and ``--output FILE``, worded alike for every command;
     ``extra_formats`` are formats only this command renders (audit-deps: ``html``)."""
-    from audit.plan.report import FORMATS
+    from audit.report.findings import FORMATS
 
     parser.add_argument(
         "--format",

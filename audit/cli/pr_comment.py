@@ -3,7 +3,7 @@
 ``pr-comment --markdown FILE --repo OWNER/NAME --pr N [--head-sha SHA]`` reads the token from
 ``$GITHUB_TOKEN`` (never from the command line, never printed) and the API from
 ``$GITHUB_API_URL`` (GitHub Actions sets it; default ``https://api.github.com``); see
-:mod:`audit.engines.github_comment`. Runs in the comment job of the workflow, which is started by
+:mod:`audit.gate.github_comment`. Runs in the comment job of the workflow, which is started by
 ``workflow_run`` and never checks out the pull request. Exit 0 posted or updated, 2 bad
 arguments (or a pull request that moved on from ``--head-sha``), 3 the API refused or did not
 answer (401, 403, 404, network).
@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from audit.core.errors import EXIT_OK, EnvironmentProblem, UsageError
-from audit.engines import console
-from audit.engines.github_comment import DEFAULT_API, Target, post_or_update
+from audit.errors import EXIT_OK, EnvironmentProblem, UsageError
+from audit.gate.github_comment import DEFAULT_API, Target, post_or_update
+from audit.host import console
 
 TOKEN_ENV = "GITHUB_TOKEN"  # noqa: S105 - the variable's name, not a token
 API_ENV = "GITHUB_API_URL"

@@ -11,11 +11,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from audit.core.errors import EXIT_OK
-from audit.engines import console
-from audit.engines.context import render_image
-from audit.plan.paths import find_root
-from audit.plan.render import RenderResult
+from audit.errors import EXIT_OK
+from audit.host import console
+from audit.project.paths import find_root
+from audit.render.plan import RenderResult
+from audit.render.write import render_image
 
 FORMATS = ("table", "json")
 RENDER_SCHEMA = "layer-audit.render/1"

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.core.errors import EXIT_OK
-from audit.engines import atomic, console
-from audit.engines.host_snapshot import take_snapshot
-from audit.plan.report import check_output
+from audit.errors import EXIT_OK
+from audit.history.host_snapshot import take_snapshot
+from audit.host import atomic, console
+from audit.report.findings import check_output
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The build guard: runs INSIDE the image, in the same RUN as each pip or run layer.
 
 Python 3.9+, standard library plus what the build context brings through a BuildKit bind mount
-(``_guard/``, see ``audit/plan/guard_context.py``): the snapshot script, the pure core modules of
+(``_guard/``, see ``audit/render/guard.py``): the snapshot script, the pure core modules of
 ``audit`` and a copy of ``packaging`` under ``lib/``. Nothing of it stays in the image except
 the trail: ``<slug>.snapshot.json`` and ``<slug>.findings.json`` under ``--trail``.
 
@@ -45,13 +45,13 @@ sys.path.insert(0, LIB)
 # packaging.version); argparse and packaging.utils (it loads packaging.tags, platform and
 # logging) are not imported at all.
 try:
-    from audit.core.errors import AuditError
-    from audit.core.findings import Finding
-    from audit.core.lockformat import LockFormatError, Pin, parse_pins
-    from audit.core.policy import Policy
-    from audit.core.snapshot import Environment, dump_snapshot, parse_snapshot
-    from audit.core.system_rules import evaluate_system
-    from audit.core.verdict import Scope, WaiverLedger, evaluate, evaluate_shadowed
+    from audit.errors import AuditError
+    from audit.history.snapshot import Environment, dump_snapshot, parse_snapshot
+    from audit.lock.format import LockFormatError, Pin, parse_pins
+    from audit.policy.findings import Finding
+    from audit.policy.model import Policy
+    from audit.policy.system_rules import evaluate_system
+    from audit.policy.verdict import Scope, WaiverLedger, evaluate, evaluate_shadowed
 except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
     print(
         f"{GUARD_ERROR} cannot load the guard's modules under Python {sys.version.split()[0]}: "

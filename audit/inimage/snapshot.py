@@ -11,7 +11,7 @@ Usage: ``python3 snapshot.py [--no-system] [--libraries=libfoo,...] [--output FI
 (one sealed document on standard output; how a base image on another machine is snapshotted).
 It also records what lies below Python (``system``: OS packages from the package database,
 CUDA-family native libraries and the copy the dynamic loader maps), unless ``--no-system``. The JSON
-format is documented in ``audit/core/snapshot.py``, which reads and verifies it.
+format is documented in ``audit/history/snapshot.py``, which reads and verifies it.
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ def distributions(sites: list[str]) -> list[dict[str, object]]:
 
 # ----------------------------------------------------------------------------- the system
 # OS packages and the CUDA-family native libraries, recorded once per snapshot under "system"
-# (see audit/core/system.py, which reads and judges it). Everything is read from files: no
+# (see audit/history/system.py, which reads and judges it). Everything is read from files: no
 # dpkg, apk, rpm or ldconfig runs.
 
 DPKG_STATUS = "var/lib/dpkg/status"

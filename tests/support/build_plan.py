@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from audit.core.policy import Policy
-from audit.plan.build import (
+from audit.build.plan import (
     BuildOptions,
     BuildPlan,
     DockerClient,
     Provenance,
     plan_build,
 )
-from audit.plan.recipe import (
+from audit.policy.model import Policy
+from audit.recipe.model import (
     DEFAULT_LATEST_PATTERN,
     DEFAULT_TAG_PATTERN,
     EnvLayer,

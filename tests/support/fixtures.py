@@ -4,7 +4,7 @@
 - ``local_index``: that directory served as a PEP 503 index; yields its URL.
 - ``docker_client``: a docker SDK client for the running daemon.
 - ``base_image``: ``base_image(suite="bookworm", arch="amd64") -> tag``, an offline Debian
-  base image built once per machine by :mod:`audit.engines.baseimage` and then reused.
+  base image built once per machine by :mod:`audit.base.make` and then reused.
 - ``hermetic_session`` (automatic): the session's own caches and pip-tools wheels, below.
 
 Hermetic by default: every session gets its own cache folder (``$XDG_CACHE_HOME`` and
@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 
-from audit.core.errors import AuditError
-from audit.engines.resolvers.job import CACHE_ENV, TOOLS_INDEX_ENV
+from audit.errors import AuditError
+from audit.lock.resolvers.job import CACHE_ENV, TOOLS_INDEX_ENV
 from tests.support import toolhouse
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel
 
-ROOTFS = Path("layer-audit") / "rootfs"  # under a cache home: see audit.engines.baseimage
+ROOTFS = Path("layer-audit") / "rootfs"  # under a cache home: see audit.base.make
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _environment_failure(error: AuditError) -> None:
 @pytest.fixture(scope="session")
 def docker_client(pytestconfig: pytest.Config) -> Any:
     _require_docker(pytestconfig)
-    from audit.engines import docker_host
+    from audit.docker import host as docker_host
 
     try:
         return docker_host.daemon()
@@ -146,7 +146,7 @@ BaseImageFactory = Callable[..., str]
 def base_image(
     pytestconfig: pytest.Config, docker_client: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> BaseImageFactory:
-    from audit.engines import baseimage
+    from audit.base import make as baseimage
 
     built: dict[tuple[str, str], str] = {}
     locks = _run_folder(tmp_path_factory)
@@ -192,10 +192,10 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(autouse=True)
 def plain_tables_as_rich(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every table any test has drawn without rich (:mod:`audit.plan.plain_table`, a console
+    """Every table any test has drawn without rich (:mod:`audit.gate.plain_table`, a console
     without colour) is checked against rich's own drawing of it: the faster path never
     changes what a user reads."""
-    from audit.plan import plain_table
+    from audit.gate import plain_table
     from tests.support.plain_check import rich_text
 
     drawn = plain_table.plain_text

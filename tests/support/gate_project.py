@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main as cli
-from audit.core.errors import EXIT_BAD_INPUT
-from audit.engines import process as commands
+from audit.errors import EXIT_BAD_INPUT
+from audit.host import process as commands
 from tests.support.gitrepo import commit_files, git
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files

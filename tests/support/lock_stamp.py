@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.core.snapshot import Distribution
+from audit.history.snapshot import Distribution
 from tests.support.project import (
     ProjectSpec,
     base_record,
@@ -26,9 +26,9 @@ STAMP = "build/.layer-audit/lock-state/t.stamp"
 
 # Modules a stamp hit must not import: the parsers, the plan and everything heavier (argparse
 # it does import: the lock command's own parser reads the command line, one grammar for both).
-HEAVY = {"packaging", "tomllib", "rich", "audit.cli.main", "audit.plan.recipe_parse"}
-HEAVY |= {"dataclasses", "typing", "json", "audit.engines.lock_workflow"}
-HEAVY |= {"audit.plan.lock", "audit.plan.lockfile", "audit.plan.requirements_in"}
+HEAVY = {"packaging", "tomllib", "rich", "audit.cli.main", "audit.recipe.parse"}
+HEAVY |= {"dataclasses", "typing", "json", "audit.lock.workflow"}
+HEAVY |= {"audit.lock.plan", "audit.lock.files", "audit.recipe.requirements_in"}
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What rich itself prints for a :class:`audit.plan.plain_table.Grid`: the reference that the
+"""What rich itself prints for a :class:`audit.gate.plain_table.Grid`: the reference that the
 plain drawing must equal, byte for byte (``tests/test_plain_table.py`` and the automatic
 ``plain_tables_as_rich`` fixture, which checks every table any test prints)."""
 
@@ -8,7 +8,7 @@ from io import StringIO
 
 from rich.console import Console
 
-from audit.plan.plain_table import Cell, Grid, rich_table
+from audit.gate.plain_table import Cell, Grid, rich_table
 
 
 def colourless(width: int, soft_wrap: bool) -> tuple[Console, StringIO]:

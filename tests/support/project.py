@@ -1,6 +1,6 @@
 """Tiny projects on disk for tests and benchmarks: recipe TOML, requirements, base.json, locks.
 
-Base records and locks are written through :mod:`audit.plan.lockfile`'s own writers, and each lock
+Base records and locks are written through :mod:`audit.lock.files`'s own writers, and each lock
 records the digests of the inputs beside it, so a project written here holds *fresh* locks:
 ``lock --check`` passes and ``audit-deps``/``gate`` read them as a compiling run left them.
 
@@ -19,12 +19,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.core.snapshot import Distribution, Environment
-from audit.plan.lock import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
-from audit.plan.lockfile import BaseRecord, Lock, parse_lock, render_base, render_lock
-from audit.plan.recipe import Recipe
-from audit.plan.recipe_parse import load_recipe
-from audit.plan.sources import DirectorySource
+from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import BaseRecord, Lock, parse_lock, render_base, render_lock
+from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
+from audit.project.sources import DirectorySource
+from audit.recipe.model import Recipe
+from audit.recipe.parse import load_recipe
 
 VENV_PYTHON = "/opt/venv/bin/python"
 BOOKWORM_AMD64 = "layer-audit/base:bookworm-amd64"

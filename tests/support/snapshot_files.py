@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.core.snapshot import Distribution, Environment, dump_snapshot
+from audit.history.snapshot import Distribution, Environment, dump_snapshot
 
 SITE = "/usr/local/lib/python3.11/site-packages"
 

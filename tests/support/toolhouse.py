@@ -1,7 +1,7 @@
 """The wheels ``lock`` installs pip-tools from, made once and then served on 127.0.0.1.
 
 ``lock`` builds its pip-tools environment (pip and pip-tools at the versions of
-:mod:`audit.plan.lock`) from ``$LAYER_AUDIT_TOOLS_INDEX_URL``, by default the public index. The
+:mod:`audit.lock.plan`) from ``$LAYER_AUDIT_TOOLS_INDEX_URL``, by default the public index. The
 test session points that variable at a local index over a folder of those wheels (every
 dependency included, for every Python a base image may run), so no test reaches the public
 index for them. The folder is downloaded once, the one network use of the default suite, into
@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from audit.engines.resolvers.job import DEFAULT_TOOLS_INDEX, TOOLS_INDEX_ENV, ambient_ca_bundle
-from audit.plan.lock import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION
+from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION
+from audit.lock.resolvers.job import DEFAULT_TOOLS_INDEX, TOOLS_INDEX_ENV, ambient_ca_bundle
 
 # Pythons of the base images a lock may run in (bullseye 3.9, bookworm 3.11, ...): their
 # dependency sets differ (tomli, importlib-metadata and click only below some version).

@@ -19,7 +19,7 @@ from packaging.tags import parse_tag
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from audit.plan.standins import provided_extras
+from audit.lock.standins import provided_extras
 
 # A fixed timestamp keeps a wheel's bytes (and so its sha256) identical from run to run.
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)

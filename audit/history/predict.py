@@ -1,0 +1,190 @@
+"""Predicted environments: what each layer of a recipe leaves installed, without Docker.
+
+The environment after a layer is the base snapshot's winners for the recipe's first
+interpreter (the one pip layers install with) with every earlier lock's pins applied in build
+order. A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
+are reported elsewhere (missing locks by ``audit.gate.audit_deps``, run layers by the build guard).
+Predicted distributions carry name, version and requirements (from the base record and each
+lock's ``# requires`` lines) but no files, so the "rebuilt" rule never fires here.
+
+:class:`StepJudge` applies the policy to predicted steps in build order, the way the guard
+applies it in the build: scoped waivers, each unscoped waiver spent in the first stage that uses
+it, and a no_deps layer's re-pins reported as overrides with what they break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from types import MappingProxyType
+
+from audit.errors import LockError
+from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
+from audit.policy.findings import Finding
+from audit.policy.verdict import Scope, WaiverLedger, evaluate
+from audit.project import frontdoor
+from audit.project.sources import Source
+from audit.recipe.model import PipLayer, Recipe, Step
+
+Installed = Mapping[str, Distribution]
+
+
+@dataclass(frozen=True)
+class PredictedStep:
+    """One layer and the environments before and after it (canonical name -> distribution).
+
+    ``lock`` is the project-relative lock path of a pip layer whose lock exists, else None;
+    ``moves`` holds every name at which ``after`` may differ from ``before`` (the lock's pins:
+    a layer replaces or adds, never removes).
+    """
+
+    step: Step
+    before: Installed
+    after: Installed
+    lock: str | None = None
+    moves: frozenset[str] = frozenset()
+
+
+def predict(source: Source, recipe: Recipe) -> list[PredictedStep]:
+    """Every layer of ``recipe`` in build order with its predicted before/after environments.
+
+    Raises LockError (exit 2) when the base snapshot is missing or names no usable interpreter.
+    """
+    base = base_environment(read_base(source, base_relpath(recipe)), recipe, source)
+    return predict_from(base, source, recipe)
+
+
+def predict_from(
+    base: Installed, source: Source, recipe: Recipe, locks: Mapping[str, Lock] | None = None
+) -> list[PredictedStep]:
+    """Like :func:`predict`, from an already-read base environment.
+
+    ``locks`` (step slug -> lock) are the recipe's existing locks when the caller has read them
+    already (``audit.lock.plan.survey_locks``): then no lock is read again.
+    """
+    current: Installed = MappingProxyType(dict(base))
+    predicted: list[PredictedStep] = []
+    for step in recipe.steps():
+        lock = _lock_of(source, recipe, step, locks)
+        after = current if lock is None else apply_lock(current, lock)
+        relpath = None if lock is None else lock_relpath(recipe, step)
+        moves = frozenset() if lock is None else frozenset(lock.pins)
+        predicted.append(PredictedStep(step, current, after, relpath, moves))
+        current = after
+    return predicted
+
+
+def base_environment(record: BaseRecord, recipe: Recipe, source: Source) -> Installed:
+    """The base winners of the interpreter pip layers use, stripped to name and version."""
+    environment = _pick_environment(record.environments, recipe.interpreters[0])
+    if environment is None:
+        where = source.describe(base_relpath(recipe))
+        found = ", ".join(env.interpreter for env in record.environments) or "none"
+        raise LockError(
+            f"{where}: no snapshot of {recipe.interpreters[0]} (found: {found})",
+            f"re-record it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
+        )
+    return {name: _bare(dist) for name, dist in environment.winners().items()}
+
+
+def apply_lock(before: Installed, lock: Lock) -> Installed:
+    """``before`` with every pin of ``lock`` installed over it (pip replaces, never removes)."""
+    after = dict(before)
+    for name, pin in lock.pins.items():
+        current = after.get(name)
+        if current is None or current.version != pin.version:
+            meta = lock.metadata.get(name)
+            requires = meta.requires_dist if meta else None
+            python = meta.requires_python if meta else ""
+            after[name] = shared(name, pin.version, pin.name, requires, python)
+    return MappingProxyType(after)
+
+
+# What prediction knows of a distribution (name, version, raw name, requirements, Python) ->
+# the one object for it. Distributions are frozen, so every environment of a run (each ref of
+# the gate, every image of a fleet) can share them: "the same object" then means "no change"
+# across refs and images too, and the comparisons that look for changes skip them cheaply.
+_SHARED: dict[tuple[str, str, str, tuple[str, ...] | None, str], Distribution] = {}
+_SHARED_LIMIT = 1 << 15  # a bound on what one run keeps alive; a full table starts over
+
+
+def shared(
+    name: str, version: str, raw_name: str, requires: tuple[str, ...] | None, python: str
+) -> Distribution:
+    """The distribution prediction installs, shared with every equal one made before."""
+    key = (name, version, raw_name, requires, python)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        found = _SHARED[key] = Distribution(name=name, version=version, raw_name=raw_name,
+                                            requires_dist=requires,
+                                            requires_python=python)  # fmt: skip
+    return found
+
+
+def declared_overrides(step: Step, after: Installed, before: Installed) -> tuple[str, ...]:
+    """What a layer re-pins on purpose: its ``override`` names; a no_deps layer, every
+    package it moved."""
+    if not isinstance(step.layer, PipLayer):
+        return ()
+    if not step.layer.no_deps:
+        return step.layer.override_names
+    return tuple(n for n, d in after.items() if n not in before or before[n] is not d)
+
+
+@dataclass
+class StepJudge:
+    """The policy applied to a recipe's steps in build order, with one waiver ledger."""
+
+    recipe: Recipe
+    today: date
+    markers: Mapping[str, str]
+    ledger: WaiverLedger = field(default_factory=WaiverLedger)
+
+    def judge(self, step: Step, before: Installed, after: Installed, where: str) -> list[Finding]:
+        return evaluate(
+            before,
+            after,
+            self.recipe.policy,
+            where=where,
+            today=self.today,
+            scope=Scope(step.stage.name, step.position),
+            ledger=self.ledger,
+            declared=declared_overrides(step, after, before),
+            markers=self.markers,
+        )
+
+
+def base_markers(record: BaseRecord, recipe: Recipe) -> Mapping[str, str]:
+    """The PEP 508 markers of the interpreter pip layers use ({} when it was not recorded)."""
+    environment = _pick_environment(record.environments, recipe.interpreters[0])
+    return environment.markers if environment else {}
+
+
+def _pick_environment(
+    environments: tuple[Environment, ...], interpreter: str
+) -> Environment | None:
+    for environment in environments:
+        if environment.interpreter == interpreter:
+            return environment
+    return environments[0] if len(environments) == 1 else None
+
+
+def _lock_of(
+    source: Source, recipe: Recipe, step: Step, locks: Mapping[str, Lock] | None
+) -> Lock | None:
+    """A pip layer's lock: from ``locks`` when given, else read when it exists."""
+    if not isinstance(step.layer, PipLayer):
+        return None
+    if locks is not None:
+        return locks.get(step.slug)
+    relpath = lock_relpath(recipe, step)
+    return read_lock(source, relpath) if source.exists(relpath) else None
+
+
+def _bare(dist: Distribution) -> Distribution:
+    """Name, version and requirements: what prediction knows of an installed distribution."""
+    return shared(dist.name, dist.version, dist.raw_name, dist.requires_dist, dist.requires_python)

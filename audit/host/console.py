@@ -1,0 +1,59 @@
+"""The two rich consoles: results on stdout, progress and diagnostics on stderr.
+
+Both are made on first use (``console.stdout``), not at import: rich costs more to import than
+a quick command (``lock`` on unchanged inputs) takes to run, so :func:`plain` prints a line
+without loading rich at all while no console exists yet.
+
+Everything printed through this module passes :func:`audit.redact.redact` as the very last
+step (the rendered text, live views included), so no URL userinfo or token reaches a terminal
+or a CI log, whoever printed it; and ``:name:`` is never turned into an emoji.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from audit.redact import redact
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from rich.console import Console
+
+    stdout: Console
+    stderr: Console
+
+_NAMES = ("stdout", "stderr")
+
+
+def __getattr__(name: str) -> Console:
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = _redacting_console()(
+        stderr=name == "stderr", highlight=False, soft_wrap=True, emoji=False
+    )
+    globals()[name] = made  # later look-ups find the attribute and skip this function
+    return made
+
+
+def _redacting_console() -> type[Console]:
+    """A rich Console whose rendered output is redacted just before it is written."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class RedactingConsole(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            return redact(super()._render_buffer(buffer))
+
+    return RedactingConsole
+
+
+def plain(text: str, *, err: bool = False) -> None:
+    """Print ``text`` as is (no markup) on stdout or stderr, through rich only if it is loaded."""
+    name = _NAMES[err]
+    made = globals().get(name)
+    if made is not None:
+        made.print(text, markup=False, emoji=False)
+    else:
+        print(redact(text), file=sys.stderr if err else sys.stdout, flush=True)

@@ -1,0 +1,440 @@
+"""Lock files and the base record under ``locks/<image>/``: their formats, reading and verifying.
+
+A lock is pip-compile output (``--generate-hashes``) wrapped in comment lines, so it stays a
+valid pip requirements file. It pins only what its layer installs or changes (what is already
+installed and stays is covered by the input digests of the base record and earlier locks), and
+records, as comments, what pip's resolver reads of each pin, so later layers resolve against
+it without an index::
+
+    # layer-audit lock: do not edit; re-create with: nox -s lock -- IMAGE
+    # format: 2
+    # layer: v2-01
+    # requirements: requirements/v2.in
+    # resolver: pip-tools==7.6.2 pip==25.2
+    # input base: sha256:...          (one line per input, see audit.lock.plan)
+    # inputs: sha256:...              (digest of every input line)
+    # content: sha256:...             (digest of the body below the header)
+    #
+    alpha==2.0 \\
+        --hash=sha256:...
+        # via -r requirements/v2.in
+    # requires alpha: {"requires_dist": ["beta>=1"], "requires_python": ">=3.9"}
+    # end of layer-audit lock
+
+A truncated file (no end marker) or a hand-edited one (content digest mismatch) is refused
+with :class:`LockError` (exit 2). ``base.json`` holds the base image's identity and the
+snapshot of every recipe interpreter inside it, as :func:`audit.history.snapshot.dump_snapshot`
+wrote it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
+
+from audit.errors import LockError, SnapshotError
+from audit.history.snapshot import Environment, dump_snapshot, snapshot_from_document
+from audit.lock.format import LockFormatError, Pin
+from audit.lock.format import parse_pins as parse_body
+from audit.project import frontdoor
+from audit.project.sources import Source
+from audit.recipe.model import PipLayer, Recipe, Step
+
+LOCK_FORMAT = "2"
+READABLE_FORMATS = ("1", "2")  # format 1 (no requires lines) reads, and is stale by its inputs
+BASE_SCHEMA = "layer-audit.base/1"
+TITLE = "# layer-audit lock: do not edit; re-create with: nox -s lock -- {image}"
+END_MARKER = "# end of layer-audit lock"
+_REQUIRES_LINE = re.compile(r"^# requires (?P<name>[a-z0-9][a-z0-9.-]*): (?P<json>\{.*\})$", re.M)
+_HEADER_FIELD = re.compile(r"^# (?P<key>[a-z-]+(?: [^:\n]+)?): (?P<value>.*)$")
+# Verified locks (by header text and body digest) and base records (by the sha256 of their
+# bytes), the most recent few: ``lock`` looks again under its file lock, the gate meets a file
+# unchanged at both refs, images share a base, and a Lock is immutable, so a second parse of
+# the same bytes is free. Bounded, so that a run over hundreds of images holds what one image
+# needs, not everything it ever read.
+_PARSED: OrderedDict[tuple[str, str], Lock] = OrderedDict()
+_PARSED_BASES: OrderedDict[str, BaseRecord] = OrderedDict()
+PARSED_LIMIT = 64
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class PinMetadata:
+    """What pip's resolver reads of one pinned distribution."""
+
+    requires_dist: tuple[str, ...]
+    requires_python: str = ""
+
+    def to_json(self) -> str:
+        document = {
+            "requires_dist": list(self.requires_dist),
+            "requires_python": self.requires_python,
+        }
+        return json.dumps(document, sort_keys=True, separators=(", ", ": "))
+
+
+@dataclass(frozen=True)
+class Lock:
+    slug: str
+    inputs_digest: str
+    pins: Mapping[str, Pin]
+    content_digest: str = ""
+    inputs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, PinMetadata] = field(default_factory=lambda: MappingProxyType({}))
+    # The digest of what this lock installs (:func:`effect_of`); made from ``pins`` and
+    # ``metadata`` when not given (a parse gives it: made once per body text).
+    effect_digest: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.effect_digest:
+            object.__setattr__(self, "effect_digest", effect_of(self.pins, self.metadata))
+
+
+@dataclass(frozen=True)
+class BaseRecord:
+    image: str
+    image_id: str
+    repo_digest: str | None
+    environments: tuple[Environment, ...]
+    source: str | None = None  # None: snapshotted from the image here; "snapshot-file": elsewhere
+
+
+def lock_relpath(recipe: Recipe, step: Step) -> str:
+    return f"locks/{recipe.name}/{step.slug}.txt"
+
+
+def base_relpath(recipe: Recipe) -> str:
+    return f"locks/{recipe.name}/base.json"
+
+
+def sha256(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def digest_inputs(inputs: Mapping[str, str]) -> str:
+    """One digest over every ``key: value`` input line, in key order."""
+    return sha256("".join(f"{key}: {inputs[key]}\n" for key in sorted(inputs)).encode())
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def render_lock(image: str, step: Step, resolver: str, inputs: Mapping[str, str], body: str) -> str:
+    """The whole lock file text around pip-compile's ``body`` (which ends with a newline)."""
+    assert isinstance(step.layer, PipLayer)
+    lines = [
+        TITLE.format(image=image),
+        f"# format: {LOCK_FORMAT}",
+        f"# layer: {step.slug}",
+        f"# requirements: {step.layer.requirements}",
+        f"# resolver: {resolver}",
+        *(f"# input {key}: {inputs[key]}" for key in sorted(inputs)),
+        f"# inputs: {digest_inputs(inputs)}",
+        f"# content: {sha256(body.encode())}",
+        "#",
+    ]
+    return "\n".join(lines) + "\n" + body + END_MARKER + "\n"
+
+
+def render_base(record: BaseRecord) -> str:
+    """``base.json`` text: sorted keys, stable indentation, the snapshot sealed inside."""
+    document = {
+        "schema": BASE_SCHEMA,
+        "image": record.image,
+        "image_id": record.image_id,
+        "repo_digest": record.repo_digest,
+        "snapshot": json.loads(dump_snapshot(record.environments)),
+    }
+    if record.source is not None:  # written only when set: older records keep their bytes
+        document["source"] = record.source
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _refuse(where: str, problem: str) -> LockError:
+    return LockError(
+        f"{where}: {problem}",
+        f"never edit a lock by hand: re-create it with {frontdoor.command('lock', 'IMAGE')} "
+        "(git restore it first if the edit was an accident)",
+    )
+
+
+def _split_header(text: str, where: str) -> tuple[dict[str, str], str]:
+    """The header's fields and the text after its closing ``#`` line; only the header's lines
+    are split off (a lock's body is hundreds of lines). The usual header is split with plain
+    string operations: every line up to the first ``#`` line is ``# KEY: VALUE`` (its first
+    ``: `` ends the key, as ``_HEADER_FIELD`` reads it); any other header is read line by line,
+    which names its first line that is not a field."""
+    if not text.startswith("# layer-audit lock:"):
+        raise _refuse(where, "not a layer-audit lock (first line is not its title)")
+    start, end = text.find("\n") + 1, text.find("\n#\n")
+    fields = [line.partition(": ") for line in text[start:end].split("\n")] if start else []
+    if not (0 < start <= end and all(_is_field(key, sep) for key, sep, _ in fields)):
+        return _split_header_lines(text, where)
+    return {key[2:]: value for key, _, value in fields}, text[end + 3 :]
+
+
+@lru_cache(maxsize=256)
+def _is_field(key: str, sep: str) -> bool:
+    """``# KEY`` and its ``: `` are the start of a header field line (a lock's header has
+    the same few keys: remembered)."""
+    return bool(sep) and _HEADER_FIELD.match(f"{key}: ") is not None
+
+
+def _split_header_lines(text: str, where: str) -> tuple[dict[str, str], str]:
+    """:func:`_split_header` one line at a time, for a header that is not the usual one."""
+    header: dict[str, str] = {}
+    start, number = text.find("\n") + 1, 1
+    while start:  # 0: the line before was the last
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
+        if line == "#":
+            return header, "" if end < 0 else text[end + 1 :]
+        match = _HEADER_FIELD.match(line)
+        if match is None:
+            raise _refuse(where, f"line {number + 1}: unexpected header line")
+        header[match["key"]] = match["value"]
+        start, number = end + 1, number + 1
+    raise _refuse(where, "truncated: the header never ends")
+
+
+def _ended_body(text: str, where: str) -> str:
+    """The body: ``text`` (what follows the header) without its end marker line."""
+    if not text.endswith("\n" + END_MARKER + "\n") and text != END_MARKER + "\n":
+        raise _refuse(where, f"truncated: the last line is not {END_MARKER!r}")
+    return text[: -len(END_MARKER) - 1]
+
+
+def parse_pins(body: str, where: str) -> dict[str, Pin]:
+    """Canonical name -> pin, through the one lock-line reader the guard uses too."""
+    try:
+        return parse_body(body)
+    except LockFormatError as exc:
+        raise _refuse(where, str(exc)) from exc
+
+
+def parse_lock(data: bytes, where: str) -> Lock:
+    """Verify and load a lock file's bytes; :class:`LockError` (exit 2) if damaged or edited.
+
+    What was verified is not verified again in this process: a body's digest and parse once
+    per body text (``_BODIES``: locks share bodies, and a lock the pull request leaves alone is
+    read at both refs), a lock once per header text and body digest (``_PARSED``).
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(where, "not UTF-8 text") from exc
+    header, rest = _split_header(text, where)
+    body = _ended_body(rest, where)
+    known = _BODIES.get(body)
+    digest = known.digest if known is not None else sha256(body.encode())
+    if header.get("content") != digest:
+        raise _refuse(where, "edited by hand: its content digest does not match")
+    key = (text[: len(text) - len(rest)], digest)
+    return _remembered(_PARSED, key, lambda: _verify_lock(header, body, digest, where))
+
+
+def _remembered(cache: OrderedDict[K, T], key: K, verify: Callable[[], T]) -> T:
+    """``cache``'s entry for ``key`` (now the most recent), or ``verify()`` remembered; ``key``
+    names the verified bytes (their sha256, or a lock's header text and body digest)."""
+    found = cache.get(key)
+    if found is not None:
+        cache.move_to_end(key)
+        return found
+    made = cache[key] = verify()
+    if len(cache) > PARSED_LIMIT:
+        cache.popitem(last=False)
+    return made
+
+
+def forget_parsed() -> None:
+    """Drop every remembered lock and base record (benchmarks time cold parses with this)."""
+    _PARSED.clear()
+    _BODIES.clear()
+    _PARSED_BASES.clear()
+
+
+def _verify_lock(header: Mapping[str, str], body: str, digest: str, where: str) -> Lock:
+    """The rest of :func:`parse_lock`'s checks, for a header and a body of ``digest`` that match."""
+    inputs = {k.removeprefix("input "): v for k, v in header.items() if k.startswith("input ")}
+    if header.get("format") not in READABLE_FORMATS or "layer" not in header:
+        raise _refuse(where, f"format {header.get('format')!r}, expected {LOCK_FORMAT}")
+    if header.get("inputs") != digest_inputs(inputs):
+        raise _refuse(where, "edited by hand: its input lines do not match the inputs digest")
+    parsed = _parsed_body(body, digest, where)
+    return Lock(
+        header["layer"],
+        header["inputs"],
+        parsed.pins,
+        digest,
+        MappingProxyType(inputs),
+        parsed.metadata,
+        parsed.effect,
+    )
+
+
+class ParsedBody(NamedTuple):
+    """A verified lock body: its sha256 and what it pins (read-only: locks share it)."""
+
+    digest: str
+    pins: Mapping[str, Pin]
+    metadata: Mapping[str, PinMetadata]
+    effect: str  # effect_of(pins, metadata)
+
+
+_BODIES: OrderedDict[str, ParsedBody] = OrderedDict()  # lock body text -> its parse
+
+
+def effect_of(pins: Mapping[str, Pin], metadata: Mapping[str, PinMetadata]) -> str:
+    """The digest of what a lock installs: each pin (name, version, hashes, marker) and its
+    recorded metadata, in name order; not the comments around them (``# via``). A later
+    layer's lock records it as its ``after`` input: a line added to a layer's ``.in`` for a
+    package it already installed changes that lock's text, not what it installs, and leaves
+    the later locks fresh."""
+    listed = [[p.name, p.version, sorted(p.hashes), p.marker] for _, p in sorted(pins.items())]
+    required = {name: [list(m.requires_dist), m.requires_python] for name, m in metadata.items()}
+    text = json.dumps({"pins": listed, "requires": required}, sort_keys=True)
+    return f"effect:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _parsed_body(body: str, digest: str, where: str) -> ParsedBody:
+    """A verified body's pins, metadata and effect digest, made once per process for its text:
+    a fleet's images lock the same layers to the same lines under headers of their own (their
+    inputs differ). Read-only mappings, so locks may share them."""
+    found = _BODIES.get(body)
+    if found is None:
+        pins = MappingProxyType(parse_pins(body, where))
+        metadata = MappingProxyType(parse_requires(body, where))
+        found = _BODIES[body] = ParsedBody(digest, pins, metadata, effect_of(pins, metadata))
+        if len(_BODIES) > PARSED_LIMIT:
+            _BODIES.popitem(last=False)
+    else:
+        _BODIES.move_to_end(body)
+    return found
+
+
+def requires_lines(metadata: Mapping[str, PinMetadata]) -> str:
+    """The ``# requires NAME: {...}`` comment lines of a lock body, sorted by name."""
+    return "".join(f"# requires {name}: {metadata[name].to_json()}\n" for name in sorted(metadata))
+
+
+def parse_requires(body: str, where: str) -> dict[str, PinMetadata]:
+    """Canonical name -> recorded metadata, from a lock body's ``# requires`` lines."""
+    found: dict[str, PinMetadata] = {}
+    for match in _REQUIRES_LINE.finditer(body):
+        try:
+            document = json.loads(match["json"])
+            requires = tuple(str(item) for item in document["requires_dist"])
+            found[match["name"]] = PinMetadata(requires, str(document["requires_python"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _refuse(where, f"requires {match['name']}: not valid metadata ({exc})") from exc
+    return found
+
+
+def read_file(source: Source, relpath: str, hint: str | Callable[[], str]) -> bytes:
+    """A lock or base record's bytes; missing or a directory is :class:`LockError` (exit 2).
+
+    ``hint`` may be a function that makes it: naming the command looks for the project's
+    noxfile, and a fleet's gate reads thousands of files that are there."""
+    try:
+        return source.read_bytes(relpath)
+    except FileNotFoundError as exc:
+        raise LockError(f"{source.describe(relpath)}: missing", _text(hint)) from exc
+    except IsADirectoryError as exc:
+        raise LockError(
+            f"{source.describe(relpath)}: is a directory, not a file", _text(hint)
+        ) from exc
+
+
+def _text(hint: str | Callable[[], str]) -> str:
+    return hint if isinstance(hint, str) else hint()
+
+
+def compile_hint() -> str:
+    """What to do about a missing or damaged lock (made on error only: it looks for the
+    project's noxfile)."""
+    return f"compile it: {frontdoor.command('lock', 'IMAGE')}"
+
+
+def rerecord_hint() -> str:
+    """What to do about a missing or damaged base record (made on error only, likewise)."""
+    return f"re-record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+
+
+def read_lock(source: Source, relpath: str) -> Lock:
+    data = read_file(source, relpath, compile_hint)
+    return parse_lock(data, source.describe(relpath))
+
+
+def parse_base(data: bytes, where: str, digest: str = "") -> BaseRecord:
+    """Verify and load ``base.json``; :class:`LockError` (exit 2) when damaged.
+
+    Like :func:`parse_lock`, bytes verified once are not verified again in this process.
+    ``digest``: :func:`sha256` of ``data``, when the caller has made it already.
+    """
+    key = digest or sha256(data)
+    return _remembered(_PARSED_BASES, key, lambda: _verify_base(data, where))
+
+
+def _verify_base(data: bytes, where: str) -> BaseRecord:
+    try:
+        document: Any = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LockError(f"{where}: not JSON ({exc})", rerecord_hint()) from exc
+    if not isinstance(document, dict) or document.get("schema") != BASE_SCHEMA:
+        raise LockError(f"{where}: not a base record of schema {BASE_SCHEMA}", rerecord_hint())
+    try:
+        environments = snapshot_from_document(document["snapshot"], f"{where}: snapshot")
+        return BaseRecord(
+            str(document["image"]),
+            str(document["image_id"]),
+            _optional(document["repo_digest"]),
+            environments,
+            _optional(document.get("source")),
+        )
+    except KeyError as exc:
+        raise LockError(f"{where}: missing key {exc}", rerecord_hint()) from exc
+    except SnapshotError as exc:
+        raise LockError(exc.message, rerecord_hint()) from exc
+
+
+def _optional(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def read_base(source: Source, relpath: str) -> BaseRecord:
+    data = read_file(
+        source, relpath, f"record it: {frontdoor.command('lock', 'IMAGE --record-base')}"
+    )
+    return parse_base(data, source.describe(relpath))
+
+
+def base_changes(old: BaseRecord | None, new: BaseRecord) -> list[str]:
+    """Human lines saying what a re-recorded base changed (image id and distributions)."""
+    if old is None:
+        return [f"recorded {new.image} ({new.image_id})"]
+    lines = [f"image id {old.image_id} -> {new.image_id}"] if old.image_id != new.image_id else []
+    olds = {env.interpreter: env.winners() for env in old.environments}
+    for env in new.environments:
+        lines += _winner_changes(env.interpreter, olds.get(env.interpreter, {}), env.winners())
+    return lines
+
+
+def _winner_changes(interpreter: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for name in sorted(set(old) | set(new)):
+        before = old[name].version if name in old else None
+        after = new[name].version if name in new else None
+        if before != after:
+            lines.append(f"{interpreter}: {name} {before or '(absent)'} -> {after or '(absent)'}")
+    return lines

@@ -1,0 +1,213 @@
+"""What the build trusts before layer 1, decided without running anything.
+
+Three questions, each answered from data the caller read:
+
+- :func:`base_record_mismatch`: does ``locks/<image>/base.json`` still describe the base the
+  recipe asks for (``base``, ``base_digest``, ``platform``, ``interpreters``)? A record of
+  another base makes the record and every lock stale. ``lock --check``, audit-deps and the gate
+  all see it through :func:`audit.lock.plan.survey_locks`, the build through the same survey.
+- :func:`stale_locks_failure`: are the locks the build installs all fresh? The lines say what
+  ``lock --check`` says, word for word.
+- :func:`base_identity_drift`: is the base image the daemon has now the one ``base.json``
+  recorded (image id and repository digest)? The engine inspects the image, this decides;
+  :func:`drift_failure` is the refusal, with the recorded -> actual snapshot diff.
+
+And one answer after the fact: :func:`externally_managed_failure`, when pip refused a PEP 668
+interpreter (``externally-managed-environment``), names the recipe setting that allows it.
+
+Invariant: every function here is pure; errors are :mod:`audit.errors` classes carrying
+the exit code of the contract (1 for stale or drifted inputs, 2 for a record that cannot be
+checked), and none of them moves a tag or writes a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError
+from audit.lock.files import BaseRecord, base_relpath
+from audit.project import frontdoor
+from audit.recipe.model import Recipe, Step
+
+
+class LockState(Protocol):
+    """What :class:`audit.lock.plan.LockState` holds (that module imports this one)."""
+
+    @property
+    def step(self) -> Step: ...
+    @property
+    def relpath(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
+# platform_machine (what the snapshot's PEP 508 markers say) -> the platform's architecture
+MACHINES = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+SNAPSHOT_SOURCE = "snapshot-file"
+REPLICA_SOURCE = "replica"
+REPLICA_LABEL = "io.layer-audit.replica"  # set on images ``base-image --replica`` makes
+SOURCE_NAMES = {
+    None: "snapshot of the image",
+    SNAPSHOT_SOURCE: "snapshot file taken elsewhere",
+    REPLICA_SOURCE: "replica: metadata-only stand-ins, dry builds",
+}
+
+
+def base_source(labels: Mapping[str, str]) -> str | None:
+    """The ``source`` a base record of an image with ``labels`` gets: ``"replica"`` for a
+    replica, None (observed in the image itself) otherwise."""
+    return REPLICA_SOURCE if labels.get(REPLICA_LABEL) == "true" else None
+
+
+def source_name(source: str | None) -> str:
+    """How reports name where a base record came from."""
+    return SOURCE_NAMES.get(source, source or SOURCE_NAMES[None])
+
+
+EXTERNALLY_MANAGED = "externally-managed-environment"  # pip's error name (PEP 668)
+
+
+def record_hint(image: str) -> str:
+    """The command that re-records a base record (and the one for a base that lives elsewhere)."""
+    return (
+        f"re-record it: {frontdoor.command('lock', image + ' --record-base')} (or, without the "
+        "image here, --record-base --from-snapshot FILE: see the README), then "
+        f"{frontdoor.command('lock', image)}"
+    )
+
+
+def digest_part(reference: str) -> str:
+    """``repo@sha256:…`` or ``sha256:…`` -> ``sha256:…``."""
+    return reference.rpartition("@")[2]
+
+
+def recorded_platform(record: BaseRecord) -> str | None:
+    """``linux/<arch>`` from the recorded markers; None when they do not say (hand-made records)."""
+    platforms = set()
+    for environment in record.environments:
+        system = environment.markers.get("platform_system", "Linux").lower()
+        arch = MACHINES.get(environment.markers.get("platform_machine", ""))
+        if arch is None:
+            return None
+        platforms.add(f"{system}/{arch}")
+    return platforms.pop() if len(platforms) == 1 else None
+
+
+def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
+    """Why ``record`` no longer describes the recipe's base, or None while it does.
+
+    Checked: the image reference (``base``), the digest pin (``base_digest``, when the recipe
+    has one), the platform (from the snapshot's markers: old records stay readable) and the
+    interpreters, in recipe order. The reason ends with what to run.
+    """
+    problems = _mismatches(recipe, record)
+    if not problems:
+        return None
+    found = "; ".join(problems)
+    command = frontdoor.command("lock", f"{recipe.name} --record-base")
+    return f"{base_relpath(recipe)} is stale: {found} ({command})"
+
+
+def _mismatches(recipe: Recipe, record: BaseRecord) -> list[str]:
+    problems = []
+    if record.image != recipe.base:
+        problems.append(f"it records base {record.image}, the recipe asks for {recipe.base}")
+    if recipe.base_digest and digest_part(record.repo_digest or "") != recipe.base_digest:
+        recorded = digest_part(record.repo_digest) if record.repo_digest else "no digest"
+        problems.append(f"it records {recorded}, the recipe pins {recipe.base_digest}")
+    platform = recorded_platform(record)
+    if platform is not None and platform != recipe.platform:
+        problems.append(f"it was recorded on {platform}, the recipe targets {recipe.platform}")
+    interpreters = tuple(environment.interpreter for environment in record.environments)
+    if interpreters != recipe.interpreters:
+        problems.append(
+            f"it records interpreters {', '.join(interpreters) or 'none'}, the recipe names "
+            f"{', '.join(recipe.interpreters)}"
+        )
+    return problems
+
+
+def check_line(state: LockState) -> str:
+    """One stale or missing lock as ``lock --check`` prints it."""
+    return f"{state.status}: {state.relpath} ({state.step.label}): {state.reason}"
+
+
+def stale_locks_failure(recipe: Recipe, states: Sequence[LockState]) -> BuildFailed | None:
+    """The build's refusal when a lock it would install is stale or missing (exit 1)."""
+    bad = [state for state in states if state.status != "fresh"]
+    if not bad:
+        return None
+    lines = "\n".join(f"  {check_line(state)}" for state in bad)
+    stale_base = any(f"{base_relpath(recipe)} is stale" in state.reason for state in bad)
+    command = frontdoor.command("lock", recipe.name + (" --record-base" if stale_base else ""))
+    return BuildFailed(
+        f"{recipe.name}: {len(bad)} of {len(states)} locks are not fresh; the build would not "
+        f"install what the recipe asks for:\n{lines}",
+        f"{'re-record the base and re-lock' if stale_base else 'compile them'}: {command} "
+        "(lock --check says the same); no layer was built and no tag was moved",
+        exit_code=EXIT_VIOLATION,
+    )
+
+
+def base_identity_drift(
+    record: BaseRecord, image_id: str, repo_digests: Sequence[str]
+) -> list[str]:
+    """How the image the daemon has differs from the record: [] when it is the recorded one.
+
+    The image id must match when recorded; a recorded repository digest must be among the
+    image's. A record with neither cannot vouch for any image: :class:`LockError` (exit 2).
+    """
+    if not record.image_id and not record.repo_digest:
+        raise LockError(
+            f"base record of {record.image}: names neither an image id nor a repository digest",
+            "record it again with --image-id or --repo-digest (see the README)",
+        )
+    found = []
+    if record.image_id and record.image_id != image_id:
+        found.append(f"image id {record.image_id} recorded, {image_id} now")
+    digests = {digest_part(reference) for reference in repo_digests}
+    if record.repo_digest and digest_part(record.repo_digest) not in digests:
+        now = ", ".join(sorted(digests)) or "none"
+        found.append(f"repository digest {digest_part(record.repo_digest)} recorded, {now} now")
+    return found
+
+
+def drift_failure(
+    recipe: Recipe, differences: Sequence[str], changes: Sequence[str]
+) -> BuildFailed:
+    """ "base drifted" (exit 1): what differs, the recorded -> actual snapshot diff, the fix."""
+    recorded = base_relpath(recipe)
+    lines = [f"{recipe.name}: base drifted: {recipe.base_ref} is not the image {recorded} recorded"]
+    lines += [f"  {difference}" for difference in differences]
+    lines.append("  recorded -> actual:")
+    lines += [f"    {change}" for change in changes] or ["    (same distributions)"]
+    return BuildFailed(
+        "\n".join(lines),
+        "if the new base is intended, re-record it and re-lock: "
+        f"{frontdoor.command('lock', recipe.name + ' --record-base')}; else point the tag back "
+        "(a base_digest pin keeps it); no layer was built and no tag was moved",
+        exit_code=EXIT_VIOLATION,
+    )
+
+
+def externally_managed_failure(recipe: Recipe, stage: str) -> BuildFailed:
+    """pip refused an externally managed interpreter (PEP 668): bad input (exit 2), and the fix."""
+    return BuildFailed(
+        f"{recipe.name} {stage}: {recipe.interpreters[0]} in {recipe.base_ref} is externally "
+        "managed (PEP 668): pip refuses to install into it (externally-managed-environment)",
+        f"set break_system_packages = true under [image] in {recipe.source.as_posix()} (pip "
+        "layers then install with PIP_BREAK_SYSTEM_PACKAGES=1), or name a virtual "
+        "environment's Python in interpreters; no tag was moved",
+        exit_code=EXIT_BAD_INPUT,
+    )

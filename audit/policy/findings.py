@@ -1,0 +1,96 @@
+"""One finding: a change or a broken rule, with where it happened and whether it is allowed.
+
+PURE CORE: stdlib + ``packaging`` only, Python 3.9 syntax. The build guard runs this module
+inside images (see ``audit/inimage/guard.py``), so it must not import rich, jinja2 or docker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from audit.policy.rules import CHANGE_RULES
+
+# Severities, most serious first. "error" fails the job (exit 1); "warning" and "info" do not.
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+SEVERITIES = (ERROR, WARNING, INFO)
+LOCATION_KEYS = ("image", "stage", "layer")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A change or a rule violation found by comparing environments.
+
+    ``rule`` is a name of :data:`audit.policy.rules.RULES` (the one list of rule names).
+    ``where`` locates it for a human: ``"<image> v3 layer 2 (requirements/x.in)"``.
+    ``waiver`` says which waiver allowed it and why (then severity is "info"), and
+    ``waiver_index`` is that waiver's position in the policy (so a later layer knows it was
+    spent); ``override`` rules report a declared ``--no-deps`` re-pin and what it breaks.
+    ``image``, ``stage`` and ``layer`` (1-based, within the stage) say in structured form
+    what ``where`` says for a human, where it is known (None otherwise).
+    """
+
+    rule: str
+    severity: str
+    package: str
+    before: str | None
+    after: str | None
+    message: str
+    where: str = ""
+    hint: str = ""
+    waiver: str | None = None
+    waiver_index: int | None = None
+    image: str | None = None
+    stage: str | None = None
+    layer: int | None = None
+
+    def located(self, image: str, stage: str | None = None, layer: int | None = None) -> Finding:
+        """This finding with its structured location (``where`` is left as it is); built
+        directly, as ``dataclasses.replace`` would, without its per-field walk (the gate
+        locates every finding of a fleet)."""
+        return Finding(
+            rule=self.rule,
+            severity=self.severity,
+            package=self.package,
+            before=self.before,
+            after=self.after,
+            message=self.message,
+            where=self.where,
+            hint=self.hint,
+            waiver=self.waiver,
+            waiver_index=self.waiver_index,
+            image=image,
+            stage=stage,
+            layer=layer,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field; the location fields only where known (a JSON key is never null for
+        them, so older readers and documents stay as they were)."""
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}  # all scalars: no deep copy
+        for key in LOCATION_KEYS:
+            if data[key] is None:
+                del data[key]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        return cls(**data)
+
+    @property
+    def fails(self) -> bool:
+        return self.severity == ERROR
+
+    def summary(self) -> str:
+        """One line for a terminal, after the rule's name: a change's ``package before ->
+        after``; any other rule's message, which names the members and versions that break it
+        (``lockstep group x: members must share one version: a 1.0, b 2.0``), where the
+        versions alone would read ``(none) -> (none)``."""
+        if self.rule in CHANGE_RULES:
+            return f"{self.package} {self.before or '(none)'} -> {self.after or '(none)'}"
+        return self.message
+
+
+_FIELD_NAMES = tuple(field.name for field in fields(Finding))  # in declaration order

@@ -1,0 +1,175 @@
+"""Findings below Python: OS package changes and shadowed native libraries.
+
+PURE CORE: standard library only (plus the core), Python 3.9 syntax (the guard runs it).
+
+OS packages changes use the Python change kinds and the same policy actions (``downgraded``,
+``removed`` fail by default), with Debian's version order for dpkg and apk databases; a package
+is named ``deb:<name>`` (see :mod:`audit.history.system`), which is how a waiver names it.
+``shadowed-native`` is a state rule: a library that an ``nvidia-*`` wheel installed, where a
+loader (a package library that needs the SONAME, or a dlopen by name when none does) maps
+another copy whose version differs from the wheel's (or is unknown). It is reported at the
+layer that made it so, like every state rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from audit.history import diff as _diff
+from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
+from audit.policy.findings import ERROR, INFO, WARNING, Finding
+from audit.policy.model import ALLOW, FAIL, WARN, Policy
+from audit.policy.verdict import Scope, WaiverLedger, apply_waivers, cuda_major, waiver_snippet
+
+if TYPE_CHECKING:
+    import datetime as _dt
+
+SHADOWED_NATIVE = "shadowed-native"
+_ACTION_SEVERITY = {FAIL: ERROR, WARN: WARNING, ALLOW: INFO}
+
+
+def _direction(old: str, new: str) -> str | None:
+    """The change kind from ``old`` to ``new`` under Debian's order (None: same version)."""
+    # Imported here: most guarded layers change no OS package, and the guard pays every import.
+    from audit.history.debversion import DebianVersionError, compare_debian_versions
+
+    try:
+        order = compare_debian_versions(old, new)
+    except DebianVersionError:
+        return _diff.UNPARSABLE
+    if order < 0:
+        return _diff.UPGRADED
+    return _diff.DOWNGRADED if order > 0 else None
+
+
+def os_changes(before: System, after: System) -> Iterator[tuple[str, str, str | None, str | None]]:
+    """(kind, ``deb:<name>``, old version, new version) for every package that changed."""
+    old, new = before.keyed(), after.keyed()
+    for key in sorted(set(old) | set(new)):
+        was, now = old.get(key), new.get(key)
+        kind = _kind(was, now)
+        if kind is not None:
+            yield kind, key, was.version if was else None, now.version if now else None
+
+
+def _kind(was: OsPackage | None, now: OsPackage | None) -> str | None:
+    if was is None:
+        return _diff.ADDED
+    if now is None:
+        return _diff.REMOVED
+    return None if was.version == now.version else _direction(was.version, now.version)
+
+
+def _severity(kind: str, policy: Policy) -> str:
+    actions = {_diff.DOWNGRADED: policy.downgrade, _diff.REMOVED: policy.removal}
+    return _ACTION_SEVERITY[actions.get(kind, WARN if kind == _diff.UNPARSABLE else ALLOW)]
+
+
+def os_findings(before: System, after: System, policy: Policy, where: str) -> list[Finding]:
+    """One finding per changed OS package (``rule`` is the change kind, like Python's)."""
+    found = []
+    for kind, key, old, new in os_changes(before, after):
+        rule = "unparsable-version" if kind == _diff.UNPARSABLE else kind
+        message = f"{key} {old or '(none)'} -> {new or '(none)'}: {kind} (OS package)"
+        finding = Finding(rule, _severity(kind, policy), key, old, new, message, where)
+        found.append(_hinted(finding, _os_fix(key, old)) if finding.fails else finding)
+    return found
+
+
+def _os_fix(key: str, old: str | None) -> str:
+    name = key.split(":")[1]
+    if old is None:
+        return f"remove {name} again in the layer that installed it"
+    return f"keep {name} at {old} in that layer (apt-get install {name}={old}, or apt-mark hold)"
+
+
+def _hinted(finding: Finding, fix: str) -> Finding:
+    """``finding`` with what to do and a ready-to-paste waiver for exactly it."""
+    hint = f"{fix}; or waive it in image.toml:\n{waiver_snippet(finding)}"
+    return replace(finding, hint=hint)
+
+
+def _same_release(promised: str, found: str) -> bool:
+    """``2.30.7`` and ``2.30.7``; ``9.1.0.70`` (wheel) and ``9.1.0`` (file): one is a prefix."""
+    a, b = promised.split("."), found.split(".")
+    return a[: len(b)] == b or b[: len(a)] == a
+
+
+def _owner(copy: NativeCopy) -> tuple[str, str]:
+    name, _, version = copy.owner.partition(" ")
+    return name, version
+
+
+def shadowed_loads(library: NativeLibrary) -> Iterator[tuple[NativeCopy, str, str, list[str]]]:
+    """(wheel copy, loaded path, loaded version, loaders) where a loader maps another copy of a
+    wheel's library whose version is not the wheel's (or cannot be told)."""
+    wheel = [copy for copy in library.copies if copy.origin == "wheel"]
+    if not wheel:
+        return
+    ours = {copy.path for copy in wheel}
+    by_path: dict[str, list[str]] = {}
+    for load in library.loads:
+        if load.path and load.path not in ours:
+            by_path.setdefault(load.path, []).append(load.by)
+    for path in sorted(by_path):
+        loaded = library.copy_at(path)
+        version = loaded.version if loaded else ""
+        if version and _same_release(_owner(wheel[0])[1], version):
+            continue
+        yield wheel[0], path, version, by_path[path]
+
+
+def native_severity(policy: Policy) -> str:
+    action = policy.native_shadowed or (FAIL if cuda_major(policy.cuda or "") else WARN)
+    return _ACTION_SEVERITY[action]
+
+
+def native_findings(system: System, policy: Policy, where: str) -> list[Finding]:
+    """``shadowed-native`` findings of one image state (no waivers applied)."""
+    found = []
+    for library in system.native:
+        for wheel, path, version, users in shadowed_loads(library):
+            name, promised = _owner(wheel)
+            shown = version or "version unknown"
+            message = (
+                f"{library.soname}: {name} {promised} installed {wheel.path}, but "
+                f"{', '.join(users)} loads {path} ({shown}): shadowed native library"
+            )
+            fix = (
+                f"remove or move {path}, or take its folder out of LD_LIBRARY_PATH / the ld.so "
+                f"cache (ldconfig), or pin {name} to the version of that copy"
+            )
+            finding = Finding(SHADOWED_NATIVE, native_severity(policy), name, promised,
+                              version or None, message, where)  # fmt: skip
+            found.append(_hinted(finding, fix))
+    return found
+
+
+def evaluate_system(
+    before: System | None,
+    after: System | None,
+    policy: Policy,
+    *,
+    where: str,
+    today: _dt.date,
+    scope: Scope | None = None,
+    ledger: WaiverLedger | None = None,
+) -> list[Finding]:
+    """Findings below Python for one step; none when ``after`` was not recorded. OS package
+    changes need ``before`` too; shadowed libraries count only where ``before`` had not the
+    same (a base recorded without ``system`` compares nothing below Python at the first layer,
+    and reports what is already shadowed there as it is)."""
+    if after is None:
+        return []
+    findings = os_findings(before, after, policy, where) if before is not None else []
+    known = (
+        {(f.package, f.message) for f in native_findings(before, policy, where)}
+        if before
+        else set()
+    )
+    findings += [
+        f for f in native_findings(after, policy, where) if (f.package, f.message) not in known
+    ]
+    return apply_waivers(findings, policy, today, scope or Scope(), ledger)

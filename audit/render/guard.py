@@ -1,0 +1,123 @@
+"""The guard's half of the build context: ``build/<image>/_guard/``, bind-mounted into each RUN.
+
+Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing)::
+
+    _guard/guard.py        audit/inimage/guard.py, run after each pip or run layer
+    _guard/snapshot.py     audit/inimage/snapshot.py, run with every recipe interpreter
+    _guard/guard.json      image name, interpreters and policy the guard applies
+    _guard/base.json       locks/<image>/base.json: what the first layer is compared with
+                           (absent until ``lock`` recorded it; the guard then refuses)
+    _guard/lib/audit/      the pure modules the guard judges with (VENDORED: the errors,
+                           the policy package, the history model, the lock format), each
+                           subject package with a one-line __init__ of its own
+    _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
+
+The folder is mounted with ``RUN --mount=type=bind,source=_guard,target=GUARD_MOUNT``, so none
+of it lands in an image layer; a change to it re-runs every guarded layer (BuildKit keys the
+cache on the mount's content), which is right: the policy or the base changed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import packaging
+from packaging.specifiers import SpecifierSet
+
+from audit.errors import RecipeError
+from audit.lock.files import base_relpath, parse_base
+from audit.project import frontdoor
+from audit.recipe.model import PipLayer, Recipe
+
+GUARD_DIR = "_guard"
+GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
+VENDORED = (
+    "errors", "history/debversion", "history/diff", "history/snapshot", "history/system",
+    "lock/format", "policy/findings", "policy/model", "policy/presets", "policy/rules",
+    "policy/system_rules", "policy/verdict",
+)  # fmt: skip
+FILE_MODE = 0o644
+_AUDIT_PACKAGE = Path(__file__).parent.parent
+_VENDORED_INIT = '"""layer-audit, as vendored for the build guard: only its pure judge."""\n'
+
+
+def _package_files(package_dir: Path, dest: str) -> Iterator[tuple[str, bytes]]:
+    """Every source file of a package (no caches), in sorted order."""
+    for path in sorted(package_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            yield f"{dest}/{path.relative_to(package_dir).as_posix()}", path.read_bytes()
+
+
+def guard_config(recipe: Recipe) -> bytes:
+    document = {
+        "image": recipe.name,
+        "interpreters": list(recipe.interpreters),
+        "policy": recipe.policy.to_json(),
+        "overrides": overrides_config(recipe),
+        "commands": {  # what the guard's hints tell the user to run on the host
+            "lock": frontdoor.command("lock", recipe.name),
+            "record": frontdoor.command("lock", f"{recipe.name} --record-base"),
+        },
+    }
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+def overrides_config(recipe: Recipe) -> dict[str, list[str]]:
+    """Step slug -> what the layer re-pins on purpose: override names, or "*" (a no_deps
+    layer: every pin of its lock)."""
+    found = {}
+    for step in recipe.steps():
+        layer = step.layer
+        if isinstance(layer, PipLayer) and (layer.no_deps or layer.override):
+            found[step.slug] = ["*"] if layer.no_deps else list(layer.override_names)
+    return found
+
+
+def vendored_requires_python() -> str:
+    """``Requires-Python`` of the ``packaging`` copied into the guard ("" when it declares none)."""
+    values = importlib.metadata.metadata("packaging").get_all("Requires-Python") or [""]
+    return str(values[0])
+
+
+def check_vendored_python(recipe: Recipe, base: bytes, requires: str, where: str) -> None:
+    """Every interpreter of the recorded base must run the vendored ``packaging``.
+
+    The guard would otherwise fail inside the build, after the first layer's pip install.
+    """
+    if not requires:
+        return
+    for env in parse_base(base, where).environments:
+        if not SpecifierSet(requires).contains(env.python, prereleases=True):
+            raise RecipeError(
+                f"{recipe.source}: image.base",
+                f"{env.interpreter} in {recipe.base} is Python {env.python} ({where}), but the "
+                f"build guard's copy of packaging {packaging.__version__} needs Python {requires}",
+                "install a packaging that supports it where layer-audit runs: "
+                "pip install 'packaging>=24.2,<26' (the range pyproject.toml declares)",
+            )
+
+
+def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
+    """Relative path inside ``_guard/`` -> bytes, for every file the guard needs."""
+    inimage = _AUDIT_PACKAGE / "inimage"
+    files = {
+        "guard.py": (inimage / "guard.py").read_bytes(),
+        "snapshot.py": (inimage / "snapshot.py").read_bytes(),
+        "guard.json": guard_config(recipe),
+        "lib/audit/__init__.py": _VENDORED_INIT.encode(),
+    }
+    base = root / base_relpath(recipe)
+    if base.is_file():
+        files["base.json"] = base.read_bytes()
+        where = base_relpath(recipe)
+        check_vendored_python(recipe, files["base.json"], vendored_requires_python(), where)
+    for module in VENDORED:
+        files[f"lib/audit/{module}.py"] = (_AUDIT_PACKAGE / f"{module}.py").read_bytes()
+        package = module.rpartition("/")[0]
+        if package:
+            files[f"lib/audit/{package}/__init__.py"] = _VENDORED_INIT.encode()
+    files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))
+    return files

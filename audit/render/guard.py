@@ -35,9 +35,9 @@ from audit.recipe.model import PipLayer, Recipe
 GUARD_DIR = "_guard"
 GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
 VENDORED = (
-    "errors", "history/debversion", "history/diff", "history/snapshot", "history/system",
-    "lock/format", "policy/findings", "policy/model", "policy/presets", "policy/rules",
-    "policy/system_rules", "policy/verdict",
+    "errors", "history/debversion", "history/diff", "history/model", "history/snapshot",
+    "history/system", "lock/format", "policy/findings", "policy/judge", "policy/model",
+    "policy/presets", "policy/rules", "policy/system_rules", "policy/verdict",
 )  # fmt: skip
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent

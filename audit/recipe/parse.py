@@ -150,7 +150,11 @@ def _recipe(source: Source, image: str, root: Node) -> Recipe:
         index_url=index_url,
         indexes=indexes,
         stages=(stages := _stages(root, context)),
-        policy=parse_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
+        policy=parse_policy(
+            root.table("policy") if "policy" in root.data else None,
+            cuda,
+            {stage.name: len(stage.layers) for stage in stages},
+        ),
         resolver=_resolver(head),
         break_system_packages=head.boolean("break_system_packages", False),
         config=_config(root.table("config")) if "config" in root.data else ImageConfig(),

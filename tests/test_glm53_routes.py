@@ -236,3 +236,36 @@ def test_lock_refuses_the_later_stage_naming_the_downgrade_its_askers_and_the_sk
     assert "torch 2.13.0 requires nvidia-nccl-cu13==2.29.7" in said
     assert "nvidia-cutlass-dsl 4.8.1" in said and "nvidia-cutlass-dsl-libs-cu13 4.6.2" in said
     assert not (root / f"locks/{route.image}/{route.later_stage}-01.txt").exists()
+
+
+def test_the_pull_request_that_records_a_route_passes_the_gate_unless_the_base_stays_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording a route adds its whole base at once. The base holds flashinfer-python 0.6.17,
+    which the policy forbids and v2 replaces: as in audit-deps, no finding of the base. A rule
+    the last stage still breaks (here a floor on torch) stays an error of the base."""
+    monkeypatch.setenv(commands.QUIET_ENV, "1")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    route = ROUTES["glm53-flash-vllm"]
+    root = copy_project(tmp_path / "repo", route)
+    locks = root / "locks"
+    recorded = {p.relative_to(root).as_posix(): p.read_bytes() for p in locks.rglob("*.*")}
+    for path in recorded:
+        (root / path).unlink()
+    git(root, "init", "-q", "-b", "main")
+    commit_files(root, {}, "main: the route, not audited")
+    git(root, "checkout", "-q", "-b", "pr")
+    commit_files(root, recorded, "pr: record it")
+    markdown = tmp_path / "gate.md"
+    argv = ["gate", "--base", "main", "--repo", str(root), "--markdown", str(markdown)]
+    monkeypatch.chdir(root)
+    assert main(argv) == EXIT_OK, markdown.read_text()[-3000:]
+    text = markdown.read_text()
+    assert "forbidden" not in text and "stand-ins (on no reachable index)" in text
+    toml = root / "images" / route.image / "image.toml"
+    nccl = 'require = ["nvidia-nccl-cu13>=2.30"'
+    floor = toml.read_text().replace(nccl, f'{nccl}, "torch>=2.14"')
+    commit_files(root, {toml.relative_to(root).as_posix(): floor.encode()}, "pr: a floor")
+    assert main(argv) == EXIT_VIOLATION
+    (row,) = [line for line in markdown.read_text().splitlines() if "| requirement |" in line]
+    assert "`torch` | – → 2.13.0 | base image | torch 2.13.0 breaks the policy" in row

@@ -135,14 +135,17 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     file lock); print what changed."""
     from audit.docker import host as docker_host
     from audit.docker.registry import ensure_image, repository_digest
-    from audit.lock.trust import base_source
+    from audit.lock.trust import base_source, replica_standins
 
     ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
     console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
     info = docker_host.image_info(recipe.base_ref)
     environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
-    record = BaseRecord(recipe.base, info.id, digest, environments, base_source(info.labels))
+    standins = replica_standins(info.labels)
+    record = BaseRecord(
+        recipe.base, info.id, digest, environments, base_source(info.labels), standins
+    )
     replace_record(root, source, recipe, record)
     return record
 

@@ -49,11 +49,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench_common import as_installed  # noqa: E402
 
-from audit.host import process as commands  # noqa: E402
-from audit.project.gitsource import GitSource  # noqa: E402
 from audit.gate.compare import gate_result  # noqa: E402
 from audit.gate.markdown import gate_markdown  # noqa: E402
+from audit.host import process as commands  # noqa: E402
 from audit.lock.files import forget_parsed  # noqa: E402
+from audit.project.gitsource import GitSource  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,
     lock_body,

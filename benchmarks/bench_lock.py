@@ -32,11 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from audit.cli import lock as cmd_lock  # noqa: E402
-from audit.host import console
-from audit.lock import stamp as lock_stamp  # noqa: E402
+from audit.host import console  # noqa: E402
 from audit.host import process as commands  # noqa: E402
-from audit.lock.resolvers.job import CompileJob  # noqa: E402
-from audit.lock.resolvers.piptools import host_target, image_target, run_compile  # noqa: E402
+from audit.lock import stamp as lock_stamp  # noqa: E402
+from audit.lock.files import forget_parsed  # noqa: E402
 from audit.lock.plan import (  # noqa: E402
     base_constraints,
     existing_pins,
@@ -44,10 +43,11 @@ from audit.lock.plan import (  # noqa: E402
     pip_steps,
     read_base_digest,
 )
-from audit.lock.files import forget_parsed  # noqa: E402
-from audit.recipe.parse import load_recipe  # noqa: E402
-from audit.project.sources import DirectorySource  # noqa: E402
+from audit.lock.resolvers.job import CompileJob  # noqa: E402
+from audit.lock.resolvers.piptools import host_target, image_target, run_compile  # noqa: E402
 from audit.lock.standins import standin_wheels  # noqa: E402
+from audit.project.sources import DirectorySource  # noqa: E402
+from audit.recipe.parse import load_recipe  # noqa: E402
 from tests.support.pkgindex import serve_index  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,

@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench_common import as_installed  # noqa: E402
 
-from audit.lock.resolvers.job import ambient_ca_bundle  # noqa: E402
-from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION  # noqa: E402
 from audit.lock.files import parse_base  # noqa: E402
+from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION  # noqa: E402
+from audit.lock.resolvers.job import ambient_ca_bundle  # noqa: E402
 
 EDIT = "joblib>=1.3  # one edit\n"
 INDEX = "https://pypi.org/simple"

@@ -1,28 +1,40 @@
-"""The four wings and their import rule, read from the source with ``ast``.
+"""The package's plan, read from the source with ``ast``.
 
-core imports nothing of ours; plan imports core only; engines import core and plan; cli may
-import everything; the in-image scripts import only the core (through the vendored copy). No
-module imports itself back through a cycle. ``core/`` and ``inimage/`` parse as Python 3.9.
+``audit/`` is sorted by subject: one package per part of the flow (recipe, render, lock,
+base, build, history, policy, gate, report, dockerfile, docker, index, host, project, cli,
+inimage), plus three loose modules every package shares (errors, redact, suggest). Inside
+each package, its ``__init__`` docstring names the edge modules (``Edge: a, b``): they touch
+the world (processes, Docker, network, writes); every other module is pure and imports no
+edge module of any package. The policy, the history model and the lock format are vendored
+into images for the build guard: they import only each other, the standard library and
+``packaging``, and parse as Python 3.9. Only ``cli`` (and ``python -m audit``) imports
+``cli``. No module imports itself back through a cycle.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from audit.render.guard import VENDORED
+
 PACKAGE = Path(__file__).resolve().parent.parent / "audit"
-WINGS = ("core", "plan", "engines", "cli", "inimage")
-ALLOWED = {
-    "core": {"core"},
-    "plan": {"core", "plan"},
-    "engines": {"core", "plan", "engines"},
-    "cli": {"core", "plan", "engines", "cli"},
-    "inimage": {"core"},
-    "": {"core", "plan", "engines", "cli"},  # audit/__main__.py, audit/__init__.py
-}
+LOOSE = {"__init__.py", "__main__.py", "errors.py", "redact.py", "suggest.py"}
+SUBJECTS = (
+    "base", "build", "cli", "docker", "dockerfile", "gate", "history", "host", "index",
+    "inimage", "lock", "policy", "project", "recipe", "render", "report",
+)  # fmt: skip
+# What a pure module never imports: it decides; the edge runs programs, talks to Docker or
+# the network, takes locks.
+IMPURE_LIBRARIES = {"docker", "subprocess", "urllib3", "requests", "socket", "http", "filelock"}
+# Host modules that import an in-image script for the protocol they share with it.
+INIMAGE_USERS = {"audit.lock.resolvers.piptools": {"audit.inimage.lock_driver"}}
+_EDGE_LINE = re.compile(r"^Edge: (.*)$", re.MULTILINE)
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -30,37 +42,68 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, known: set[str]) -> Iterator[str]:
-    """Every module of ours a file imports (``from audit.x import y`` may name module y)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _imports(tree: ast.AST) -> Iterator[tuple[str, list[str]]]:
+    """(module, names) of every absolute import, at any depth (inside functions too)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names if alias.name in known)
-        elif isinstance(node, ast.ImportFrom) and node.module in known and node.level == 0:
-            submodules = [f"{node.module}.{a.name}" for a in node.names]
-            submodules = [name for name in submodules if name in known]
-            yield from submodules or [node.module]
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, [alias.name for alias in node.names]
 
 
-def wing_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in WINGS else ""
+def imported_modules(path: Path, known: set[str]) -> Iterator[str]:
+    """Every module of ours a file imports (``from audit.x import y`` may name module y)."""
+    for module, names in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if module in known:
+            submodules = [f"{module}.{name}" for name in names if f"{module}.{name}" in known]
+            yield from submodules or [module]
 
 
-def known_modules(package: Path) -> set[str]:
+def third_party(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {module.split(".")[0] for module, _ in _imports(tree)} - {"audit"}
+
+
+def known_modules(package: Path = PACKAGE) -> set[str]:
     return {module_name(p, package) for p in package.rglob("*.py")}
 
 
+def edge_modules(package: Path = PACKAGE) -> set[str]:
+    """Every module a package's docstring names on its ``Edge:`` line, and their submodules."""
+    edges: set[str] = set()
+    for init in sorted(package.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        match = _EDGE_LINE.search(doc)
+        names = [] if not match or match.group(1) == "(none)" else match.group(1).split(", ")
+        prefix = f"{package.name}.{init.parent.name}"
+        edges |= {prefix} if names == ["(all)"] else {f"{prefix}.{name}" for name in names}
+    return edges | {f"{package.name}.__main__"}
+
+
+def is_edge(module: str, edges: set[str]) -> bool:
+    return any(module == edge or module.startswith(edge + ".") for edge in edges)
+
+
 def violations(package: Path = PACKAGE) -> list[str]:
-    """``importer -> imported`` for every import that points up the wing order."""
-    known = known_modules(package)
+    """``importer -> imported`` for every import the plan forbids."""
+    known, edges = known_modules(package), edge_modules(package)
     found = []
     for path in sorted(package.rglob("*.py")):
         importer = module_name(path, package)
-        allowed = ALLOWED[wing_of(importer)]
         for imported in imported_modules(path, known):
-            if wing_of(imported) not in allowed | {""}:
-                found.append(f"{importer} -> {imported}")
+            if imported.startswith("audit.cli") and not importer.startswith(
+                ("audit.cli", "audit.__main__")
+            ):
+                found.append(f"{importer} -> {imported} (only the command line imports cli)")
+            elif not is_edge(importer, edges) and is_edge(imported, edges):
+                found.append(f"{importer} -> {imported} (a pure module imports an edge module)")
+            elif (
+                imported.startswith("audit.inimage")
+                and not importer.startswith("audit.inimage")
+                and imported not in INIMAGE_USERS.get(importer, set())
+            ):
+                found.append(f"{importer} -> {imported} (an in-image script)")
     return found
 
 
@@ -104,16 +147,43 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_every_module_lives_in_a_wing() -> None:
-    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+def vendored_modules() -> set[str]:
+    return {"audit." + name.replace("/", ".") for name in VENDORED}
+
+
+def test_every_module_lives_in_a_subject_package() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in LOOSE)
     assert loose == []
-    for wing in WINGS[:4]:
-        doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
-        assert doc and "import" in doc, f"audit/{wing}/__init__.py must state its import rule"
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert packages == sorted(SUBJECTS)
+    for name in SUBJECTS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
+        assert doc and _EDGE_LINE.search(doc), f"audit/{name}/__init__.py: say what lives there"
 
 
-def test_imports_point_down_the_wings() -> None:
+def test_every_edge_line_names_real_modules() -> None:
+    known = known_modules()
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        match = _EDGE_LINE.search(doc)
+        assert match, init
+        if match.group(1) not in ("(none)", "(all)"):
+            for name in match.group(1).split(", "):
+                assert f"audit.{init.parent.name}.{name}" in known, f"{init}: {name}"
+
+
+def test_imports_follow_the_plan() -> None:
     assert violations() == []
+
+
+def test_pure_modules_import_no_impure_library() -> None:
+    edges = edge_modules()
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if not is_edge(module, edges):
+            found += [f"{module} imports {lib}" for lib in third_party(path) & IMPURE_LIBRARIES]
+    assert found == []
 
 
 def test_no_import_cycles() -> None:
@@ -122,16 +192,18 @@ def test_no_import_cycles() -> None:
 
 def test_the_contract_catches_a_violation(tmp_path: Path) -> None:
     package = tmp_path / "audit"
-    for wing in ("core", "plan", "engines"):
-        (package / wing).mkdir(parents=True)
-        (package / wing / "__init__.py").write_text("")
+    (package / "lock").mkdir(parents=True)
+    (package / "gate").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "engines" / "docker.py").write_text("X = 1\n")
-    (package / "core" / "rules.py").write_text("from audit.plan import lock\n")
-    (package / "plan" / "lock.py").write_text("from audit.engines.docker import X\n")
+    (package / "lock" / "__init__.py").write_text('"""Locks.\n\nEdge: run\n"""\n')
+    (package / "gate" / "__init__.py").write_text('"""The gate.\n\nEdge: (none)\n"""\n')
+    (package / "lock" / "run.py").write_text("X = 1\n")
+    (package / "lock" / "plan.py").write_text("X = 2\n")
+    (package / "gate" / "compare.py").write_text(
+        "from audit.lock import plan\n\ndef f():\n    from audit.lock.run import X\n"
+    )
     assert violations(package) == [
-        "audit.policy.rules -> audit.lock.plan",
-        "audit.lock.plan -> audit.engines.docker",
+        "audit.gate.compare -> audit.lock.run (a pure module imports an edge module)"
     ]
 
 
@@ -140,29 +212,27 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles(graph) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("wing", ["core", "inimage"])
-def test_vendored_code_parses_as_python_3_9(wing: str) -> None:
-    for path in sorted((PACKAGE / wing).glob("*.py")):
-        ast.parse(path.read_text(encoding="utf-8"), str(path), feature_version=(3, 9))
+def test_vendored_modules_import_only_each_other_stdlib_and_packaging() -> None:
+    vendored, known = vendored_modules(), known_modules()
+    for module in sorted(vendored):
+        path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+        ours = set(imported_modules(path, known))
+        assert ours <= vendored, f"{module} imports {sorted(ours - vendored)}"
+        assert {lib for lib in third_party(path) if not _is_stdlib(lib)} <= {"packaging"}
 
 
-def test_core_imports_only_stdlib_and_packaging() -> None:
-    allowed_third_party = {"packaging"}
-    for path in sorted((PACKAGE / "core").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            for name in names:
-                top = name.split(".")[0]
-                assert top == "audit" or top in allowed_third_party or _is_stdlib(top), (
-                    f"{path.name} imports {name}"
-                )
+@pytest.mark.parametrize("name", [*sorted(VENDORED), "inimage/guard", "inimage/snapshot"])
+def test_vendored_code_parses_as_python_3_9(name: str) -> None:
+    path = PACKAGE / f"{name}.py"
+    ast.parse(path.read_text(encoding="utf-8"), str(path), feature_version=(3, 9))
+
+
+def test_in_image_scripts_import_only_vendored_modules() -> None:
+    known, vendored = known_modules(), vendored_modules()
+    for path in sorted((PACKAGE / "inimage").glob("*.py")):
+        assert set(imported_modules(path, known)) <= vendored, path.name
+        assert {lib for lib in third_party(path) if not _is_stdlib(lib)} <= {"packaging"}
 
 
 def _is_stdlib(name: str) -> bool:
-    import sys
-
     return name in sys.stdlib_module_names or name.startswith("_sha") or name == "__future__"

@@ -17,10 +17,10 @@ import pytest
 
 from audit.cli import main as cli
 from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.host import process as commands
 from audit.gate.audit_deps import audit_recipe
-from audit.recipe.parse import load_recipe
+from audit.host import process as commands
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.vllm_project import BASE, CUDA_RECIPE, Project, with_pins, write_project
 
 

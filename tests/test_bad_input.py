@@ -27,9 +27,9 @@ from typing import Protocol
 import pytest
 
 from audit.cli.main import main
+from audit.docker.container import missing_image
 from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EnvironmentProblem
 from audit.history.snapshot import Distribution, Environment, dump_snapshot
-from audit.docker.container import missing_image
 from audit.host.process import QUIET_ENV
 from audit.lock.files import parse_lock
 from tests.support.cli import edit, fails, spawn_audit
@@ -194,8 +194,8 @@ def test_a_huge_value_is_no_crash(demo: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_waiver_versions_are_stored_in_normal_form(demo: Path) -> None:
-    from audit.recipe.parse import load_recipe
     from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
 
     waiver = '\n[[policy.waiver]]\npackage = "Torch"\nfrom = "2.9.0+CU130"\nto = "2.10-RC1"\n'
     (demo / TOML).write_text((demo / TOML).read_text() + waiver + 'reason = "test"\n')

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from audit.cli.main import main
-from audit.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
 from audit.base import make as baseimage
-from audit.docker import host as docker_host
-from audit.host import process as commands
 from audit.base import offline as base_image
 from audit.base.offline import BaseImageOptions
+from audit.cli.main import main
+from audit.docker import host as docker_host
+from audit.errors import EXIT_BAD_INPUT, EnvironmentProblem, UsageError
+from audit.host import process as commands
 
 DEB822 = """\
 Types: deb

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import UsageError
 from audit.build.plan import (
     NO_GUARD_ARG,
     BuildOptions,
@@ -18,6 +17,7 @@ from audit.build.plan import (
     secret_sources,
     target_stages,
 )
+from audit.errors import UsageError
 from audit.recipe.model import (
     CopyLayer,
     EnvLayer,

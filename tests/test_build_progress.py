@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from audit.docker import host as docker_host
-from audit.host import process as commands
+from audit.build.plan import BuildOptions
 from audit.build.progress import parse, step_labels, step_table
 from audit.build.run import move_tags
+from audit.docker import host as docker_host
+from audit.host import process as commands
 from audit.host.process import Completed, shown_command
-from audit.build.plan import BuildOptions
 from audit.recipe.model import CopyLayer, EnvLayer, PipLayer, RunLayer, Stage
 from tests.support.build_plan import LEGACY, make_recipe, plan
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from audit.history.snapshot import Distribution
 from audit.policy.findings import Finding
 from audit.policy.model import LockstepGroup, Policy
-from audit.history.snapshot import Distribution
 from audit.policy.verdict import check_state, required_by_metadata
 
 DATA = Path(__file__).parent / "data" / "real_stack" / "vllm-0.33.0-arm64-cp311.json"

@@ -12,7 +12,11 @@ from typing import Any
 
 import pytest
 
+from audit.build.plan import INLINE_CACHE_ARG, BuildOptions, build_command
 from audit.cli.main import main
+from audit.docker import endpoint as docker_endpoint
+from audit.docker import host as docker_host
+from audit.docker import registry
 from audit.errors import (
     EXIT_BAD_INPUT,
     EXIT_ENVIRONMENT,
@@ -20,10 +24,8 @@ from audit.errors import (
     EnvironmentProblem,
     UsageError,
 )
-from audit.docker import endpoint as docker_endpoint, host as docker_host, registry
 from audit.host import process as commands
 from audit.host.process import Completed
-from audit.build.plan import INLINE_CACHE_ARG, BuildOptions, build_command
 from tests.support.build_plan import BUILDX, LEGACY, plan
 
 DIGEST = "sha256:" + "ab" * 32

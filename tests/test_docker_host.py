@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from audit.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
-from audit.docker import host as docker_host
-from audit.host import process as commands
-from audit.docker.host import BindMount
-from audit.host.process import Completed
 from audit.build.plan import DockerClient, build_command
+from audit.docker import host as docker_host
+from audit.docker.host import BindMount
+from audit.errors import EXIT_ENVIRONMENT, CommandFailed, EnvironmentProblem
+from audit.host import process as commands
+from audit.host.process import Completed
 from tests.support.fixtures import Wheelhouse
 
 

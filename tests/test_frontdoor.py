@@ -87,12 +87,12 @@ def test_the_guard_s_hints_name_the_project_s_front_door(
 ) -> None:
     """The guard runs inside the image and cannot look for a noxfile: the host writes the
     commands into its config, and its lock-mismatch and no-base hints say them."""
-    from audit.lock.format import parse_pins
     from audit.history.snapshot import Distribution, Environment
     from audit.inimage import guard
-    from audit.render.guard import guard_config
-    from audit.recipe.parse import load_recipe
+    from audit.lock.format import parse_pins
     from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
+    from audit.render.guard import guard_config
 
     if noxfile:
         (project / "noxfile.py").write_text(noxfile)

@@ -13,10 +13,10 @@ import pytest
 
 from audit.cli import main as cli
 from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.policy.findings import ERROR, INFO, Finding
-from audit.project.gitsource import GitSource
 from audit.gate.compare import gate
 from audit.gate.markdown import gate_markdown
+from audit.policy.findings import ERROR, INFO, Finding
+from audit.project.gitsource import GitSource
 from audit.report.findings import Report, Section
 from tests.support.gate_project import (
     TODAY,

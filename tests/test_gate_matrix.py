@@ -11,12 +11,12 @@ import pytest
 
 from audit.cli import main as cli
 from audit.errors import EXIT_OK, EXIT_VIOLATION
-from audit.policy.findings import Finding
-from audit.project.gitsource import GitSource
 from audit.gate import compare as gate
 from audit.gate.compare import gate_result
 from audit.gate.matrix import Cell
 from audit.history.predict import StepJudge
+from audit.policy.findings import Finding
+from audit.project.gitsource import GitSource
 from audit.recipe.model import Step
 from audit.recipe.parse import load_recipe
 from tests.support import gate_project

@@ -17,13 +17,13 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.history.diff import Comparison
-from audit.policy.findings import Finding
-from audit.policy.model import Policy, Waiver
-from audit.history.snapshot import Distribution
-from audit.policy.verdict import Scope, WaiverLedger, evaluate
 from audit.gate.compare import FindingKey, _carried, _seen_keys, finding_key
 from audit.gate.matrix import columns_matrix
+from audit.history.diff import Comparison
+from audit.history.snapshot import Distribution
+from audit.policy.findings import Finding
+from audit.policy.model import Policy, Waiver
+from audit.policy.verdict import Scope, WaiverLedger, evaluate
 
 TODAY = dt.date(2026, 12, 1)
 NAMES = ("alpha", "beta", "delta-cu12")

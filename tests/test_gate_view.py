@@ -23,13 +23,13 @@ import pytest
 
 from audit.cli import main as cli
 from audit.errors import EXIT_OK, EXIT_VIOLATION
-from audit.history.snapshot import Distribution
-from audit.host import process as commands
-from audit.project.gitsource import GitSource
 from audit.gate.change_render import render_views
 from audit.gate.change_view import ImageView, StageView
 from audit.gate.compare import gate_result
 from audit.gate.markdown import gate_markdown
+from audit.history.snapshot import Distribution
+from audit.host import process as commands
+from audit.project.gitsource import GitSource
 from tests.support.browser import CHROMIUM_FLAGS, chromium, count_colour, png_pixels
 from tests.support.fixtures import Wheelhouse
 from tests.support.gate_project import TODAY, Project, propose

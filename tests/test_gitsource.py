@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from audit.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, CommandFailed, GitError
-from audit.project import gitsource
 from audit.host import process as commands
+from audit.project import gitsource
 from audit.project.gitsource import GitSource
 from tests.support.gitrepo import SHELL_BRANCH, commit_files, git
 

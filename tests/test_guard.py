@@ -20,12 +20,12 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from audit.errors import RecipeError
-from audit.policy.model import LockstepGroup, Policy, Waiver
 from audit.history.snapshot import Environment, canonical_name, parse_snapshot
-from audit.render.write import write_guard_context
-from audit.render.guard import GUARD_DIR, check_vendored_python
 from audit.lock.files import BaseRecord, render_base
+from audit.policy.model import LockstepGroup, Policy, Waiver
 from audit.recipe.model import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
+from audit.render.guard import GUARD_DIR, check_vendored_python
+from audit.render.write import write_guard_context
 from tests.support.fixtures import Wheelhouse
 
 VIOLATION = "LAYER-AUDIT-VIOLATION "
@@ -285,8 +285,9 @@ def test_the_guard_context_is_deterministic_and_drops_stale_files(image: Image) 
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
     assert after == before
     assert (folder / "lib" / "packaging" / "version.py").is_file()
-    core = folder / "lib" / "audit" / "core"
-    assert {p.name for p in core.iterdir()} >= {"verdict.py", "diff.py"}
+    vendored = folder / "lib" / "audit"
+    assert {p.name for p in (vendored / "policy").iterdir()} >= {"__init__.py", "verdict.py"}
+    assert {p.name for p in (vendored / "history").iterdir()} >= {"diff.py", "snapshot.py"}
 
 
 def test_guard_config_holds_image_interpreters_and_policy(image: Image) -> None:

@@ -14,18 +14,10 @@ from typing import Any
 
 import pytest
 
+from audit.build.plan import build_command
 from audit.cli import main as cli
-from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
-from audit.policy.model import Policy
-from audit.history.snapshot import (
-    SCRIPT_PATH,
-    Distribution,
-    Environment,
-    dump_snapshot,
-    parse_snapshot,
-)
 from audit.docker import host as docker_host
-from audit.host import process as commands
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
 from audit.history.image_audit import (
     MARKER,
     ImageTarget,
@@ -34,7 +26,15 @@ from audit.history.image_audit import (
     select_interpreters,
     unique_environments,
 )
-from audit.build.plan import build_command
+from audit.history.snapshot import (
+    SCRIPT_PATH,
+    Distribution,
+    Environment,
+    dump_snapshot,
+    parse_snapshot,
+)
+from audit.host import process as commands
+from audit.policy.model import Policy
 from tests.support.fixtures import Wheelhouse
 
 TODAY = dt.date(2026, 12, 1)

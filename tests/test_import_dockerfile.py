@@ -29,8 +29,8 @@ from dockerfile_parse import DockerfileParser
 from audit.cli.main import main
 from audit.dockerfile import heredoc as dockerfile_heredoc
 from audit.dockerfile.importer import plan_import
-from audit.recipe.parse import load_recipe
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 HERE = Path(__file__).parent / "dockerfiles"
 FIELD = sorted(p.name for p in HERE.iterdir() if (p / "Dockerfile").is_file())

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from audit.cli.main import main
-from audit.recipe.parse import load_recipe
 from audit.project.scaffold import Action, gitignore_after, plan_scaffold, skeleton
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 EXPECTED = {
     ".github/workflows/dependency-gate-comment.yml",

@@ -23,10 +23,10 @@ import yaml
 
 from audit.cli.main import main
 from audit.errors import EXIT_ENVIRONMENT, EXIT_OK, EXIT_VIOLATION
-from audit.project.self_spec import _from_local
 from audit.lock.plan import resolver_label
-from audit.recipe.parse import load_recipe
+from audit.project.self_spec import _from_local
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.gitrepo import git
 from tests.support.project import lock_body, write_fresh_locks
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from audit.build.plan import created_time, labels, qualified_image, stage_labels
+from audit.build.provenance import gather, tree_digest
 from audit.errors import UsageError
 from audit.host import process as commands
-from audit.build.provenance import gather, tree_digest
-from audit.build.plan import created_time, labels, qualified_image, stage_labels
 from audit.lock.files import BaseRecord
-from audit.recipe.parse import load_recipe
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.gitrepo import commit_files, git
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 

@@ -21,8 +21,8 @@ import pytest
 
 from audit.history.snapshot import Distribution
 from audit.host import atomic
-from audit.lock import stamp as lock_stamp
 from audit.host import process as commands
+from audit.lock import stamp as lock_stamp
 from audit.lock.files import parse_lock
 from tests.support.cli import REPO, run_lock, spawn_audit
 from tests.support.fixtures import Wheelhouse

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from audit.policy.model import Policy
-from audit.lock.resolvers.job import CompileJob
-from audit.lock.resolvers.piptools import known_pins, with_known
 from audit.inimage import lock_driver
 from audit.lock.plan import LayerInputs, pip_steps
+from audit.lock.resolvers.job import CompileJob
+from audit.lock.resolvers.piptools import known_pins, with_known
+from audit.policy.model import Policy
 from audit.recipe.model import PipLayer, Recipe, Stage
 
 

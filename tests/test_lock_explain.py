@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from audit.errors import EnvironmentProblem, LockError, ResolutionConflict
-from audit.policy.model import Policy
-from audit.lock.resolvers import job, piptools, uv
 from audit.inimage import lock_driver
 from audit.lock.plan import Constraint, LayerInputs, pip_steps
+from audit.lock.resolvers import job, piptools, uv
+from audit.policy.model import Policy
 from audit.recipe.model import PipLayer, Recipe, Stage
 
 INDEX = "https://builder:s3cr3t@pypi.example.org/simple"

@@ -7,11 +7,16 @@ from pathlib import Path
 import pytest
 
 from audit.errors import LockError
-from audit.lock.format import Pin
-from audit.policy.model import Policy, Waiver
 from audit.history.snapshot import Distribution, Environment
-from audit.lock.run import known_metadata
-from audit.lock.resolvers.job import ambient_ca_bundle
+from audit.lock.files import (
+    BaseRecord,
+    Lock,
+    PinMetadata,
+    lock_relpath,
+    parse_lock,
+    render_lock,
+)
+from audit.lock.format import Pin
 from audit.lock.plan import (
     BASE_ORIGIN,
     RESOLVER,
@@ -33,16 +38,11 @@ from audit.lock.plan import (
     via_parents,
     who_asks,
 )
-from audit.lock.files import (
-    BaseRecord,
-    Lock,
-    PinMetadata,
-    lock_relpath,
-    parse_lock,
-    render_lock,
-)
-from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage
+from audit.lock.resolvers.job import ambient_ca_bundle
+from audit.lock.run import known_metadata
+from audit.policy.model import Policy, Waiver
 from audit.project.sources import DirectorySource
+from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage
 from tests.support.project import write_base, write_fresh_locks, write_text
 
 BODY = "alpha==1.0 \\\n    --hash=sha256:aa\n"

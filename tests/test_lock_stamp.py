@@ -14,13 +14,14 @@ from typing import ClassVar, cast
 
 import pytest
 
+from audit.base.record import BaseOptions
 from audit.cli import lock_quick
 from audit.cli import main as cli
 from audit.history.snapshot import Distribution
-from audit.lock import stamp as lock_stamp, workflow as lock_workflow
-from audit.base.record import BaseOptions
-from audit.recipe import parse as recipe_parse
+from audit.lock import stamp as lock_stamp
+from audit.lock import workflow as lock_workflow
 from audit.project.sources import DirectorySource, Source
+from audit.recipe import parse as recipe_parse
 from tests.support.lock_stamp import HEAVY, STAMP, imported, project, spawn
 from tests.support.project import base_record, write_base
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from audit.errors import EXIT_BAD_INPUT, LockError
-from audit.policy.model import Policy
 from audit.history.snapshot import Distribution, Environment
 from audit.lock.files import (
     END_MARKER,
@@ -19,6 +18,7 @@ from audit.lock.files import (
     render_base,
     render_lock,
 )
+from audit.policy.model import Policy
 from audit.recipe.model import PipLayer, Recipe, Stage
 
 BODY = """\

@@ -14,8 +14,6 @@ import pytest
 from rich.console import Console
 
 from audit.cli import main as cli
-from audit.history.snapshot import Distribution
-from audit.host import process as commands
 from audit.gate.audit_deps import audit_recipe, audit_report
 from audit.gate.matrix import (
     Cell,
@@ -27,9 +25,11 @@ from audit.gate.matrix import (
     matrix_tables,
     stage_matrix,
 )
+from audit.history.snapshot import Distribution
+from audit.host import process as commands
+from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report
-from audit.project.sources import DirectorySource
 from tests.support.browser import CHROMIUM_FLAGS, chromium, count_colour, png_pixels
 from tests.support.vllm_project import CUDA_RECIPE, Project, with_pins, write_project
 

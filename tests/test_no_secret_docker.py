@@ -20,8 +20,8 @@ import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from audit.history.snapshot import parse_snapshot
 from audit.docker import host as docker_host
+from audit.history.snapshot import parse_snapshot
 from tests.support import docker_build as shared
 from tests.support.docker_build import CLIENT, REPO_ROOT, Index, Project, make_project, two_stages
 from tests.support.gitrepo import commit_files, git

@@ -9,14 +9,14 @@ from types import MappingProxyType
 import pytest
 
 from audit.errors import LockError
-from audit.lock.format import Pin
-from audit.history.snapshot import Distribution, Environment
-from audit.lock.plan import survey_locks
-from audit.lock.files import BaseRecord, Lock
 from audit.history.predict import apply_lock, base_environment, predict, predict_from
+from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import BaseRecord, Lock
+from audit.lock.format import Pin
+from audit.lock.plan import survey_locks
+from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
-from audit.project.sources import DirectorySource
 from tests.support.vllm_project import BASE, Project, write_project
 
 

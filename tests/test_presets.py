@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 
 from audit.cli import main as cli
-from audit.policy import presets
 from audit.errors import EXIT_OK, EXIT_VIOLATION, RecipeError
+from audit.history.snapshot import Distribution
+from audit.host import process as commands
+from audit.policy import presets
 from audit.policy.findings import Finding
 from audit.policy.model import FAIL, WARN, LockstepGroup, Policy
-from audit.history.snapshot import Distribution
 from audit.policy.verdict import evaluate
-from audit.host import process as commands
-from audit.recipe.parse import load_recipe
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.project import ProjectSpec, system_base
 from tests.support.project import write_project as write_project_files
 

@@ -167,7 +167,7 @@ def test_a_sigkilled_write_leaves_a_temporary_the_next_write_removes(tmp_path: P
     script = (
         "import os, signal, sys, tempfile\n"
         "from pathlib import Path\n"
-        "from audit.engines import atomic\n"
+        "from audit.host import atomic\n"
         "real = tempfile.mkstemp\n"
         "def killed(*a, **k):\n"
         "    fd, name = real(*a, **k)\n"

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from audit.docker import host as docker_host
-from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
 from audit.lock.files import lock_relpath, parse_lock, render_lock
-from audit.recipe.parse import load_recipe
+from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.docker_build import TEST_REPOSITORY, images_of
 from tests.support.field_stack import BASE, NIGHTLY, OVERRIDE, POLICY, REQUIREMENTS, field_index
 from tests.support.fixtures import BaseImageFactory, Wheelhouse

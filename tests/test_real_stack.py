@@ -16,9 +16,9 @@ import pytest
 
 from audit.cli.main import main
 from audit.lock.plan import read_base_digest
-from audit.recipe.parse import load_recipe
-from audit.project.sources import DirectorySource
 from audit.lock.trust import REPLICA_SOURCE
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "vllm-arm64-cu13"

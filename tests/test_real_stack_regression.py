@@ -19,10 +19,10 @@ import pytest
 from audit.cli.main import main
 from audit.errors import EXIT_VIOLATION
 from audit.host import process as commands
-from audit.lock.plan import after_inputs, layer_inputs, pip_steps, read_base_digest, resolver_label
 from audit.lock.files import lock_relpath, parse_lock, render_lock
-from audit.recipe.parse import load_recipe
+from audit.lock.plan import after_inputs, layer_inputs, pip_steps, read_base_digest, resolver_label
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.gitrepo import commit_files, git
 from tests.support.real_stack import FIXTURE, IMAGE, ROOT
 

@@ -14,8 +14,8 @@ from dockerfile_parse import DockerfileParser
 
 from audit.cli.main import main
 from audit.errors import RecipeError
-from audit.recipe.parse import load_recipe
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 
 MINI = Path(__file__).resolve().parent / "data" / "recipes" / "mini"
 TOML = "images/mini/image.toml"

@@ -9,8 +9,8 @@ import pytest
 
 from audit.cli.main import report_error
 from audit.errors import EXIT_BAD_INPUT, BadInput
-from audit.policy.findings import ERROR, Finding
 from audit.gate.markdown import gate_markdown
+from audit.policy.findings import ERROR, Finding
 from audit.report.findings import Report, Section, render_text
 from tests.support.cli import edit, fails
 
@@ -72,8 +72,8 @@ def test_reports_in_every_format_carry_no_secret() -> None:
 def test_the_live_view_and_every_console_line_are_redacted() -> None:
     from io import StringIO
 
-    from audit.host import console
     from audit.build.progress import LiveView
+    from audit.host import console
 
     buffer = StringIO()
     made = console._redacting_console()(file=buffer, width=200, emoji=False)

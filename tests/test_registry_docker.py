@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.docker import host as docker_host
 from audit.docker.host import BindMount
+from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.lock.files import BaseRecord, render_base
 from tests.support.docker_build import (
     CLIENT,

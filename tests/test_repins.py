@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from audit.errors import RecipeError
+from audit.project.sources import DirectorySource
 from audit.recipe.located_toml import Node
 from audit.recipe.model import Layer, PipLayer, RunLayer
 from audit.recipe.parse import load_recipe
 from audit.recipe.repins import fold_repins
-from audit.project.sources import DirectorySource
 
 MINI = Path(__file__).resolve().parent / "data" / "recipes" / "mini"
 STAGE = Node("images/x/image.toml", "stage[2]", {})

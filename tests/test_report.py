@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.console import Console
 
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
-from audit.report.output import write_report
 from audit.report.findings import (
     REPORT_SCHEMA,
     Report,
@@ -20,6 +19,7 @@ from audit.report.findings import (
     report_markdown,
     summary_line,
 )
+from audit.report.output import write_report
 
 DOWNGRADE = Finding(
     rule="downgraded",

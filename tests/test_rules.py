@@ -20,7 +20,8 @@ import pytest
 
 from audit.policy import presets, rules
 from audit.policy.model import ACTIONS
-from audit.recipe import policy_parse, parse as recipe_parse
+from audit.recipe import parse as recipe_parse
+from audit.recipe import policy_parse
 from audit.report.findings import RULE_ORDER
 
 AUDIT = Path(__file__).resolve().parents[1] / "audit"
@@ -68,7 +69,7 @@ def test_every_literal_rule_is_registered() -> None:
 def test_the_scan_sees_real_findings() -> None:
     """The scan is not vacuous: it finds the guard's and the gate's own rule names."""
     guard = ast.parse((AUDIT / "inimage" / "guard.py").read_text())
-    gate = ast.parse((AUDIT / "plan" / "gate.py").read_text())
+    gate = ast.parse((AUDIT / "gate" / "compare.py").read_text())
     assert "lock-mismatch" in {name for _, name in literal_rules(guard)}
     assert {"base-image", "waiver-added"} <= {name for _, name in literal_rules(gate)}
     assert not rules.known("no-such-rule")

@@ -16,10 +16,10 @@ from audit.cli.main import main
 from audit.errors import EXIT_BAD_INPUT
 from audit.history.snapshot import Environment, dump_snapshot
 from audit.history.system import OsPackage, System
-from audit.report.sbom import SBOM_NAME, write_sbom
 from audit.lock.files import BaseRecord
-from audit.recipe.parse import load_recipe
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
+from audit.report.sbom import SBOM_NAME, write_sbom
 from tests.support.cli import fails
 from tests.support.fixtures import BaseImageFactory
 from tests.support.project import (

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from audit.build.plan import Provenance, labels
+from audit.build.run import BuildLog
 from audit.cli.main import report_error
 from audit.errors import EXIT_BAD_INPUT, BadInput
-from audit.policy.findings import ERROR, Finding
-from audit.redact import redact
-from audit.build.run import BuildLog
-from audit.build.plan import Provenance, labels
 from audit.gate.markdown import gate_markdown
-from audit.recipe.parse import load_recipe
-from audit.report.findings import Report, Section, render_text
+from audit.policy.findings import ERROR, Finding
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
+from audit.redact import redact
+from audit.report.findings import Report, Section, render_text
 from tests.support.cli import edit, fails
 
 SECRET = "Zq7pW3xK9vLm"

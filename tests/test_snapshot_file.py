@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from audit.base.snapshot_file import one_per_interpreter, parse_documents
 from audit.errors import EXIT_BAD_INPUT, UsageError
 from audit.history.snapshot import SCRIPT_PATH
-from audit.base.snapshot_file import one_per_interpreter, parse_documents
 from tests.support.cli import edit, fails
 
 PYTHONS = [Path(f"/root/.pyenv/versions/{v}/bin/python3") for v in ("3.11.7", "3.12.1")]

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from audit.cli.main import main
-from audit.policy.model import Policy, Waiver
 from audit.history.snapshot import Environment, dump_snapshot
 from audit.history.system import NativeCopy, NativeLibrary, NativeLoad, OsPackage, System
+from audit.policy.model import Policy, Waiver
 from audit.policy.system_rules import SHADOWED_NATIVE, evaluate_system, native_findings
 from audit.policy.verdict import Scope, WaiverLedger
 
@@ -171,8 +171,8 @@ def _mini(tmp_path: Path, policy_lines: str) -> Path:
 
 
 def test_recipe_keys_below_python(tmp_path: Path) -> None:
-    from audit.recipe.parse import load_recipe
     from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
 
     lines = 'native_shadowed = "warn"\nnative_libraries = ["libmooncake", "libnixl"]\n'
     recipe = load_recipe(DirectorySource(_mini(tmp_path, lines)), "mini")
@@ -185,8 +185,8 @@ def test_a_library_prefix_that_is_not_one_is_located(tmp_path: Path) -> None:
     import pytest
 
     from audit.errors import RecipeError
-    from audit.recipe.parse import load_recipe
     from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
 
     root = _mini(tmp_path, 'native_libraries = ["mooncake/../x"]\n')
     with pytest.raises(RecipeError) as caught:

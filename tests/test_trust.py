@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli.main import main
-from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, LockError
-from audit.policy.findings import ERROR
-from audit.history.snapshot import SCRIPT_PATH
 from audit.build.progress import Progress
 from audit.build.run import build_failure
+from audit.cli.main import main
+from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, LockError
 from audit.gate.compare import gate
+from audit.history.snapshot import SCRIPT_PATH
 from audit.lock.files import BaseRecord, parse_base
+from audit.lock.trust import base_identity_drift, base_record_mismatch, recorded_platform
+from audit.policy.findings import ERROR
+from audit.project.sources import DirectorySource
 from audit.recipe.model import PipLayer
 from audit.recipe.parse import load_recipe
 from audit.render.plan import pip_command
-from audit.project.sources import DirectorySource
-from audit.lock.trust import base_identity_drift, base_record_mismatch, recorded_platform
 from tests.support.cli import edit, fails
 from tests.support.fixtures import Wheelhouse, copy_demo
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from audit.cli.main import main
-from audit.history.snapshot import SCRIPT_PATH
 from audit.docker import host as docker_host
+from audit.history.snapshot import SCRIPT_PATH
 from audit.lock.files import parse_base
 from tests.support.cli import edit
 from tests.support.docker_build import (

@@ -24,10 +24,10 @@ import pytest
 from audit.cli import main as cli
 from audit.history.snapshot import Distribution
 from audit.index.http import FetchStats
-from audit.lock.resolvers import uv, uv_cache, uv_warm
 from audit.index.simple import IndexFile, ProjectPages
 from audit.index.wheel_metadata import Metadata
 from audit.lock.plan import LayerInputs
+from audit.lock.resolvers import uv, uv_cache, uv_warm
 from audit.recipe.model import Step
 from tests.support.fixtures import Wheelhouse
 from tests.support.metaindex import serve_metadata_index

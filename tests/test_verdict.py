@@ -7,9 +7,9 @@ import datetime
 import pytest
 
 from audit.errors import BadInput
+from audit.history.snapshot import Distribution, Environment
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import ALLOW, WARN, LockstepGroup, Policy, Waiver
-from audit.history.snapshot import Distribution, Environment
 from audit.policy.verdict import (
     Scope,
     WaiverLedger,

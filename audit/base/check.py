@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from audit.history.snapshot import Environment
-from audit.host import console
 from audit.docker import host as docker_host
 from audit.history.image_audit import ImageTarget, snapshot_image
+from audit.history.snapshot import Environment
+from audit.host import console
 from audit.lock.files import BaseRecord, base_changes
-from audit.recipe.model import Recipe
 from audit.lock.trust import base_identity_drift, drift_failure
+from audit.recipe.model import Recipe
 
 
 def verify_base(recipe: Recipe, record: BaseRecord | None) -> None:

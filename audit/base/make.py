@@ -24,10 +24,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from audit.errors import EnvironmentProblem
-from audit.host import atomic, console
-from audit.docker import host as docker_host
-from audit.host import process as commands
 from audit.base.offline import (
     ARCHES,
     DEBOOTSTRAP_HINT,
@@ -43,6 +39,10 @@ from audit.base.offline import (
     validate,
 )
 from audit.build.plan import build_command
+from audit.docker import host as docker_host
+from audit.errors import EnvironmentProblem
+from audit.host import atomic, console
+from audit.host import process as commands
 
 # ----------------------------------------------------------------------------- plan (pure)
 

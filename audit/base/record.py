@@ -23,17 +23,17 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from audit.base.snapshot_file import record_from_snapshot
+from audit.docker.run_label import run_labels
 from audit.errors import EXIT_OK, EnvironmentProblem, LockError, RecipeError, UsageError
 from audit.history.snapshot import SNAPSHOT_LIMIT, Environment, read_bounded
 from audit.host import atomic, console
-from audit.docker.run_label import run_labels
-from audit.project import frontdoor, paths
-from audit.lock.plan import read_base_digest
 from audit.lock.files import BaseRecord, base_changes, base_relpath, render_base
-from audit.recipe.model import Recipe
-from audit.base.snapshot_file import record_from_snapshot
-from audit.project.sources import Source
+from audit.lock.plan import read_base_digest
 from audit.lock.trust import base_record_mismatch, record_hint
+from audit.project import frontdoor, paths
+from audit.project.sources import Source
+from audit.recipe.model import Recipe
 
 SNAPSHOT_TARGET = "/opt/layer-audit/snapshot.py"
 
@@ -135,21 +135,24 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     file lock); print what changed."""
     from audit.docker import host as docker_host
     from audit.docker.registry import ensure_image, repository_digest
-    from audit.lock.trust import base_source
+    from audit.lock.trust import base_source, replica_standins
 
     ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
     console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
     info = docker_host.image_info(recipe.base_ref)
     environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
-    record = BaseRecord(recipe.base, info.id, digest, environments, base_source(info.labels))
+    standins = replica_standins(info.labels)
+    record = BaseRecord(
+        recipe.base, info.id, digest, environments, base_source(info.labels), standins
+    )
     replace_record(root, source, recipe, record)
     return record
 
 
 def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
-    from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
     from audit.docker import host as docker_host
+    from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 
     mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
     try:

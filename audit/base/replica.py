@@ -1,4 +1,6 @@
-"""Making a replica base image (``base-image --replica FILE``); the plan: :mod:`audit.base.replica_plan`.
+"""Making a replica base image (``base-image --replica FILE``).
+
+The plan: :mod:`audit.base.replica_plan`.
 
 Steps: the offline Debian base for the suite and architecture (made when missing, as
 ``base-image`` makes it); its venv interpreter probed once (Python version, site-packages,
@@ -27,21 +29,21 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from audit.base import replica_plan as plan
+from audit.base.make import ensure_base_image
+from audit.base.offline import ARCHES, LABEL_PREFIX, VENV
+from audit.base.snapshot_file import parse_documents
+from audit.build.plan import build_command
+from audit.docker import host as docker_host
 from audit.errors import MetadataUnavailable, UsageError
-from audit.redact import redact
 from audit.history.snapshot import Distribution
 from audit.host import atomic, console
-from audit.docker import host as docker_host
 from audit.host import process as commands
 from audit.index import wheel_metadata as wm
-from audit.base.make import ensure_base_image
-from audit.lock.resolvers.job import cache_root
-from audit.base import replica_plan as plan
-from audit.base.offline import ARCHES, LABEL_PREFIX, VENV
-from audit.build.plan import build_command
 from audit.lock.plan import Constraint
-from audit.base.snapshot_file import parse_documents
-from audit.lock.trust import REPLICA_LABEL
+from audit.lock.resolvers.job import cache_root
+from audit.lock.trust import REPLICA_LABEL, REPLICA_STANDINS_LABEL
+from audit.redact import redact
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 # Prints the interpreter's version, purelib folder, glibc version, then the dist-info folders
@@ -221,7 +223,7 @@ def build_replica(options: ReplicaOptions) -> Replica:
         cache=options.cache,
     )
     files, reads = _files(pins, got, _observed(options.metadata_from), made.warnings)
-    labels = _labels(options, pins, interpreter)
+    labels = _labels(options, pins, interpreter, _standins(pins, reads))
     extra = {"list": options.pins_file.name, "list_digest": labels[f"{REPLICA_LABEL}.list"],
              "index": redact(options.index_url), "base": base, "python": interpreter.python,
              "platform": platform}  # fmt: skip
@@ -236,10 +238,21 @@ def build_replica(options: ReplicaOptions) -> Replica:
     return made
 
 
+def _standins(pins: plan.PinList, reads: Mapping[str, Mapping[str, str]]) -> tuple[str, ...]:
+    """``name==version`` of each pin whose METADATA no index gave (``snapshot`` or ``none``)."""
+    found = ("snapshot", "none")
+    return tuple(f"{p.name}=={p.version}" for p in pins.pins if reads[p.name]["metadata"] in found)
+
+
 def _labels(
-    options: ReplicaOptions, pins: plan.PinList, interpreter: _Interpreter
+    options: ReplicaOptions,
+    pins: plan.PinList,
+    interpreter: _Interpreter,
+    standins: tuple[str, ...] = (),
 ) -> dict[str, str]:
+    standin_label = {REPLICA_STANDINS_LABEL: ",".join(standins)} if standins else {}
     return {
+        **standin_label,
         REPLICA_LABEL: "true",
         f"{REPLICA_LABEL}.list": plan.list_digest(pins.pins),
         f"{REPLICA_LABEL}.index": redact(options.index_url),

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from audit.errors import UsageError
 from audit.history.snapshot import Environment, parse_snapshot
 from audit.lock.files import BaseRecord
-from audit.recipe.model import Recipe
 from audit.lock.trust import SNAPSHOT_SOURCE, digest_part
+from audit.recipe.model import Recipe
 
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 REPO_DIGEST = re.compile(r"(?:[^@\s]+@)?sha256:[0-9a-f]{64}")

@@ -74,6 +74,7 @@ from audit.lock.trust import (
     EXTERNALLY_MANAGED,
     REPLICA_SOURCE,
     externally_managed_failure,
+    source_finding,
     stale_locks_failure,
 )
 
@@ -301,7 +302,13 @@ def remove_temporary(plan: BuildPlan) -> None:
             docker_host.remove_image(build.temp_ref)
 
 
-def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -> BuildOutcome:
+def execute(
+    root: Path,
+    recipe: Recipe,
+    plan: BuildPlan,
+    client: DockerClient,
+    record: BaseRecord | None = None,
+) -> BuildOutcome:
     env = docker_host.client_env(client)
     log = BuildLog(root / "build" / "reports" / recipe.name / "build.log", [])
     outcome = BuildOutcome(recipe.name, plan.platform, log.path, [], [], [])
@@ -319,7 +326,7 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
         for build in plan.builds:
             run_smoke(plan, build)
         if plan.guard:  # one read: the target's trail holds every earlier stage's
-            outcome.reports += _guard_reports(root, recipe, plan)
+            outcome.reports += _guard_reports(root, recipe, plan, record)
         outcome.stages += _stage_images(plan)
         pushed = move_and_push(root, client, plan)
         outcome.pushed += [{"tag": p.tag, "digest": p.digest} for p in pushed if p.pushed]
@@ -330,13 +337,16 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
     return outcome
 
 
-def _guard_reports(root: Path, recipe: Recipe, plan: BuildPlan) -> list[dict[str, str]]:
+def _guard_reports(
+    root: Path, recipe: Recipe, plan: BuildPlan, record: BaseRecord | None = None
+) -> list[dict[str, str]]:
     """Each built stage's guard report and SBOM, written from the target's trail."""
     trail = read_trail(plan.builds[0])
     built = {build.stage for build in plan.builds}
+    base = source_finding(recipe.name, recipe.base_ref, record)
     written = []
     for stage in (s.name for s in recipe.stages if s.name in built):
-        folder, report = write_trail_reports(root, recipe, stage, trail)
+        folder, report = write_trail_reports(root, recipe, stage, trail, base)
         console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
         write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
         verdict = "fail" if report.failed else "pass"
@@ -395,6 +405,8 @@ def dry_if_replica(
         f"dry build: the base of {recipe.name} is a replica (metadata-only stand-ins): every "
         f"layer installs and the guard judges it; tags end in {DRY_SUFFIX}, latest is not moved"
     )
+    if record.standins:
+        console.stderr.print(f"stand-ins (on no reachable index): {', '.join(record.standins)}")
     return dataclasses.replace(options, dry=True)
 
 
@@ -420,4 +432,4 @@ def run_build(
         if not plan.multi_platform:  # buildx pulls each platform's base itself
             check_base(recipe, plan.arch, client)
             verify_base(recipe, record)  # before layer 1: the base is the one base.json recorded
-        return execute(root, recipe, plan, client)
+        return execute(root, recipe, plan, client, record)

@@ -17,13 +17,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from audit.build.plan import created_time
 from audit.cli.options import add_report_arguments
 from audit.errors import UsageError
-from audit.host import atomic, console
-from audit.history.image_audit import ImageTarget, audit_images, load_named_recipe
-from audit.report.output import write_report
 from audit.gate.audit_deps import audit_report, recipe_audits
-from audit.build.plan import created_time
 from audit.gate.matrix import (
     StageMatrix,
     matrix_html,
@@ -31,6 +28,8 @@ from audit.gate.matrix import (
     matrix_tables,
     stage_matrix,
 )
+from audit.history.image_audit import ImageTarget, audit_images, load_named_recipe
+from audit.host import atomic, console
 from audit.report.findings import (
     FORMATS,
     Report,
@@ -38,6 +37,7 @@ from audit.report.findings import (
     render_text,
     report_exit_code,
 )
+from audit.report.output import write_report
 
 CYCLONEDX = "cyclonedx"
 

@@ -9,11 +9,12 @@ from typing import Any
 
 from rich.markup import escape
 
+from audit.base import make as baseimage
+from audit.base import offline as base_image
+from audit.base import replica
 from audit.cli.options import add_client_option
 from audit.errors import EXIT_OK, UsageError
-from audit.base import make as baseimage, replica
 from audit.host import console
-from audit.base import offline as base_image
 
 
 def register(subparsers: Any) -> None:

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from audit.build.plan import NETWORK_AUTO, BuildOptions
+from audit.build.run import build_image
 from audit.cli.options import add_client_option
 from audit.errors import EXIT_OK
-from audit.redact import redact_json
 from audit.host import console
-from audit.build.run import build_image
 from audit.project import paths
-from audit.build.plan import NETWORK_AUTO, BuildOptions
+from audit.redact import redact_json
 
 DEFAULT_IMAGE = "demo"
 FORMATS = ("table", "json")

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from audit.cli.options import add_report_arguments
-from audit.host import console
-from audit.report.output import write_report
-from audit.report.findings import check_output, report_exit_code, summary_line
 from audit.history.snapshot_diff import diff_report
+from audit.host import console
+from audit.report.findings import check_output, report_exit_code, summary_line
+from audit.report.output import write_report
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from rich.table import Table
 
 from audit.errors import EXIT_OK
 from audit.host import console
-from audit.report.pylock_export import Exported, export_pylock
 from audit.project.paths import find_root
 from audit.report.findings import check_output
+from audit.report.pylock_export import Exported, export_pylock
 
 FORMATS = ("pylock",)
 SCHEMA = "layer-audit.export/1"

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import EnvironmentProblem
-from audit.host import atomic, console
-from audit.project.gitsource import gate_refs
-from audit.project import frontdoor
 from audit.gate.change_render import gate_html, gate_json, print_views
 from audit.gate.compare import GateResult
 from audit.gate.markdown import gate_markdown
 from audit.gate.matrix import StageMatrix
+from audit.host import atomic, console
+from audit.project import frontdoor
+from audit.project.gitsource import gate_refs
 from audit.report.findings import FORMATS, check_output, report_exit_code
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

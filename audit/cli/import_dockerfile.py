@@ -28,6 +28,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from audit.dockerfile import dockerignore
+from audit.dockerfile.dockerignore import Ignored
+from audit.dockerfile.importer import ImportPlan, plan_import, unmapped_lines
 from audit.errors import (
     EXIT_OK,
     AuditError,
@@ -36,14 +39,11 @@ from audit.errors import (
     RecipeError,
     UsageError,
 )
-from audit.redact import redact
 from audit.host import atomic, console
-from audit.dockerfile import dockerignore
-from audit.dockerfile.dockerignore import Ignored
 from audit.project import paths
-from audit.dockerfile.importer import ImportPlan, plan_import, unmapped_lines
-from audit.recipe.parse import load_recipe
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
+from audit.redact import redact
 
 NAME_PART = re.compile(r"[^a-z0-9._-]+")
 MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear

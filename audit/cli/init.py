@@ -19,8 +19,8 @@ from rich.markup import escape
 
 from audit.errors import EXIT_OK, AuditError, EnvironmentProblem, UsageError
 from audit.host import atomic, console
-from audit.project.self_spec import self_spec
 from audit.project.scaffold import DEFAULT_IMAGE, Action, PlannedFile, plan_scaffold
+from audit.project.self_spec import self_spec
 
 
 def register(subparsers: Any) -> None:

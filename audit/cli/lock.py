@@ -116,8 +116,8 @@ def options_from(args: argparse.Namespace) -> LockOptions:
     from pathlib import Path
 
     from audit.base.record import BaseOptions, SnapshotFile
-    from audit.lock.workflow import LockOptions
     from audit.lock.plan import Upgrade, parse_upgrade_package
+    from audit.lock.workflow import LockOptions
 
     snapshot = None
     if args.from_snapshot is not None:

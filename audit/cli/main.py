@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from audit import __version__
-from audit.errors import EXIT_BAD_INPUT, AuditError
-from audit.redact import redact
-from audit.host import console
 from audit.docker import endpoint as docker_endpoint
+from audit.errors import EXIT_BAD_INPUT, AuditError
+from audit.host import console
 from audit.project import paths
+from audit.redact import redact
 
 # Command name -> module. Only the module of the command being run is imported, so a quick
 # command (``lock --check`` on unchanged inputs) does not pay for docker, jinja2 and the rest.

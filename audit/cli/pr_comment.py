@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import EXIT_OK, EnvironmentProblem, UsageError
-from audit.host import console
 from audit.gate.github_comment import DEFAULT_API, Target, post_or_update
+from audit.host import console
 
 TOKEN_ENV = "GITHUB_TOKEN"  # noqa: S105 - the variable's name, not a token
 API_ENV = "GITHUB_API_URL"

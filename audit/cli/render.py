@@ -13,9 +13,9 @@ from rich.table import Table
 
 from audit.errors import EXIT_OK
 from audit.host import console
-from audit.render.write import render_image
 from audit.project.paths import find_root
 from audit.render.plan import RenderResult
+from audit.render.write import render_image
 
 FORMATS = ("table", "json")
 RENDER_SCHEMA = "layer-audit.render/1"

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import EXIT_OK
-from audit.host import atomic, console
 from audit.history.host_snapshot import take_snapshot
+from audit.host import atomic, console
 from audit.report.findings import check_output
 
 

@@ -18,10 +18,10 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
+from audit.base.offline import make_command
+from audit.docker import endpoint as docker_endpoint
 from audit.errors import EnvironmentProblem
 from audit.redact import redact
-from audit.docker import endpoint as docker_endpoint
-from audit.base.offline import make_command
 
 DAEMON_HINT = (
     "start dockerd (as root: dockerd --iptables=false &, then wait for /var/run/docker.sock), "

@@ -24,9 +24,8 @@ from typing import Unpack
 
 from packaging.version import InvalidVersion, Version
 
-from audit.errors import CommandFailed, EnvironmentProblem
+from audit.build.plan import DockerClient
 from audit.docker import endpoint as docker_endpoint
-from audit.host import process
 from audit.docker.container import (
     BindMount,
     Container,
@@ -35,7 +34,8 @@ from audit.docker.container import (
     daemon,
 )
 from audit.docker.container import missing_image as _missing_image
-from audit.build.plan import DockerClient
+from audit.errors import CommandFailed, EnvironmentProblem
+from audit.host import process
 
 __all__ = [  # BindMount, ContainerResult and daemon live in audit.docker.container
     "DOCKER_ENV",

@@ -24,12 +24,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from audit.errors import CommandFailed, EnvironmentProblem
-from audit.redact import redact
-from audit.host import atomic, console, process
-from audit.docker import endpoint as docker_endpoint, host as docker_host
 from audit.base.offline import make_command
 from audit.build.plan import DockerClient
+from audit.docker import endpoint as docker_endpoint
+from audit.docker import host as docker_host
+from audit.errors import CommandFailed, EnvironmentProblem
+from audit.host import atomic, console, process
+from audit.redact import redact
 
 PUSH_REPORT = "push.json"
 PUSH_SCHEMA = "layer-audit.push/1"

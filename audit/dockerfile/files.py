@@ -10,7 +10,6 @@ import re
 import shlex
 from pathlib import PurePosixPath
 
-from audit.redact import redact
 from audit.dockerfile.heredoc import Heredoc
 from audit.dockerfile.state import (
     State,
@@ -30,6 +29,7 @@ from audit.recipe.parse import (
     PIP_SOURCE_ENV,
     SECRET_NAME,
 )
+from audit.redact import redact
 
 RESERVED_DIRS = ("requirements", "templates", "image.toml", "locks", "heredocs", "context")
 ARCHIVE = re.compile(r"\.(tar|tgz|tbz2?|txz|tzst|gz|bz2|xz|zst|lz4)$", re.IGNORECASE)

@@ -41,9 +41,6 @@ from typing import Any
 
 from dockerfile_parse import DockerfileParser
 
-from audit.errors import UsageError
-from audit.policy.presets import CUDA_ML
-from audit.redact import redact
 from audit.dockerfile import heredoc as dockerfile_heredoc
 from audit.dockerfile.config import CONFIG_KINDS, EXPANDED_KINDS
 from audit.dockerfile.files import add, copy, copy_heredoc, env
@@ -61,7 +58,10 @@ from audit.dockerfile.state import (
     unquote,
     variables,
 )
+from audit.errors import UsageError
+from audit.policy.presets import CUDA_ML
 from audit.recipe.parse import CONTAINER_PATH
+from audit.redact import redact
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_INTERPRETER = "/usr/bin/python3"

@@ -14,7 +14,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from audit.redact import redact
 from audit.dockerfile.heredoc import Heredoc
 from audit.dockerfile.state import (
     Layer,
@@ -26,6 +25,7 @@ from audit.dockerfile.state import (
     runnable,
     substitute,
 )
+from audit.redact import redact
 
 SHELL_SEPARATORS = {"&&"}
 SHELL_UNSAFE = {"||", "|", ";", "&", "(", ")", ">", ">>", "<", "<<", "`"}

@@ -13,9 +13,9 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from audit.redact import redact
 from audit.dockerfile.config import FinalConfig
 from audit.recipe.parse import HEREDOC
+from audit.redact import redact
 
 
 @dataclass(frozen=True)

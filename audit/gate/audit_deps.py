@@ -15,12 +15,7 @@ from datetime import date
 from pathlib import Path
 
 from audit.errors import UsageError
-from audit.policy.findings import ERROR, INFO, Finding
-from audit.policy.verdict import check_state
-from audit.project import frontdoor
-from audit.lock.plan import Survey, survey_locks
-from audit.lock.files import BaseRecord, base_relpath
-from audit.project.paths import find_root, list_images
+from audit.gate.unrecorded import never_recorded, not_audited
 from audit.history.predict import (
     Installed,
     PredictedStep,
@@ -29,12 +24,17 @@ from audit.history.predict import (
     base_markers,
     predict_from,
 )
+from audit.lock.files import BaseRecord, base_relpath
+from audit.lock.plan import Survey, survey_locks
+from audit.lock.trust import source_finding
+from audit.policy.findings import ERROR, Finding
+from audit.policy.verdict import check_state
+from audit.project import frontdoor
+from audit.project.paths import find_root, list_images
+from audit.project.sources import DirectorySource, Source
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
-from audit.project.sources import DirectorySource, Source
-from audit.lock.trust import source_name
-from audit.gate.unrecorded import never_recorded, not_audited
 
 MISSING_LOCK = "missing-lock"
 STALE_LOCK = "stale-lock"
@@ -158,17 +158,11 @@ def _layer_section(
     return Section(f"{title}: {label}", tuple(findings))
 
 
-BASE_SOURCE_RULE = "base-source"
-
-
 def _source_findings(recipe: Recipe, record: BaseRecord) -> list[Finding]:
     """An info naming where the base record came from, when not from the image itself (a
-    snapshot file taken elsewhere, a replica): every report that shows the base says so."""
-    if record.source is None:
-        return []
-    message = f"the base {recipe.base_ref} is recorded from a {source_name(record.source)}"
-    where = f"{recipe.name} base ({recipe.base_ref})"
-    return [Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(recipe.name)]
+    snapshot file taken elsewhere, a replica and its stand-ins): every report says so."""
+    found = source_finding(recipe.name, recipe.base_ref, record)
+    return [found] if found else []
 
 
 def _base_findings(

@@ -22,9 +22,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from audit.policy.findings import ERROR, INFO, WARNING
-from audit.redact import redact
-from audit.report import json_text
 from audit.gate.change_view import (
     IMAGE_WIDE,
     Group,
@@ -51,6 +48,9 @@ from audit.gate.plain_table import (
     escape_markup,
     rich_table,
 )
+from audit.policy.findings import ERROR, INFO, WARNING
+from audit.redact import redact
+from audit.report import json_text
 from audit.report.findings import (
     Report,
     print_footer,

@@ -27,10 +27,10 @@ from functools import cached_property
 from typing import Any
 
 from audit.history.diff import Comparison
+from audit.history.snapshot import Distribution, canonical_name
 from audit.policy.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.policy.model import LockstepGroup, Waiver
 from audit.policy.rules import CHANGE_RULES
-from audit.history.snapshot import Distribution, canonical_name
 from audit.report.findings import asked_for, ordered
 
 VIEW_SCHEMA = "layer-audit.changes/1"

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
-from audit.policy.findings import INFO, SEVERITIES, Finding
-from audit.redact import redact
 from audit.gate.change_view import (
     IMAGE_WIDE,
     Group,
@@ -28,6 +26,8 @@ from audit.gate.change_view import (
 )
 from audit.gate.compare import BASE_IMAGE_RULE, NEEDS_REVIEW, ImageMatrices, image_of
 from audit.gate.matrix import matrix_markdown
+from audit.policy.findings import INFO, SEVERITIES, Finding
+from audit.redact import redact
 from audit.report.findings import (
     DETAILS_AFTER,
     SEVERITY_ICON,

@@ -24,15 +24,15 @@ from itertools import pairwise
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from audit.history.diff import ADDED, REMOVED, Comparison, compare
-from audit.policy.findings import Finding
-from audit.history.snapshot import Distribution
 from audit.gate.audit_deps import RecipeAudit
 from audit.gate.change_view import severity_of
 from audit.gate.plain_table import Cell as PlainCell
 from audit.gate.plain_table import Column, Grid, escape_markup, rich_table
 from audit.gate.plain_table import cell as plain_cell
+from audit.history.diff import ADDED, REMOVED, Comparison, compare
 from audit.history.predict import PredictedStep, declared_overrides
+from audit.history.snapshot import Distribution
+from audit.policy.findings import Finding
 from audit.report.findings import Report, ordered, summary_line
 
 if TYPE_CHECKING:

@@ -14,12 +14,12 @@ usual missing-base errors apply. Pure given a :class:`Source`.
 from __future__ import annotations
 
 from audit.errors import AuditError
+from audit.lock.files import base_relpath
 from audit.policy.findings import ERROR, WARNING, Finding
 from audit.project import frontdoor
-from audit.lock.files import base_relpath
+from audit.project.sources import Source
 from audit.recipe.model import Recipe
 from audit.report.findings import NOT_AUDITED
-from audit.project.sources import Source
 
 STATUS = "rendered, not recorded"
 

@@ -15,21 +15,21 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import PurePosixPath
 
-from audit.errors import EnvironmentProblem, UsageError
-from audit.policy.findings import WARNING, Finding
-from audit.policy.model import Policy
-from audit.history.snapshot import SCRIPT_PATH, Environment, parse_snapshot
-from audit.history.system import System
-from audit.policy.system_rules import evaluate_system
-from audit.policy.verdict import check_state, evaluate, evaluate_shadowed
-from audit.host import console
 from audit.docker import host as docker_host
 from audit.docker.container import BindMount
+from audit.errors import EnvironmentProblem, UsageError
+from audit.history.snapshot import SCRIPT_PATH, Environment, parse_snapshot
+from audit.history.system import System
+from audit.host import console
+from audit.policy.findings import WARNING, Finding
+from audit.policy.model import Policy
+from audit.policy.system_rules import evaluate_system
+from audit.policy.verdict import check_state, evaluate, evaluate_shadowed
 from audit.project.paths import find_root
+from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
-from audit.project.sources import DirectorySource
 
 MOUNT_POINT = "/layer-audit"
 MARKER = "@@layer-audit"

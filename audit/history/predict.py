@@ -20,13 +20,13 @@ from datetime import date
 from types import MappingProxyType
 
 from audit.errors import LockError
-from audit.policy.findings import Finding
 from audit.history.snapshot import Distribution, Environment
+from audit.lock.files import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
+from audit.policy.findings import Finding
 from audit.policy.verdict import Scope, WaiverLedger, evaluate
 from audit.project import frontdoor
-from audit.lock.files import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
-from audit.recipe.model import PipLayer, Recipe, Step
 from audit.project.sources import Source
+from audit.recipe.model import PipLayer, Recipe, Step
 
 Installed = Mapping[str, Distribution]
 

@@ -14,15 +14,15 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from audit.errors import UsageError
+from audit.history.snapshot import Environment, read_snapshot
 from audit.policy.findings import Finding
 from audit.policy.model import Policy
-from audit.history.snapshot import Environment, read_snapshot
 from audit.policy.system_rules import evaluate_system
 from audit.policy.verdict import evaluate, evaluate_shadowed
 from audit.project import paths
+from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
-from audit.project.sources import DirectorySource
 
 
 def load_policy(recipe: str | None) -> Policy:

@@ -42,12 +42,12 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from audit.errors import EnvironmentProblem, MetadataUnavailable
-from audit.redact import redact
 from audit.host import atomic
 from audit.index.http import FetchStats, get, unreachable
 from audit.index.remote_zip import NotAZip, read_member
-from audit.lock.resolvers.job import tls_context
 from audit.index.simple import IndexFile, ProjectPages, project_files
+from audit.lock.resolvers.job import tls_context
+from audit.redact import redact
 
 __all__ = [
     "FetchStats",

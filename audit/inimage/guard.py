@@ -46,12 +46,12 @@ sys.path.insert(0, LIB)
 # logging) are not imported at all.
 try:
     from audit.errors import AuditError
-    from audit.policy.findings import Finding
-    from audit.lock.format import LockFormatError, Pin, parse_pins
-    from audit.policy.model import Policy
     from audit.history.snapshot import Environment, dump_snapshot, parse_snapshot
-    from audit.policy.system_rules import evaluate_system
-    from audit.policy.verdict import Scope, WaiverLedger, evaluate, evaluate_shadowed
+    from audit.lock.format import LockFormatError, Pin, parse_pins
+    from audit.policy.findings import Finding
+    from audit.policy.judge import judge_layer
+    from audit.policy.model import Policy
+    from audit.policy.verdict import Scope, WaiverLedger
 except (ImportError, SyntaxError) as exc:  # pragma: no cover - depends on the image's Python
     print(
         f"{GUARD_ERROR} cannot load the guard's modules under Python {sys.version.split()[0]}: "
@@ -254,29 +254,10 @@ def judge(
     today: datetime.date,
     context: "StepContext",
 ) -> List[Finding]:
-    old = before.winners() if before is not None else {}
-    findings = evaluate(
-        old,
-        after.winners(),
-        policy,
-        where=where,
-        today=today,
-        scope=context.scope,
-        ledger=context.ledger,
-        declared=context.declared,
-        markers=after.markers,
-    )
-    shadowed = evaluate_shadowed(before, after, policy, where=where, today=today)
-    below = evaluate_system(
-        before.system if before is not None else None,
-        after.system,
-        policy,
-        where=where,
-        today=today,
-        scope=context.scope,
-        ledger=context.ledger,
-    )
-    return findings + shadowed + below
+    return judge_layer(
+        before, after, policy, where=where, today=today, scope=context.scope,
+        ledger=context.ledger, declared=context.declared,
+    )  # fmt: skip
 
 
 @dataclass

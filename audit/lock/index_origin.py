@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from audit.errors import EnvironmentProblem, ResolutionConflict
-from audit.redact import redact
 from audit.history.snapshot import canonical_name
 from audit.lock.resolvers.job import tls_context
+from audit.redact import redact
 
 _HASH_IN_LINK = re.compile(r"sha256=([0-9a-f]{64})")
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.5"

@@ -22,9 +22,7 @@ from functools import lru_cache
 from packaging.version import InvalidVersion, Version
 
 from audit.errors import LockError, UsageError
-from audit.lock.format import Pin
 from audit.history.snapshot import Distribution, canonical_name
-from audit.project import frontdoor
 from audit.lock.files import (
     LOCK_FORMAT,
     BaseRecord,
@@ -40,10 +38,12 @@ from audit.lock.files import (
     rerecord_hint,
     sha256,
 )
+from audit.lock.format import Pin
+from audit.lock.trust import base_record_mismatch
+from audit.project import frontdoor
+from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, Step
 from audit.recipe.requirements_in import parse_requirements
-from audit.project.sources import Source
-from audit.lock.trust import base_record_mismatch
 
 PIP_TOOLS_VERSION = "7.6.2"
 PIP_VERSION = "25.2"

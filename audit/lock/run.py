@@ -19,15 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import EnvironmentProblem, LockError, ResolutionConflict
-from audit.policy.findings import Finding
-from audit.lock.format import parse_pins
-from audit.policy.rules import CHANGE_RULES
+from audit.history.predict import Installed, StepJudge, apply_lock
 from audit.history.snapshot import Distribution, canonical_name
 from audit.host import atomic, console
+from audit.lock.files import Lock, PinMetadata, lock_relpath, parse_lock, render_lock
+from audit.lock.format import parse_pins
 from audit.lock.index_origin import refuse_confusion
-from audit.lock.progress import LockProgress
-from audit.lock.resolvers import Resolver
-from audit.lock.resolvers.job import CompileJob, Outcome, clean_body
 from audit.lock.plan import (
     Constraint,
     LayerInputs,
@@ -47,11 +44,14 @@ from audit.lock.plan import (
     via_parents,
     who_asks,
 )
-from audit.lock.files import Lock, PinMetadata, lock_relpath, parse_lock, render_lock
-from audit.history.predict import Installed, StepJudge, apply_lock
-from audit.recipe.model import PipLayer, Recipe, Step
-from audit.project.sources import Source
+from audit.lock.progress import LockProgress
+from audit.lock.resolvers import Resolver
+from audit.lock.resolvers.job import CompileJob, Outcome, clean_body
 from audit.lock.standins import standin_digests, standin_wheels
+from audit.policy.findings import Finding
+from audit.policy.rules import CHANGE_RULES
+from audit.project.sources import Source
+from audit.recipe.model import PipLayer, Recipe, Step
 
 
 @dataclass

@@ -179,7 +179,8 @@ def _exists(root: str, relpath: str) -> str:
 
 
 def _listing(root: str, relpath: str) -> str:
-    """What :meth:`audit.project.sources.DirectorySource.listdir` answers, as the stamp writes it."""
+    """What :meth:`audit.project.sources.DirectorySource.listdir` answers, as the stamp
+    writes it."""
     folder = os.path.join(root, relpath)
     return "/".join(sorted(os.listdir(folder)) if os.path.isdir(folder) else [])
 

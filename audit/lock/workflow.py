@@ -21,16 +21,16 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.policy.findings import Finding
-from audit.host import console
 from audit.base.record import BaseOptions, before_lock
-from audit.lock.stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
-from audit.project import frontdoor
+from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
+from audit.host import console
 from audit.lock.plan import LockState, Survey, Upgrade, pip_steps, survey_locks
+from audit.lock.stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
+from audit.policy.findings import Finding
+from audit.project import frontdoor
+from audit.project.sources import DirectorySource, Source
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
-from audit.project.sources import DirectorySource, Source
 
 if TYPE_CHECKING:
     from audit.lock.run import LockRun
@@ -292,9 +292,9 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
                summary: LockSummary) -> int:  # fmt: skip
     """Record the base if asked or missing, then compile every stale lock (hold the file lock)."""
     from audit.base.record import record_base
-    from audit.lock.resolvers import select
-    from audit.lock.plan import base_constraints, installed_versions, read_ahead_inputs
     from audit.lock.files import base_relpath
+    from audit.lock.plan import base_constraints, installed_versions, read_ahead_inputs
+    from audit.lock.resolvers import select
 
     _prepare_docker(recipe, options)
     survey = survey_locks(source, recipe)
@@ -317,8 +317,8 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
                               upgrade=options.upgrade)  # fmt: skip
     # the read-ahead starts first: the runner's own imports and setup happen while it fetches
     with backend.warm(ahead, installed_versions(base_pins)):
-        from audit.lock.run import LockRun
         from audit.history.predict import StepJudge, base_markers
+        from audit.lock.run import LockRun
 
         judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
         run = LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
@@ -331,8 +331,8 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
 
 def _prepare_docker(recipe: Recipe, options: LockOptions) -> None:
     """The docker client asked for; what a killed run left (containers, work folders) removed."""
-    from audit.lock.resolvers.job import WORK_PREFIX
     from audit.docker.run_label import sweep_containers, sweep_folders
+    from audit.lock.resolvers.job import WORK_PREFIX
 
     sweep_folders(WORK_PREFIX)
     if recipe.resolver != "uv" and not options.host:

@@ -2,8 +2,8 @@
 
 Facts are gathered by readers; one loader model resolves them. The modules:
 
-PURE (standard library only, Python 3.9 syntax, no import outside this package: they can be
-vendored into images for the in-build guard, like ``audit/core``):
+PURE (standard library only, Python 3.9 syntax; vendored into images for the in-build guard:
+``VENDORED`` in ``audit/render/guard.py``):
 
 - :mod:`audit.native.elf`: the facts of one ELF file (machine, SONAME, DT_NEEDED, DT_RPATH,
   DT_RUNPATH, the versions and symbols it needs and defines), frozen, with a JSON round trip.
@@ -30,7 +30,6 @@ HOST (pyelftools or a live filesystem):
   stream of known size in bounded memory.
 - :mod:`audit.native.gather`: a scene read from a live filesystem.
 - :mod:`audit.native.kit`: the ground-truth kit run inside a real CUDA Python environment.
-"""
 
-PURE_MODULES = ("elf", "ldcache", "fsview", "search", "process", "pyrules", "catalog",
-                "versions", "scene", "bridge")  # fmt: skip
+Edge: elfread, gather, kit
+"""

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from audit.policy.model import LockstepGroup, Policy
 from audit.history.snapshot import canonical_name
+from audit.policy.model import LockstepGroup, Policy
 
 CUDA_ML = "cuda-ml"
 

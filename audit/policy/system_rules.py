@@ -18,9 +18,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from audit.history import diff as _diff
+from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import ALLOW, FAIL, WARN, Policy
-from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
 from audit.policy.verdict import Scope, WaiverLedger, apply_waivers, cuda_major, waiver_snippet
 
 if TYPE_CHECKING:

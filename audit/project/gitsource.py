@@ -1,8 +1,8 @@
 """Project files at a git commit, read straight from the object store (no checkout).
 
 The gate compares two refs, so it reads recipes, requirements, base snapshots and locks at
-each through this :class:`audit.project.sources.Source`. A ref is resolved once, up front, to a commit
-(``git rev-parse --verify --end-of-options REF^{commit}``), so a branch name full of shell
+each through this :class:`audit.project.sources.Source`. A ref is resolved once, up front, to a
+commit (``git rev-parse --verify --end-of-options REF^{commit}``), so a branch name full of shell
 characters is only ever an argument, never code, and later reads all see one commit.
 
 Reads are batched and streamed: one ``git ls-tree`` lists the whole commit, and one
@@ -25,9 +25,9 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from audit.errors import GitError
-from audit.redact import public_source_url
-from audit.host import process as commands
 from audit.gate.compare import GateResult, gate_result
+from audit.host import process as commands
+from audit.redact import public_source_url
 
 # Blobs larger than this are left out of folder prefetches and read only when asked for.
 PREFETCH_LIMIT = 8 * 1024 * 1024

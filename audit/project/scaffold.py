@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from audit.errors import UsageError
-from audit.lock.plan import layer_inputs, pip_steps, read_base_digest, resolver_label
 from audit.lock.files import render_lock
+from audit.lock.plan import layer_inputs, pip_steps, read_base_digest, resolver_label
 from audit.project.paths import PACKAGE_DIR
 from audit.recipe.parse import load_recipe
 

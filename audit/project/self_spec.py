@@ -25,8 +25,8 @@ from urllib.parse import unquote, urlsplit
 
 from audit import __version__
 from audit.errors import CommandFailed
-from audit.redact import public_source_url, redact
 from audit.host import process as commands
+from audit.redact import public_source_url, redact
 
 DISTRIBUTION = "layer-audit"
 

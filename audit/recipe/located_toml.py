@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.errors import RecipeError
+from audit.project.sources import Source
 from audit.redact import redact
 from audit.suggest import did_you_mean, one_of
-from audit.project.sources import Source
 
 UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # a name a recipe gives as a table key: an index, a lockstep group

@@ -7,8 +7,8 @@ Every error names the file and the 1-based key path: ``images/x/image.toml: stag
 
 This module holds the recipe grammar: ``[image]``, ``[indexes]``, ``[[stage]]`` and their layers,
 ``[config]``. Its helpers: :mod:`audit.recipe.located_toml` reads the file into located tables,
-:mod:`audit.recipe.policy_parse` reads ``[policy]``, :mod:`audit.recipe.repins` folds no_deps re-pins
-into the layer they correct.
+:mod:`audit.recipe.policy_parse` reads ``[policy]``, :mod:`audit.recipe.repins` folds no_deps
+re-pins into the layer they correct.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from audit.errors import UsageError
-from audit.suggest import did_you_mean, one_of
+from audit.project.sources import Source
 from audit.recipe.located_toml import SIMPLE_NAME, Node, read_toml
-from audit.recipe.policy_parse import parse_policy
 from audit.recipe.model import (
     DEFAULT_INDEX_URL,
     DEFAULT_LATEST_PATTERN,
@@ -44,9 +43,10 @@ from audit.recipe.model import (
     Stage,
     WorkdirLayer,
 )
+from audit.recipe.policy_parse import parse_policy
 from audit.recipe.repins import fold_repins
 from audit.recipe.requirements_in import RequirementsFile, parse_requirements, url_problem
-from audit.project.sources import Source
+from audit.suggest import did_you_mean, one_of
 
 TOP_KEYS = ("image", "indexes", "stage", "policy", "config")
 IMAGE_KEYS = (
@@ -150,7 +150,11 @@ def _recipe(source: Source, image: str, root: Node) -> Recipe:
         index_url=index_url,
         indexes=indexes,
         stages=(stages := _stages(root, context)),
-        policy=parse_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
+        policy=parse_policy(
+            root.table("policy") if "policy" in root.data else None,
+            cuda,
+            {stage.name: len(stage.layers) for stage in stages},
+        ),
         resolver=_resolver(head),
         break_system_packages=head.boolean("break_system_packages", False),
         config=_config(root.table("config")) if "config" in root.data else ImageConfig(),

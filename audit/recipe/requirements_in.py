@@ -22,8 +22,8 @@ from packaging.utils import canonicalize_name
 
 from audit.errors import ProjectFileError, RecipeError
 from audit.lock.format import logical_lines
-from audit.redact import redact
 from audit.project.sources import Source
+from audit.redact import redact
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 ALIASES = {"-r": "--requirement", "-c": "--constraint", "-i": "--index-url", "-f": "--find-links"}

@@ -7,10 +7,10 @@ Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing
     _guard/guard.json      image name, interpreters and policy the guard applies
     _guard/base.json       locks/<image>/base.json: what the first layer is compared with
                            (absent until ``lock`` recorded it; the guard then refuses)
-    _guard/lib/audit/core/ the pure core modules (errors, findings, policy, snapshot, diff,
-                           verdict, and below Python debversion, system,
-                           system_rules: PURE_CORE)
-    _guard/lib/audit/native/ the loader model's pure modules (audit.native.PURE_MODULES)
+    _guard/lib/audit/      the pure modules the guard judges with (VENDORED: the errors,
+                           the policy package, the history model, the lock format, the
+                           loader model), each
+                           subject package with a one-line __init__ of its own
     _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
 
 The folder is mounted with ``RUN --mount=type=bind,source=_guard,target=GUARD_MOUNT``, so none
@@ -28,24 +28,24 @@ from pathlib import Path
 import packaging
 from packaging.specifiers import SpecifierSet
 
-from audit import native
 from audit.errors import RecipeError
-from audit.project import frontdoor
 from audit.lock.files import base_relpath, parse_base
+from audit.project import frontdoor
 from audit.recipe.model import PipLayer, Recipe
 
 GUARD_DIR = "_guard"
 GUARD_MOUNT = "/tmp/layer-audit/guard"  # noqa: S108 (a path inside the build container)
-PURE_CORE = (
-    "errors", "findings", "lockformat", "policy", "presets", "rules", "snapshot", "diff",
-    "verdict", "debversion", "system", "system_rules",
+VENDORED = (
+    "errors", "history/debversion", "history/diff", "history/model", "history/snapshot",
+    "history/system", "lock/format", "policy/findings", "policy/judge", "policy/model",
+    "policy/presets", "policy/rules", "policy/system_rules", "policy/verdict",
+    # the loader model, which shadowed-native and the versioned-symbol rule run in the build
+    "native/bridge", "native/catalog", "native/elf", "native/fsview", "native/ldcache",
+    "native/process", "native/pyrules", "native/scene", "native/search", "native/versions",
 )  # fmt: skip
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent
-_CORE_PACKAGE = _AUDIT_PACKAGE / "core"
-_NATIVE = Path(native.__file__).parent
-_PACKAGE_INIT = '"""layer-audit, as vendored for the build guard: only its pure core."""\n'
-_CORE_INIT = '"""The pure core of layer-audit, vendored for the build guard."""\n'
+_VENDORED_INIT = '"""layer-audit, as vendored for the build guard: only its pure judge."""\n'
 
 
 def _package_files(package_dir: Path, dest: str) -> Iterator[tuple[str, bytes]]:
@@ -111,17 +111,17 @@ def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
         "guard.py": (inimage / "guard.py").read_bytes(),
         "snapshot.py": (inimage / "snapshot.py").read_bytes(),
         "guard.json": guard_config(recipe),
-        "lib/audit/__init__.py": _PACKAGE_INIT.encode(),
-        "lib/audit/core/__init__.py": _CORE_INIT.encode(),
+        "lib/audit/__init__.py": _VENDORED_INIT.encode(),
     }
     base = root / base_relpath(recipe)
     if base.is_file():
         files["base.json"] = base.read_bytes()
         where = base_relpath(recipe)
         check_vendored_python(recipe, files["base.json"], vendored_requires_python(), where)
-    for module in PURE_CORE:
-        files[f"lib/audit/core/{module}.py"] = (_CORE_PACKAGE / f"{module}.py").read_bytes()
-    for module in ("__init__", *native.PURE_MODULES):  # the loader model shadowed-native runs
-        files[f"lib/audit/native/{module}.py"] = (_NATIVE / f"{module}.py").read_bytes()
+    for module in VENDORED:
+        files[f"lib/audit/{module}.py"] = (_AUDIT_PACKAGE / f"{module}.py").read_bytes()
+        package = module.rpartition("/")[0]
+        if package:
+            files[f"lib/audit/{package}/__init__.py"] = _VENDORED_INIT.encode()
     files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))
     return files

@@ -20,8 +20,8 @@ import jinja2
 from jinja2.loaders import split_template_path
 
 from audit.errors import BadInput, RecipeError, UsageError
-from audit.suggest import did_you_mean
 from audit.project.paths import PACKAGE_DIR, PACKAGE_TEMPLATES, image_dir, locks_dir
+from audit.project.sources import DirectorySource, check_inside, read_project_file
 from audit.recipe.model import (
     CopyLayer,
     EnvLayer,
@@ -35,7 +35,7 @@ from audit.recipe.model import (
     WorkdirLayer,
 )
 from audit.recipe.requirements_in import parse_requirements
-from audit.project.sources import DirectorySource, check_inside, read_project_file
+from audit.suggest import did_you_mean
 
 RECIPE_SCHEMA = 1
 MANIFEST = ".layer-audit-render.json"

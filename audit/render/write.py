@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 from audit.host import atomic
-from audit.render.guard import FILE_MODE, GUARD_DIR, guard_files
 from audit.project.paths import build_dir
+from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
+from audit.render.guard import FILE_MODE, GUARD_DIR, guard_files
 from audit.render.plan import MANIFEST, ContextFile, RenderResult, plan_context, select_stages
-from audit.project.sources import DirectorySource
 
 
 def render_image(root: Path, image: str, *, stage: str | None = None) -> RenderResult:

@@ -26,8 +26,8 @@ from rich.markup import escape
 
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.policy.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
-from audit.redact import redact, redact_json
 from audit.policy.verdict import ASKED_BY
+from audit.redact import redact, redact_json
 from audit.report import json_text
 
 if TYPE_CHECKING:

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.errors import LockError, UsageError
-from audit.lock.format import Pin
-from audit.redact import redact
-from audit.lock.plan import survey_locks
-from audit.lock.files import BaseRecord, base_relpath
 from audit.history.predict import Installed, base_environment, base_markers, predict_from
-from audit.recipe.model import PipLayer, Recipe, Step
+from audit.lock.files import BaseRecord, base_relpath
+from audit.lock.format import Pin
+from audit.lock.plan import survey_locks
 from audit.project.sources import Source
+from audit.recipe.model import PipLayer, Recipe, Step
+from audit.redact import redact
 
 LOCK_VERSION = "1.0"
 CREATED_BY = "layer-audit"

@@ -17,6 +17,8 @@ from pathlib import Path
 from audit.errors import LockError
 from audit.host import atomic
 from audit.index.files import project_files
+from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from audit.report.pylock import (
     IndexFile,
     Locked,
@@ -26,8 +28,6 @@ from audit.report.pylock import (
     render_toml,
     stage_export,
 )
-from audit.recipe.parse import load_recipe
-from audit.project.sources import DirectorySource
 
 Listings = dict[tuple[str, str], list[IndexFile]]
 

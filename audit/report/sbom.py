@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from audit.errors import LockError, SnapshotError
+from audit.history.image_audit import ImageTarget, snapshot_image
 from audit.history.snapshot import Environment, parse_snapshot
 from audit.history.system import System
 from audit.host import atomic
-from audit.history.image_audit import ImageTarget, snapshot_image
 from audit.lock.files import base_relpath, lock_relpath, read_base, read_lock
 from audit.project.paths import reports_dir
-from audit.recipe.model import PipLayer, Recipe, Step
 from audit.project.sources import DirectorySource
+from audit.recipe.model import PipLayer, Recipe, Step
 
 SBOM_NAME = "sbom.cdx.json"
 SNAPSHOT_SUFFIX = ".snapshot.json"

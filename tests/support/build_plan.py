@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from audit.policy.model import Policy
 from audit.build.plan import (
     BuildOptions,
     BuildPlan,
@@ -14,6 +13,7 @@ from audit.build.plan import (
     Provenance,
     plan_build,
 )
+from audit.policy.model import Policy
 from audit.recipe.model import (
     DEFAULT_LATEST_PATTERN,
     DEFAULT_TAG_PATTERN,

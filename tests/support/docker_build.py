@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.docker import host as docker_host
 from audit.docker.host import BindMount
-from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
+from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 from audit.lock.files import BaseRecord, lock_relpath, parse_lock, render_base, render_lock
-from audit.recipe.parse import load_recipe
+from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
 from audit.project.sources import DirectorySource
+from audit.recipe.parse import load_recipe
 from tests.support.fixtures import BaseImageFactory
 from tests.support.pkgindex import serve_index
 from tests.support.wheels import make_wheel

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.history.snapshot import Distribution, Environment
-from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
 from audit.lock.files import BaseRecord, Lock, parse_lock, render_base, render_lock
+from audit.lock.plan import RESOLVER, after_inputs, layer_inputs, pip_steps, read_base_digest
+from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
-from audit.project.sources import DirectorySource
 
 VENV_PYTHON = "/opt/venv/bin/python"
 BOOKWORM_AMD64 = "layer-audit/base:bookworm-amd64"

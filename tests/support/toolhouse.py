@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from audit.lock.resolvers.job import DEFAULT_TOOLS_INDEX, TOOLS_INDEX_ENV, ambient_ca_bundle
 from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, UV_VERSION
+from audit.lock.resolvers.job import DEFAULT_TOOLS_INDEX, TOOLS_INDEX_ENV, ambient_ca_bundle
 
 # Pythons of the base images a lock may run in (bullseye 3.9, bookworm 3.11, ...): their
 # dependency sets differ (tomli, importlib-metadata and click only below some version).

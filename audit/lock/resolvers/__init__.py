@@ -18,9 +18,9 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from audit.errors import EnvironmentProblem, LockError
-from audit.lock.resolvers.job import CompileJob, OnLine, Outcome
-from audit.lock.plan import Constraint, LayerInputs
 from audit.lock.files import BaseRecord
+from audit.lock.plan import Constraint, LayerInputs
+from audit.lock.resolvers.job import CompileJob, OnLine, Outcome
 from audit.recipe.model import Recipe
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.errors import EnvironmentProblem
-from audit.redact import redact
 from audit.lock.plan import LayerInputs
+from audit.redact import redact
 
 TOOLS_INDEX_ENV = "LAYER_AUDIT_TOOLS_INDEX_URL"
 DEFAULT_TOOLS_INDEX = "https://pypi.org/simple"

@@ -30,12 +30,16 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-from audit.errors import EnvironmentProblem, LockError, ResolutionConflict, UsageError
-from audit.redact import redact
-from audit.host import console
 from audit.docker import host as docker_host
-from audit.host import process as commands
 from audit.docker.container import Container
+from audit.docker.run_label import run_labels, work_prefix
+from audit.errors import EnvironmentProblem, LockError, ResolutionConflict, UsageError
+from audit.host import console
+from audit.host import process as commands
+from audit.inimage import lock_driver
+from audit.lock.files import BaseRecord
+from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, Constraint, LayerInputs
+from audit.lock.plan import RESOLVER as PIP_TOOLS_RESOLVER
 from audit.lock.resolvers.job import (
     CONSTRAINTS,
     OUTPUT,
@@ -57,12 +61,8 @@ from audit.lock.resolvers.job import (
     tools_index,
     unreachable_index,
 )
-from audit.docker.run_label import run_labels, work_prefix
-from audit.inimage import lock_driver
-from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, Constraint, LayerInputs
-from audit.lock.plan import RESOLVER as PIP_TOOLS_RESOLVER
-from audit.lock.files import BaseRecord
 from audit.recipe.model import Recipe
+from audit.redact import redact
 
 CA_TARGET = "/run/layer-audit-ca.pem"
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}

@@ -35,12 +35,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from audit.docker.run_label import work_prefix
 from audit.errors import EnvironmentProblem, LockError
-from audit.redact import redact
 from audit.history.snapshot import canonical_name
 from audit.host import atomic
 from audit.host import process as commands
 from audit.index.http import FetchStats
+from audit.index.simple import IndexFile, ProjectPages
+from audit.index.wheel_metadata import (
+    Metadata,
+    fetch_many,
+    parsed,
+    read_wheel_metadata,
+    target_tags,
+)
+from audit.lock.files import BaseRecord
+from audit.lock.plan import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.lock.progress import STEP_MARK
 from audit.lock.resolvers.job import (
     CONSTRAINTS,
@@ -71,17 +81,7 @@ from audit.lock.resolvers.uv_cache import (
 )
 from audit.lock.resolvers.uv_warm import OUTPUT as AHEAD_OUTPUT
 from audit.lock.resolvers.uv_warm import ReadAhead
-from audit.docker.run_label import work_prefix
-from audit.index.simple import IndexFile, ProjectPages
-from audit.index.wheel_metadata import (
-    Metadata,
-    fetch_many,
-    parsed,
-    read_wheel_metadata,
-    target_tags,
-)
-from audit.lock.plan import RESOLVERS, UV_VERSION, Constraint, LayerInputs
-from audit.lock.files import BaseRecord
+from audit.redact import redact
 
 RESOLVER = RESOLVERS["uv"]
 REPINS = "repins.txt"

@@ -47,16 +47,16 @@ from typing import Protocol
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from audit.docker.run_label import work_prefix
 from audit.errors import AuditError
 from audit.history.snapshot import canonical_name
-from audit.index import http as http_fetch
 from audit.host import process as commands
+from audit.index import http as http_fetch
 from audit.index.http import FetchStats
-from audit.lock.resolvers.job import WORK_PREFIX
-from audit.docker.run_label import work_prefix
 from audit.index.simple import IndexFile, ProjectPages
 from audit.index.wheel_metadata import Metadata
 from audit.lock.plan import LayerInputs
+from audit.lock.resolvers.job import WORK_PREFIX
 
 # the read-ahead compile's argv for the group's first layer and the work folder
 Command = Callable[[LayerInputs, Path], list[str]]

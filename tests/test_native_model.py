@@ -3,7 +3,6 @@ ld.so.conf, token expansion, search order details, the catalog."""
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from audit.native import PURE_MODULES
 from audit.native.catalog import family_of, file_version, stem, toolkit_owner
 from audit.native.elf import ElfFacts
 from audit.native.fsview import MAX_LINKS, FileSystemView, LinkLoop, view_from_json
@@ -20,24 +18,6 @@ from audit.native.process import Step, run_process
 from audit.native.search import LoaderSettings, Miss, Reason, Requester, expand, search
 
 PACKAGE = Path(__file__).resolve().parent.parent / "audit/native"
-PURE = ("__init__", *PURE_MODULES)
-
-
-@pytest.mark.parametrize("module", PURE)
-def test_pure_modules_are_stdlib_only_and_python_39(module: str) -> None:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(), feature_version=(3, 9))
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
-    foreign = {m for m in imported if m.split(".")[0] not in sys.stdlib_module_names}
-    ours = {m for m in foreign if m.startswith("audit.native.")}
-    assert {m.split(".")[2] for m in ours} <= set(PURE)
-    core = {"audit.history.system"} if module == "bridge" else set()  # vendored with the guard
-    assert foreign - ours == core
-
 
 X86 = ElfFacts("x86_64", 64)
 

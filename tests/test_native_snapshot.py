@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from audit.policy.model import Policy
 from audit.history.snapshot import parse_snapshot
 from audit.history.system import System, parse_system
-from audit.policy.system_rules import SHADOWED_NATIVE, native_findings
 from audit.inimage import snapshot as script
 from audit.native.bridge import resolved_libraries, scene_of
+from audit.policy.model import Policy
+from audit.policy.system_rules import SHADOWED_NATIVE, native_findings
 from tests.support.native_build import build, needs_gcc
 
 pytestmark = needs_gcc

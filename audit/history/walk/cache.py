@@ -99,9 +99,8 @@ class WalkCache:
     def delta(self, diff_id: str) -> LayerDelta | None:
         """The cached delta of ``diff_id``, or None (absent, damaged, another format)."""
         data = self._read(self._path("layers", diff_id))
-        found = _parse_entry(data, diff_id) if data is not None else None
-        if data is not None and found is None:
-            self.stats.damaged += 1
+        found, damaged = _parse_entry(data, diff_id) if data is not None else (None, False)
+        self.stats.damaged += damaged
         if found is None:
             self.stats.layer_misses += 1
         else:
@@ -132,16 +131,19 @@ class WalkCache:
         self._write(self._path("configs", _digest(data)), data)
 
 
-def _parse_entry(data: bytes, diff_id: str) -> LayerDelta | None:
+def _parse_entry(data: bytes, diff_id: str) -> tuple[LayerDelta | None, bool]:
+    """(the delta, or None; whether the entry is damaged). An entry of another format or for
+    another diff-id is a plain miss, not damage."""
     head, newline, body = data.partition(b"\n")
     try:
         header = json.loads(head)
-        if not newline or not isinstance(header, dict):
-            return None
-        if header.get("format") != FORMAT or header.get("diff_id") != diff_id:
-            return None
-        if header.get("body") != _digest(body):
-            return None
-        return delta_from_json(json.loads(body.decode("utf-8", "surrogatepass")))
+    except (ValueError, RecursionError):
+        return None, True
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        return None, not isinstance(header, dict)
+    if not newline or header.get("diff_id") != diff_id or header.get("body") != _digest(body):
+        return None, True
+    try:
+        return delta_from_json(json.loads(body.decode("utf-8", "surrogatepass"))), False
     except (ValueError, KeyError, TypeError, RecursionError, UnicodeDecodeError):
-        return None
+        return None, True

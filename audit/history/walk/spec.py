@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from audit.errors import UsageError
+from audit.redact import redact
 
 ENGINE, DOCKER_ARCHIVE, OCI, REGISTRY = "engine", "docker-archive", "oci", "registry"
 DOCKER_HUB = "registry-1.docker.io"
@@ -58,12 +59,12 @@ class RegistryRef:
 def parse_spec(text: str, exists: Callable[[str], bool]) -> ImageSpec:
     """The spec of ``text``; :class:`UsageError` (exit 2) when it names nothing."""
     if not text.strip() or "\n" in text or "\0" in text:
-        raise UsageError(f"image spec {text!r}: empty or not one line", SYNTAX)
+        raise UsageError(f"image spec {redact(text)!r}: empty or not one line", SYNTAX)
     for prefix, kind in (("docker-archive:", DOCKER_ARCHIVE), ("oci:", OCI)):
         if text.startswith(prefix):
             path, tag = _path_and_tag(text[len(prefix) :], exists)
             if not path:
-                raise UsageError(f"image spec {text!r}: no path", SYNTAX)
+                raise UsageError(f"image spec {redact(text)!r}: no path", SYNTAX)
             return ImageSpec(kind, path, tag)
     for prefix in ("registry:", "docker://"):
         if text.startswith(prefix):
@@ -83,10 +84,21 @@ def _path_and_tag(rest: str, exists: Callable[[str], bool]) -> tuple[str, str]:
 
 
 def parse_registry_ref(text: str) -> RegistryRef:
-    """``HOST/REPO[:TAG|@DIGEST]`` as the docker CLI reads it."""
+    """``HOST/REPO[:TAG|@DIGEST]`` as the docker CLI reads it. Credentials in the reference
+    (``user:password@host/...``) are refused without being repeated."""
+    first = text.split("/", 1)[0]
+    if "@" in first and not first.partition("@")[2].startswith("sha256:"):
+        raise UsageError(
+            "registry: a reference with credentials in it is refused (they would show in "
+            "logs and process lists)",
+            "log in with docker login HOST, or set LAYER_AUDIT_REGISTRY_USER and "
+            "LAYER_AUDIT_REGISTRY_PASSWORD",
+        )
     name, at, digest = text.partition("@")
     if at and (not digest.startswith("sha256:") or len(digest) != 71):
-        raise UsageError(f"registry:{text}: {digest!r} is not a sha256:<64 hex> digest", SYNTAX)
+        raise UsageError(
+            f"registry:{redact(text)}: {redact(digest)!r} is not a sha256:<64 hex> digest", SYNTAX
+        )
     last = name.rfind("/")
     colon = name.rfind(":")
     tag = ""
@@ -101,5 +113,5 @@ def parse_registry_ref(text: str) -> RegistryRef:
         host = DOCKER_HUB
         repository = repository if "/" in repository else f"library/{repository}"
     if not repository or repository != repository.lower() or " " in repository:
-        raise UsageError(f"registry:{text}: {repository!r} is not a repository name", SYNTAX)
+        raise UsageError(f"registry:{redact(text)}: not a repository name", SYNTAX)
     return RegistryRef(host, repository, digest if at else (tag or "latest"))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 BLOCK = 512
 FILE, DIRECTORY, SYMLINK, HARDLINK, OTHER = "file", "dir", "symlink", "hardlink", "other"
@@ -147,6 +147,7 @@ class TarReader:
         self._meta: tuple[bytes, _Capture] | None = None  # a long-name or PAX member's data
         self.ended = False
         self.members = 0
+        self.data_offset = 0  # where the current member's data starts in the archive
 
     @property
     def offset(self) -> int:
@@ -213,6 +214,7 @@ class TarReader:
             size = 0
         mode = _number(block[100:108], "mode", offset) & 0o7777
         self.members += 1
+        self.data_offset = offset + BLOCK
         self._sink = self._on_member(Member(name, kind, size, linkname, mode))
         self._open(size)
 
@@ -257,6 +259,30 @@ class TarReader:
             records = parse_pax(data, self._offset)
             self._pending.update({k: v for k, v in records.items() if k in _PAX_KEYS})
 
+    def skippable(self) -> int:
+        """Bytes ahead that nobody reads (a member without a sink, its padding): a reader of a
+        seekable file may seek past them and call :meth:`skip` instead of feeding them."""
+        if self._header or self.ended or self._meta is not None:
+            return 0
+        if self._data_left and self._sink is not None:
+            return 0
+        return self._data_left + self._pad_left
+
+    def wanted(self) -> int:
+        """Bytes to read next: the rest of a header, or of a member that has a sink."""
+        if self._data_left or self._pad_left:
+            return self._data_left + self._pad_left
+        return BLOCK - len(self._header)
+
+    def skip(self, count: int) -> None:
+        """``count`` (at most :meth:`skippable`) bytes passed over without being read."""
+        data = min(count, self._data_left)
+        self._data_left -= data
+        self._pad_left -= count - data
+        self._offset += count
+        if data and not self._data_left:
+            self._end_member()
+
     def finish(self) -> None:
         """The stream ended: raise :class:`TarFormatError` unless it ended between members."""
         if self.ended:
@@ -273,3 +299,19 @@ class TarReader:
 
 
 _PAX_KEYS = ("path", "linkpath", "size")
+
+
+def read_seekable(handle: BinaryIO, reader: TarReader, chunk: int = 1 << 20) -> None:
+    """Feed ``reader`` from a seekable file, seeking past every byte nobody reads (a member
+    without a sink): an archive's headers and chosen members are all that is read."""
+    while not reader.ended:
+        ahead = reader.skippable()
+        if ahead:
+            handle.seek(ahead, 1)
+            reader.skip(ahead)
+            continue
+        data = handle.read(min(chunk, reader.wanted()))
+        if not data:
+            break
+        reader.feed(data)
+    reader.finish()

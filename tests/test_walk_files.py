@@ -3,7 +3,9 @@ and the cache (no Docker: the files are made in memory)."""
 
 from __future__ import annotations
 
+import datetime
 import gzip
+import json
 import multiprocessing
 import os
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 
 from audit.errors import AuditError, BadInput, ImageFormatError, UsageError
 from audit.history.walk import run
+from audit.policy.judge import judge_history
+from audit.policy.model import Policy
 from audit.history.walk.cache import VERSION
 from audit.history.walk.run import WalkContext, WalkResult, walk
 from audit.history.walk.spec import parse_registry_ref, parse_spec
@@ -312,3 +316,17 @@ def test_the_default_cache_is_under_the_cache_home(
 def test_gzip_module_agrees() -> None:  # the helpers' gzip layers are real gzip
     data = Layer().add({"/a": "b"}).tar()
     assert gzip.decompress(gzip.compress(data)) == data
+
+
+def test_the_committed_arm64_layout_walks_anywhere(tmp_path: Path) -> None:
+    """The small OCI tarball under tests/data (tests/data/walk/make_arm64_layout.py made it)."""
+    data = Path(__file__).parent / "data" / "walk" / "arm64-oci.tar"
+    result = walk(f"oci:{data}", WalkContext(cache_root=None, platform="linux/arm64"))
+    assert result.image.platform == "linux/arm64/v8"
+    (env,) = result.history.states[-1].environments
+    assert env.markers["platform_machine"] == "aarch64" and env.interpreter == "/usr/bin/python3.11"
+    assert [(d.name, d.version) for d in env.distributions] == [("nccl-like", "2.29.7")]
+    verdicts = judge_history(result.history, Policy(), today=datetime.date(2026, 12, 1))
+    assert [f.rule for v in verdicts for f in v.findings if f.fails] == ["downgraded"]
+    assert json.loads(data.with_suffix(".json").read_text())["platform"] == "linux/arm64/v8"
+    assert os.path.getsize(data) < 64_000

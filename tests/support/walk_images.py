@@ -158,6 +158,7 @@ def config(
     history: Sequence[tuple[str, bool]] | None = None,
     *,
     architecture: str = "amd64",
+    variant: str = "",
     env: Sequence[str] = ("PATH=/usr/local/bin:/usr/bin:/bin",),
 ) -> bytes:
     """A config for uncompressed ``layers``; ``history`` (created_by, empty) pairs with them
@@ -169,6 +170,7 @@ def config(
     )
     document = {
         "architecture": architecture,
+        **({"variant": variant} if variant else {}),
         "os": "linux",
         "config": {"Env": list(env)},
         "rootfs": {"type": "layers", "diff_ids": [sha256(layer) for layer in layers]},

@@ -2,5 +2,5 @@
 them, ``progress`` reads BuildKit's output, ``trail`` keeps what the guard wrote,
 ``provenance`` gathers the labels).
 
-Edge: run, progress, trail, provenance
+Edge: run, progress, trail, provenance, dockerfile
 """

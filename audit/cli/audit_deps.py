@@ -2,9 +2,10 @@
 
 Recipes: ``audit-deps [IMAGE ...]`` (none named: every recipe under images/) predicts each
 layer's environment from the base snapshot and the locks and applies the policy; no Docker.
-Images: ``audit-deps --image REF [--against REF] [--recipe NAME] [--interpreter PATH]`` runs
-the snapshot script inside the image(s) and applies the policy (the recipe's, else defaults);
-``--image REF --format cyclonedx`` writes the image's CycloneDX SBOM instead.
+Images: ``audit-deps --image SPEC [--against SPEC] [--policy FILE | --recipe NAME]`` walks the
+image's own layers (the engine, a ``docker save`` file, an OCI layout, a registry; no container)
+and judges every layer (:mod:`audit.gate.images`); ``--image SPEC --format cyclonedx`` writes
+its CycloneDX SBOM instead, each component with the layer that installed it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from audit.build.plan import created_time
-from audit.cli.options import add_report_arguments
+from audit.cli.options import add_image_policy_arguments, add_report_arguments
 from audit.errors import UsageError
 from audit.gate.audit_deps import audit_report, recipe_audits
+from audit.gate.images import PolicyChoice, audit_image, compare_images
 from audit.gate.matrix import (
     StageMatrix,
     matrix_html,
@@ -28,7 +30,7 @@ from audit.gate.matrix import (
     matrix_tables,
     stage_matrix,
 )
-from audit.history.image_audit import ImageTarget, audit_images, load_named_recipe
+from audit.history.walk.run import WalkContext, walk
 from audit.host import atomic, console
 from audit.report.findings import (
     FORMATS,
@@ -37,6 +39,7 @@ from audit.report.findings import (
     render_text,
     report_exit_code,
 )
+from audit.report.layers import layers_report, render_layers
 from audit.report.output import write_report
 
 CYCLONEDX = "cyclonedx"
@@ -50,7 +53,8 @@ class AuditDepsOptions:
     image: str | None
     against: str | None
     recipe: str | None
-    interpreters: tuple[str, ...]
+    policy: Path | None
+    cuda: str | None
     fmt: str
     output: Path | None
     all_packages: bool = False
@@ -63,7 +67,8 @@ class AuditDepsOptions:
             image=args.image,
             against=args.against,
             recipe=args.recipe,
-            interpreters=tuple(args.interpreter),
+            policy=args.policy,
+            cuda=args.cuda,
             fmt=args.fmt,
             output=args.output,
             all_packages=args.all_packages,
@@ -81,20 +86,23 @@ class AuditDepsOptions:
                 f"recipe names {' '.join(self.images)} given with --image",
                 "use --recipe NAME to take the policy and interpreters from a recipe",
             )
-        if not self.image and (self.recipe or self.interpreters):
+        if not self.image and (self.recipe or self.policy or self.cuda):
             raise UsageError(
-                "--recipe and --interpreter apply to --image only",
+                "--recipe, --policy and --cuda apply to --image only",
                 "add --image REF to audit an existing image, or drop them to audit recipes",
             )
+        if self.recipe and self.policy:
+            raise UsageError("--recipe and --policy both name a policy", "give one of them")
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "audit-deps",
-        help="audit recipes (predicted from locks, no Docker) or existing images",
+        help="audit recipes (predicted from locks, no Docker) or existing images, layer by layer",
         description="Audit recipes before a build: the environment after every layer is "
         "predicted from locks/IMAGE/ (base snapshot and locks) and checked by the policy; no "
-        "Docker. With --image, audit an existing image instead (needs Docker).",
+        "Docker. With --image, walk an existing image's own layers instead (no container) and "
+        "judge every layer.",
     )
     parser.add_argument(
         "images",
@@ -103,24 +111,15 @@ def register(subparsers: Any) -> None:
         help="recipes: folder names under images/ (default: every recipe)",
     )
     parser.add_argument(
-        "--image", metavar="REF", help="audit this existing image instead of recipes"
+        "--image",
+        metavar="SPEC",
+        help="audit this existing image, layer by layer, instead of recipes: REF (the "
+        "engine's), docker-archive:PATH, oci:PATH[:TAG] or registry:HOST/REPO[:TAG|@DIGEST]",
     )
     parser.add_argument(
-        "--against", metavar="REF", help="with --image: compare it with this (older) image"
+        "--against", metavar="SPEC", help="with --image: compare it with this (older) image"
     )
-    parser.add_argument(
-        "--recipe",
-        metavar="NAME",
-        help="with --image: take the policy and interpreters from images/NAME/image.toml "
-        "(default: the default policy)",
-    )
-    parser.add_argument(
-        "--interpreter",
-        metavar="PATH",
-        action="append",
-        default=[],
-        help="with --image: also audit this Python inside the image (repeatable)",
-    )
+    add_image_policy_arguments(parser)
     parser.add_argument(
         "--all-packages",
         action="store_true",
@@ -146,21 +145,14 @@ def handle(args: argparse.Namespace) -> int:
         return write_image_sbom(options)
     matrices: list[StageMatrix] = []
     if options.image:
-        report = audit_images(
-            options.image,
-            options.against,
-            recipe=options.recipe,
-            interpreters=options.interpreters,
-            today=date.today(),
-        )
-    else:
-        audits = recipe_audits(options.images, today=date.today(), strict=options.strict)
-        report = audit_report(audits)
-        matrices = [
-            stage_matrix(audit, all_rows=options.all_packages)
-            for audit in audits
-            if audit.recorded  # an image never recorded has no predicted stages to show
-        ]
+        return audit_existing(options)
+    audits = recipe_audits(options.images, today=date.today(), strict=options.strict)
+    report = audit_report(audits)
+    matrices = [
+        stage_matrix(audit, all_rows=options.all_packages)
+        for audit in audits
+        if audit.recorded  # an image never recorded has no predicted stages to show
+    ]
     write_output(report, matrices, options)
     return report_exit_code(report)
 
@@ -188,8 +180,22 @@ def _write_text(text: str, output: Path | None) -> None:
         console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
 
 
+def audit_existing(options: AuditDepsOptions) -> int:
+    """``--image SPEC [--against SPEC]``: the walk, judged and rendered; exit 1 on a failure."""
+    assert options.image is not None
+    choice = PolicyChoice(options.policy, options.recipe, options.cuda)
+    context = WalkContext()
+    if options.against:
+        judged = compare_images(options.image, options.against, choice, context, today=date.today())
+    else:
+        judged = audit_image(options.image, choice, context, today=date.today())
+    title = f"audit-deps --image {judged.name}"
+    _write_text(render_layers(title, [judged], options.fmt, console.stdout.width), options.output)
+    return report_exit_code(layers_report(title, [judged]))
+
+
 def write_image_sbom(options: AuditDepsOptions) -> int:
-    """``--image REF --format cyclonedx``: the image's SBOM to ``--output`` or stdout; exit 0."""
+    """``--image SPEC --format cyclonedx``: the SBOM to ``--output`` or stdout; exit 0."""
     from audit.report.sbom import image_sbom
 
     if not options.image or options.against:
@@ -197,12 +203,7 @@ def write_image_sbom(options: AuditDepsOptions) -> int:
             f"--format {CYCLONEDX} describes one existing image",
             "use it with --image REF (without --against)",
         )
-    recipe = load_named_recipe(options.recipe) if options.recipe else None
-    interpreters = (*(recipe.interpreters if recipe else ()), *options.interpreters)
+    result = walk(options.image, WalkContext())
     created = created_time(os.environ, _dt.datetime.now(_dt.UTC))
-    text = image_sbom(ImageTarget(options.image, interpreters), created)
-    if options.output is not None:
-        atomic.write_text(options.output, text)
-    else:
-        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
+    _write_text(image_sbom(result.history, options.image, created), options.output)
     return 0

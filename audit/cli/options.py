@@ -42,3 +42,26 @@ def add_report_arguments(
         metavar="FILE",
         help="write the report to FILE (atomically) instead of stdout",
     )
+
+
+def add_image_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the policy of an image with no recipe comes from, and its CUDA tag."""
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="take the policy from images/NAME/image.toml (default: the default policy, with "
+        "the cuda-ml preset for a CUDA image)",
+    )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="take the policy from the [policy] table of FILE (waivers may name the "
+        "Dockerfile's stages)",
+    )
+    parser.add_argument(
+        "--cuda",
+        metavar="TAG",
+        help="the image's CUDA tag (cu130, cpu); default: read from the image's CUDA_VERSION "
+        "or its packages",
+    )

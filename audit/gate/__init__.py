@@ -4,5 +4,5 @@ change view and matrix (``change_view``, ``matrix``), drawn as terminal, HTML an
 (``change_render``, ``plain_table``, ``markdown``) and posted as one comment
 (``github_comment``).
 
-Edge: github_comment
+Edge: github_comment, images
 """

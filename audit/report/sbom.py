@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from audit.errors import LockError, SnapshotError
-from audit.history.image_audit import ImageTarget, snapshot_image
+from audit.history.model import History
 from audit.history.snapshot import Environment, parse_snapshot
 from audit.history.system import System
 from audit.host import atomic
@@ -35,6 +35,7 @@ from audit.lock.files import base_relpath, lock_relpath, read_base, read_lock
 from audit.project.paths import reports_dir
 from audit.project.sources import DirectorySource
 from audit.recipe.model import PipLayer, Recipe, Step
+from audit.report.layers import layer_label
 
 SBOM_NAME = "sbom.cdx.json"
 SNAPSHOT_SUFFIX = ".snapshot.json"
@@ -275,26 +276,44 @@ def write_sbom(
     return path
 
 
-IMAGE_LAYER = "(not known: an existing image)"
-
-
-def image_sbom(target: ImageTarget, created: str) -> str:
-    """The CycloneDX document of an existing image: every environment its interpreters see.
-
-    The installing layer is not known for an image built elsewhere, nor are lock hashes.
-    """
-    snapshots = snapshot_image(target)
+def history_entries(history: History) -> list[Entry]:
+    """Every distribution and OS package of the last state, each with the layer that left it
+    as it is (``layer 14 (runtime 3, Dockerfile:41)``): the walk knows every layer."""
+    if not history.states:
+        return []
+    origin: dict[tuple[str, str], str] = {}
+    os_origin: dict[str, str] = {}
+    before: dict[str, dict[str, tuple[str, str, str]]] = {}
+    old_os: dict[str, str] = {}
+    for state in history.states[1:]:
+        label = layer_label(state.ref)
+        for env in state.environments:
+            now, was = _state(env), before.get(env.interpreter, {})
+            origin.update({(env.interpreter, n): label for n, v in now.items() if was.get(n) != v})
+            before[env.interpreter] = now
+        now_os = _os_state(state.system)
+        os_origin.update({k: label for k, v in now_os.items() if old_os.get(k) != v})
+        old_os = now_os
+    last = history.states[-1]
     found = [
-        Entry(item.interpreter, dist.name, dist.version, dist.location, IMAGE_LAYER, ())
-        for item in snapshots
-        for dist in item.environment.distributions
+        Entry(env.interpreter, d.name, d.version, d.location,
+              origin.get((env.interpreter, d.name), BASE_LAYER), ())
+        for env in last.environments
+        for d in env.distributions
+    ]  # fmt: skip
+    found += [
+        replace(_os_entry(last.system, key, None), layer=os_origin.get(key, BASE_LAYER))
+        for key in sorted(_os_state(last.system))
     ]
-    system = next((i.environment.system for i in snapshots if i.environment.system), None)
-    found += [replace(_os_entry(system, key, None), layer=IMAGE_LAYER) for key in _os_state(system)]
-    found.sort(key=_entry_key)
-    name, _, tag = target.ref.rpartition(":")
+    return sorted(found, key=_entry_key)
+
+
+def image_sbom(history: History, ref: str, created: str) -> str:
+    """The CycloneDX document of a walked image: every environment of its last state and its
+    OS packages, each with the layer that installed it (no lock hashes: none was read)."""
+    name, _, tag = ref.rpartition(":")
     if "/" in tag or not name:  # a registry port, not a tag
-        name, tag = target.ref, "latest"
-    subject = Subject(name, tag, target.ref, f"{target.ref}, audited by layer-audit")
+        name, tag = ref, "latest"
+    subject = Subject(name, tag, ref, f"{ref}, audited by layer-audit")
     moment = _dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
-    return make_bom(subject, tag, found, moment)
+    return make_bom(subject, tag, history_entries(history), moment)

@@ -1,0 +1,183 @@
+"""``build --dockerfile``: the user's own Dockerfile, built unchanged, walked, then tagged.
+
+Every option reaches BuildKit as the user wrote it: those this module reads too (``--target``,
+``--platform``, ``--build-arg``) and every other one (``--secret``, ``--ssh``,
+``--build-context``, cache options …) passed through untouched. The build moves no tag itself
+(``--iidfile`` only): the image is walked layer by layer (:mod:`audit.history.walk`), every
+entry of its history attributed to the stage and line of the Dockerfile that wrote it
+(:mod:`audit.dockerfile.stages`), judged by the one judge, and only a passing image gets its
+tags. A failed build or a failing verdict moves none.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+
+from audit.build.plan import DockerClient, build_command
+from audit.docker import host as docker_host
+from audit.dockerfile.stages import Attribution, Stage, attribute, find_stage, parse_stages
+from audit.errors import EXIT_ENVIRONMENT, BuildFailed, UsageError
+from audit.gate.images import PolicyChoice, choose_policy, image_cuda, judge_walked
+from audit.history.model import History, LayerRef, LayerState
+from audit.history.walk.run import WalkContext, walk
+from audit.host import console, process
+from audit.redact import redact
+from audit.report.layers import JudgedImage
+
+DOCKERFILE_LIMIT = 1 << 20  # a Dockerfile over 1 MiB is not one
+
+
+@dataclass(frozen=True)
+class DockerfileBuild:
+    """What to build: the Dockerfile, its context, the stages to audit and where the tags go.
+
+    ``passthrough`` holds every other ``docker build`` option verbatim; ``targets`` is the
+    stage to tag last, preceded by the others to audit (``--all-stages``)."""
+
+    dockerfile: Path
+    context: Path
+    tags: tuple[str, ...]
+    target: str | None
+    platform: str | None
+    build_args: tuple[str, ...]
+    passthrough: tuple[str, ...]
+    all_stages: bool = False
+
+
+@dataclass(frozen=True)
+class StageAudit:
+    """One built target: its image id and its judged, attributed history."""
+
+    stage: str
+    image_id: str
+    judged: JudgedImage
+
+    @property
+    def fails(self) -> bool:
+        return any(verdict.fails for verdict in self.judged.verdicts)
+
+
+def build_args_of(pairs: Sequence[str]) -> dict[str, str]:
+    """``--build-arg K=V`` values; a bare ``K`` takes its value from the environment, which a
+    Dockerfile's ``FROM`` cannot see here: it keeps the ``ARG`` default."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not name:
+            raise UsageError(f"--build-arg {pair!r}: no name", "write --build-arg NAME=VALUE")
+        if sep:
+            found[name] = value
+    return found
+
+
+def read_dockerfile(path: Path) -> bytes:
+    """The Dockerfile's bytes; UsageError (exit 2) for a missing, huge or binary file."""
+    try:
+        if not path.is_file():
+            raise UsageError(f"{path}: not a file", "give the Dockerfile's path with --dockerfile")
+        if path.stat().st_size > DOCKERFILE_LIMIT:
+            raise UsageError(f"{path}: over 1 MiB", "is this a Dockerfile?")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})", "check the path") from exc
+    if b"\0" in data:
+        raise UsageError(f"{path}: binary data, not a Dockerfile", "give the Dockerfile's path")
+    return data
+
+
+def build_argv(
+    client: DockerClient, build: DockerfileBuild, target: str, iidfile: Path
+) -> list[str]:
+    """The ``docker build`` command line for one target: the user's options unchanged, plus
+    ``--iidfile`` (never ``-t``: tags move after the verdict)."""
+    argv = [*build_command(client), "-f", str(build.dockerfile), "--iidfile", str(iidfile)]
+    argv += ["--target", target]
+    if build.platform:
+        argv += ["--platform", build.platform]
+    for pair in build.build_args:
+        argv += ["--build-arg", pair]
+    return [*argv, *build.passthrough, str(build.context)]
+
+
+def run_build(client: DockerClient, build: DockerfileBuild, target: str) -> str:
+    """Build ``target`` and return its image id; BuildFailed (exit 3) when the build fails.
+
+    The build's own output goes to stderr as it comes."""
+    with tempfile.TemporaryDirectory(prefix="layer-audit-iid-") as work:
+        iidfile = Path(work) / "iid"
+        argv = build_argv(client, build, target, iidfile)
+        done = process.stream(
+            argv, _show, env=docker_host.client_env(client), check=False, keep=40
+        )
+        if done.returncode != 0 or not iidfile.is_file():
+            tail = "\n".join(redact(line) for line in done.stdout.splitlines()[-20:])
+            raise BuildFailed(
+                f"{build.dockerfile}: the build of stage {target} failed "
+                f"(exit {done.returncode})",
+                f"read the build's output above; no tag was moved\n{tail}",
+                exit_code=EXIT_ENVIRONMENT,
+            )
+        return iidfile.read_text().strip()
+
+
+def _show(line: str) -> None:
+    console.stderr.print(redact(line), markup=False, highlight=False, soft_wrap=True)
+
+
+def attributed(history: History, stages: Sequence[Stage], target: Stage, where: str) -> History:
+    """``history`` with each step's stage, position and Dockerfile line, where known."""
+    entries = [state.ref.instruction for state in history.states[1:]]
+    found = attribute(entries, stages, target)
+    states = [history.states[0]]
+    for state, made in zip(history.states[1:], found, strict=True):
+        states.append(_located(state, made, where))
+    return replace(history, states=tuple(states))
+
+
+def _located(state: LayerState, made: Attribution | None, where: str) -> LayerState:
+    if made is None:
+        return state
+    ref: LayerRef = replace(
+        state.ref, stage=made.stage, layer=made.position, origin=f"{where}:{made.line}"
+    )
+    return replace(state, ref=ref)
+
+
+def audit_targets(
+    build: DockerfileBuild,
+    *,
+    client: DockerClient,
+    context: WalkContext,
+    choice: PolicyChoice,
+    today: date,
+) -> list[StageAudit]:
+    """Build, walk and judge every target (the others first, the one to tag last)."""
+    where = build.dockerfile.name
+    stages = parse_stages(
+        read_dockerfile(build.dockerfile), build_args_of(build.build_args), str(build.dockerfile)
+    )
+    final = find_stage(stages, build.target, str(build.dockerfile))
+    targets = [s for s in stages if s is not final] if build.all_stages else []
+    scopes = {stage.name: len(stage.instructions) for stage in stages}
+    audits = []
+    for stage in [*targets, final]:
+        image_id = run_build(client, build, stage.name)
+        result = walk(image_id, context)
+        history = attributed(result.history, stages, stage, where)
+        name = f"{where} --target {stage.name}"
+        policy = choose_policy(choice, image_cuda(result, choice.cuda), scopes)
+        judged = judge_walked(name, result, policy, today=today, history=history)
+        audits.append(StageAudit(stage.name, image_id, judged))
+    return audits
+
+
+def move_tags(image_id: str, tags: Sequence[str]) -> None:
+    """Tag the passing image (the engine's own tag call, through the docker SDK)."""
+    image = docker_host.daemon().images.get(image_id)
+    for tag in tags:
+        repository, _, name = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "")
+        image.tag(repository or tag, name or "latest")

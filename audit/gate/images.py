@@ -1,0 +1,107 @@
+"""``audit-deps --image``: an image that exists, judged layer by layer from its own layers.
+
+The image is walked (:mod:`audit.history.walk`: the engine, a ``docker save`` file, an OCI
+layout or a registry; no container, any platform), every step of its history judged by the one
+judge (:func:`audit.policy.judge.judge_history`), and the verdicts rendered by
+:mod:`audit.report.layers`. ``--against OLD`` judges what the new image's last state changed
+against the old one's, environment by environment, as one step.
+
+The policy, best first: ``--policy FILE`` (a ``[policy]`` table), the recipe ``--recipe NAME``
+names, else the default with the ``cuda-ml`` preset when the image is built for CUDA (its
+configuration's ``CUDA_VERSION``, else its packages: :mod:`audit.history.cuda`) or ``--cuda``
+says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+
+from audit.history.cuda import cuda_tag
+from audit.history.model import History, LayerRef, LayerState
+from audit.history.walk.run import WalkContext, WalkResult, walk
+from audit.policy.judge import judge_history
+from audit.policy.model import Policy
+from audit.policy.presets import CUDA_ML
+from audit.project.paths import find_root
+from audit.project.sources import DirectorySource
+from audit.recipe.located_toml import Node
+from audit.recipe.parse import load_recipe
+from audit.recipe.policy_parse import parse_policy, read_policy_file
+from audit.report.layers import JudgedImage
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """Where the policy comes from: a policy file, a recipe, or neither (the default);
+    ``cuda`` forces the image's CUDA tag (``cu130``, ``cpu``) instead of reading it."""
+
+    file: Path | None = None
+    recipe: str | None = None
+    cuda: str | None = None
+
+
+def image_cuda(result: WalkResult, forced: str | None) -> str:
+    """``cu130`` or ``cpu``: forced, else read from the walked image's last state."""
+    if forced:
+        return forced
+    last = result.history.states[-1].environments if result.history.states else ()
+    return cuda_tag(dict(result.image.env), last) or "cpu"
+
+
+def choose_policy(choice: PolicyChoice, cuda: str, stages: Mapping[str, int]) -> Policy:
+    """The policy ``choice`` names for an image built for ``cuda``; ``stages`` are what its
+    waivers may name (a Dockerfile's stages and their instruction counts)."""
+    if choice.file is not None:
+        folder = choice.file.resolve().parent
+        return read_policy_file(DirectorySource(folder), choice.file.name, cuda, stages)
+    if choice.recipe is not None:
+        name = Path(choice.recipe).name
+        return load_recipe(DirectorySource(find_root()), name).policy
+    preset = {"preset": CUDA_ML} if cuda != "cpu" else {}
+    return parse_policy(Node("(the default policy)", "policy", preset), cuda, stages)
+
+
+def judge_walked(
+    name: str, result: WalkResult, policy: Policy, *, today: date, history: History | None = None
+) -> JudgedImage:
+    """``result`` (or ``history``, an attributed copy of its history) judged step by step."""
+    judged = history or result.history
+    return JudgedImage(name, judged, tuple(judge_history(judged, policy, today=today)))
+
+
+def audit_image(
+    spec: str, choice: PolicyChoice, context: WalkContext, *, today: date
+) -> JudgedImage:
+    """``audit-deps --image SPEC``: every layer of the image judged."""
+    result = walk(spec, context)
+    policy = choose_policy(choice, image_cuda(result, choice.cuda), {})
+    return judge_walked(result.history.image, result, policy, today=today)
+
+
+def compare_images(
+    new: str, old: str, choice: PolicyChoice, context: WalkContext, *, today: date
+) -> JudgedImage:
+    """``--image NEW --against OLD``: one step, from OLD's last state to NEW's."""
+    after, before = walk(new, context), walk(old, context)
+    policy = choose_policy(choice, image_cuda(after, choice.cuda), {})
+    step = _final_step(before.history, after.history, f"{old} -> {new}")
+    verdicts = tuple(judge_history(step, policy, today=today))
+    return JudgedImage(f"{old} -> {new}", step, verdicts, labels=(old, new))
+
+
+def _final_step(before: History, after: History, title: str) -> History:
+    """A two-state history: the old image's last state, then the new image's."""
+    first, last = _last(before), _last(after)
+    ref = LayerRef(len(after.states) - 2, f"the image {after.image} against {before.image}")
+    return History(title, after.producer, (first, replace(last, ref=ref)))
+
+
+def _last(history: History) -> LayerState:
+    return history.states[-1] if history.states else LayerState(LayerRef(-1, ""), ())
+
+
+def walked_names(images: Sequence[JudgedImage]) -> str:
+    return ", ".join(image.name for image in images)

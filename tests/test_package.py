@@ -14,7 +14,6 @@ with which ``export`` validates its own PEP 751 output.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,13 +22,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.gitrepo import git
+from tests.support.release import VERSION, tagged_sources
 from tests.support.vllm_project import CLEAN_PINS, Project, write_project
 
 pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-TAG, VERSION = "v9.8.7", "9.8.7"
-SOURCES = ("audit", "docs", "pyproject.toml", "README.md", "CONTRIBUTING.md", ".gitignore")
 
 
 def run(
@@ -41,25 +39,6 @@ def run(
         list(argv), cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True,
         check=False, timeout=600,
     )  # fmt: skip
-
-
-def tagged_sources(tmp: Path) -> Path:
-    """The sources a release is built from, committed to a fresh repository and tagged: the
-    files git would commit here (tracked, or new and not ignored), so a file .gitignore hides
-    is missing here as it would be from a fresh clone."""
-    source = tmp / "src"
-    listed = git(
-        REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *SOURCES
-    )
-    for relpath in filter(None, listed.split("\0")):
-        if (REPO / relpath).is_file():
-            (source / relpath).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / relpath, source / relpath)
-    git(source, "init", "-q")
-    git(source, "add", "-A")
-    git(source, "commit", "-q", "-m", "release")
-    git(source, "tag", TAG)
-    return source
 
 
 @pytest.fixture(scope="module")

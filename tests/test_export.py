@@ -186,8 +186,8 @@ def test_renovate_bumps_an_in_file_then_lock_gives_a_fresh_audited_lock(
 
 
 def renovate_manager() -> dict[str, Any]:
-    """The regex manager of the Renovate set-up the README documents."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """The regex manager of the Renovate set-up docs/gate.md documents."""
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "gate.md").read_text()
     block = readme.split("<!-- renovate-config:", 1)[1].split("```json\n", 1)[1]
     config = json.loads(block.split("```", 1)[0])
     assert config["postUpgradeTasks"]["fileFilters"] == ["locks/**"]

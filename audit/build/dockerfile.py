@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 
-from audit.build.plan import DockerClient, build_command
+from audit.build.plan import DockerClient
 from audit.docker import host as docker_host
 from audit.dockerfile.stages import Attribution, Stage, attribute, find_stage, parse_stages
 from audit.errors import EXIT_ENVIRONMENT, BuildFailed, UsageError
@@ -90,11 +90,12 @@ def read_dockerfile(path: Path) -> bytes:
 
 
 def build_argv(
-    client: DockerClient, build: DockerfileBuild, target: str, iidfile: Path
+    prefix: Sequence[str], build: DockerfileBuild, target: str, iidfile: Path
 ) -> list[str]:
-    """The ``docker build`` command line for one target: the user's options unchanged, plus
-    ``--iidfile`` (never ``-t``: tags move after the verdict)."""
-    argv = [*build_command(client), "-f", str(build.dockerfile), "--iidfile", str(iidfile)]
+    """The ``docker build`` command line for one target (``prefix``: the client's build
+    command): the user's options unchanged, plus ``--iidfile`` (never ``-t``: tags move after
+    the verdict)."""
+    argv = [*prefix, "-f", str(build.dockerfile), "--iidfile", str(iidfile)]
     argv += ["--target", target]
     if build.platform:
         argv += ["--platform", build.platform]
@@ -103,13 +104,15 @@ def build_argv(
     return [*argv, *build.passthrough, str(build.context)]
 
 
-def run_build(client: DockerClient, build: DockerfileBuild, target: str) -> str:
+def run_build(
+    client: DockerClient, prefix: Sequence[str], build: DockerfileBuild, target: str
+) -> str:
     """Build ``target`` and return its image id; BuildFailed (exit 3) when the build fails.
 
     The build's own output goes to stderr as it comes."""
     with tempfile.TemporaryDirectory(prefix="layer-audit-iid-") as work:
         iidfile = Path(work) / "iid"
-        argv = build_argv(client, build, target, iidfile)
+        argv = build_argv(prefix, build, target, iidfile)
         done = process.stream(
             argv, _show, env=docker_host.client_env(client), check=False, keep=40
         )
@@ -151,6 +154,7 @@ def audit_targets(
     build: DockerfileBuild,
     *,
     client: DockerClient,
+    prefix: Sequence[str],
     context: WalkContext,
     choice: PolicyChoice,
     today: date,
@@ -165,7 +169,7 @@ def audit_targets(
     scopes = {stage.name: len(stage.instructions) for stage in stages}
     audits = []
     for stage in [*targets, final]:
-        image_id = run_build(client, build, stage.name)
+        image_id = run_build(client, prefix, build, stage.name)
         result = walk(image_id, context)
         history = attributed(result.history, stages, stage, where)
         name = f"{where} --target {stage.name}"

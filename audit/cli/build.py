@@ -15,8 +15,10 @@ from typing import Any
 
 from audit.build.plan import NETWORK_AUTO, BuildOptions
 from audit.build.run import build_image
+from audit.cli import build_dockerfile
+from audit.cli.build_dockerfile import add_dockerfile_arguments, dockerfile_only
 from audit.cli.options import add_client_option
-from audit.errors import EXIT_OK
+from audit.errors import EXIT_OK, UsageError
 from audit.host import console
 from audit.project import paths
 from audit.redact import redact_json
@@ -36,7 +38,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "image",
         nargs="?",
-        default=DEFAULT_IMAGE,
         help=f"a recipe: the folder name under images/ (default: {DEFAULT_IMAGE})",
     )
     parser.add_argument(
@@ -104,6 +105,7 @@ def register(subparsers: Any) -> None:
         help="json: print the stages' image ids and tags, pushed digests, the guard's reports "
         "and the log path on stdout (progress stays on stderr); default: table",
     )
+    add_dockerfile_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -116,8 +118,14 @@ class BuildCommandOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BuildCommandOptions:
+        only = dockerfile_only(args)
+        if only:
+            raise UsageError(
+                f"{', '.join(only)}: for building your own Dockerfile",
+                "add --dockerfile PATH, or drop them to build the recipe",
+            )
         build = BuildOptions(
-            image=args.image,
+            image=args.image or DEFAULT_IMAGE,
             stage=args.stage,
             platform=args.platform,
             push=args.push,
@@ -134,6 +142,8 @@ class BuildCommandOptions:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.dockerfile is not None:
+        return build_dockerfile.handle(args)
     options = BuildCommandOptions.from_args(args)
     outcome = build_image(options.root, options.build)
     if args.fmt == "json":

@@ -44,7 +44,7 @@ def add_report_arguments(
     )
 
 
-def add_image_policy_arguments(parser: argparse.ArgumentParser) -> None:
+def add_image_policy_arguments(parser: argparse._ActionsContainer) -> None:
     """Where the policy of an image with no recipe comes from, and its CUDA tag."""
     parser.add_argument(
         "--recipe",

@@ -30,6 +30,7 @@ from audit.project.sources import DirectorySource
 from audit.recipe.located_toml import Node
 from audit.recipe.parse import load_recipe
 from audit.recipe.policy_parse import parse_policy, read_policy_file
+from audit.render.guard import guarded_step
 from audit.report.layers import JudgedImage
 
 
@@ -75,10 +76,24 @@ def judge_walked(
 def audit_image(
     spec: str, choice: PolicyChoice, context: WalkContext, *, today: date
 ) -> JudgedImage:
-    """``audit-deps --image SPEC``: every layer of the image judged."""
+    """``audit-deps --image SPEC``: every layer of the image judged; an image built from a
+    recipe has its guarded layers located in the recipe's stages (what its waivers name)."""
     result = walk(spec, context)
     policy = choose_policy(choice, image_cuda(result, choice.cuda), {})
-    return judge_walked(result.history.image, result, policy, today=today)
+    history = recipe_located(result.history)
+    return judge_walked(result.history.image, result, policy, today=today, history=history)
+
+
+def recipe_located(history: History) -> History:
+    """``history`` with each guarded layer of a rendered recipe at its stage and layer (the
+    guard's own ``--step vK-NN`` in the instruction), so a waiver scoped to a stage or a layer
+    of the recipe applies to the walk exactly as it does in the build."""
+    states = []
+    for state in history.states:
+        step = guarded_step(state.ref.instruction)
+        ref = state.ref if step is None else replace(state.ref, stage=step[0], layer=step[1])
+        states.append(replace(state, ref=ref))
+    return replace(history, states=tuple(states))
 
 
 def compare_images(

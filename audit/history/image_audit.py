@@ -1,4 +1,8 @@
-"""Audit existing images: snapshot every Python environment inside, apply the policy, diff two.
+"""Snapshot every Python environment of an image by running the snapshot script in it.
+
+The base record (``lock --record-base``) and the check before layer 1 take a base image's
+snapshot this way, since it must equal what the script records in the build. Auditing an image
+that exists is the layer walk's (:mod:`audit.gate.images`), which runs nothing.
 
 Containers run with no network, a read-only root file system and the entrypoint overridden;
 the snapshot script is bind-mounted read-only. One container finds the interpreters (those the
@@ -10,26 +14,15 @@ more snapshots them all. Interpreters that are the same environment (``python3``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
 from pathlib import PurePosixPath
 
 from audit.docker import host as docker_host
 from audit.docker.container import BindMount
 from audit.errors import EnvironmentProblem, UsageError
 from audit.history.snapshot import SCRIPT_PATH, Environment, parse_snapshot
-from audit.history.system import System
 from audit.host import console
-from audit.policy.findings import WARNING, Finding
-from audit.policy.model import Policy
-from audit.policy.system_rules import evaluate_system
-from audit.policy.verdict import check_state, evaluate, evaluate_shadowed
-from audit.project.paths import find_root
-from audit.project.sources import DirectorySource
-from audit.recipe.model import Recipe
-from audit.recipe.parse import load_recipe
-from audit.report.findings import Report, Section
 
 MOUNT_POINT = "/layer-audit"
 MARKER = "@@layer-audit"
@@ -79,80 +72,6 @@ class ImageEnvironment:
 
     interpreter: str
     environment: Environment
-
-
-def audit_images(
-    image: str,
-    against: str | None,
-    *,
-    recipe: str | None,
-    interpreters: Sequence[str],
-    today: date,
-) -> Report:
-    """audit-deps --image: ``image`` alone, or what it changed against ``against``.
-
-    The policy and the interpreters to look at besides the usual places come from ``recipe``
-    (``images/NAME/image.toml`` of the project around the working folder) when one is named.
-    """
-    loaded = load_named_recipe(recipe) if recipe else None
-    named = (*(loaded.interpreters if loaded else ()), *interpreters)
-    policy = loaded.policy if loaded else Policy()
-    target = ImageTarget(image, named)
-    if against:
-        return compare_images(target, ImageTarget(against, named), policy, today=today)
-    return audit_image(target, policy, today=today)
-
-
-def load_named_recipe(name: str) -> Recipe:
-    """``images/NAME/image.toml`` of the project around the working folder."""
-    image = PurePosixPath(name).name if "/" in name else name  # accept images/X as well as X
-    return load_recipe(DirectorySource(find_root()), image)
-
-
-def audit_image(target: ImageTarget, policy: Policy, *, today: date) -> Report:
-    """Every environment in the image checked against the policy's state and shadowing rules."""
-    snapshots = snapshot_image(target)
-    sections = [
-        Section(
-            f"{target.ref} {found.interpreter}",
-            tuple(_state_findings(target, found, policy, today)),
-        )
-        for found in snapshots
-    ]
-    system = _system_of(snapshots)
-    if system is not None:
-        where = f"{target.ref} {SYSTEM_TITLE}"
-        found = evaluate_system(None, system, policy, where=where, today=today)
-        sections.append(Section(where, tuple(found)))
-    return Report(f"audit-deps --image {target.ref}", tuple(sections))
-
-
-SYSTEM_TITLE = "below Python (OS packages, native libraries)"
-
-
-def _system_of(snapshots: Sequence[ImageEnvironment]) -> System | None:
-    """The image's OS packages and native libraries (every interpreter records the same)."""
-    return next((s.environment.system for s in snapshots if s.environment.system), None)
-
-
-def compare_images(
-    target: ImageTarget, against: ImageTarget, policy: Policy, *, today: date
-) -> Report:
-    """What ``target`` changed against ``against``, per interpreter, with the policy applied."""
-    new_snapshots, old_snapshots = snapshot_image(target), snapshot_image(against)
-    after = {found.interpreter: found.environment for found in new_snapshots}
-    before = {found.interpreter: found.environment for found in old_snapshots}
-    title = f"{against.ref} -> {target.ref}"
-    sections = [
-        compare_section(title, path, before.get(path), after.get(path), policy=policy, today=today)
-        for path in _union(before, after)
-    ]
-    old_system, new_system = _system_of(old_snapshots), _system_of(new_snapshots)
-    if new_system is not None:
-        where = f"{title} {SYSTEM_TITLE}"
-        found = evaluate_system(old_system, new_system, policy, where=where, today=today)
-        sections.append(Section(where, tuple(found)))
-    return Report(f"audit-deps --image {target.ref} --against {against.ref}", tuple(sections))
 
 
 def snapshot_image(target: ImageTarget) -> list[ImageEnvironment]:
@@ -234,40 +153,6 @@ def _interpreter_failed(target: ImageTarget, interpreter: str) -> None:
             "check the path; the script needs Python 3.9 or newer",
         )
     console.stderr.print(f"skipped {interpreter}: not a Python 3.9+ the snapshot script runs on")
-
-
-def _state_findings(
-    target: ImageTarget, found: ImageEnvironment, policy: Policy, today: date
-) -> list[Finding]:
-    where = f"{target.ref} {found.interpreter}"
-    environment = found.environment
-    findings = check_state(environment.winners(), policy, where=where, markers=environment.markers)
-    return findings + evaluate_shadowed(None, environment, policy, where=where, today=today)
-
-
-def compare_section(
-    title: str,
-    path: str,
-    before: Environment | None,
-    after: Environment | None,
-    *,
-    policy: Policy,
-    today: date,
-) -> Section:
-    """One interpreter's changes from the old image to the new one: the changes of the winning
-    copies, new state violations, and copies the new image shadows that the old did not."""
-    where = f"{title} {path}"
-    if before is None or after is None:
-        missing = "the new image" if after is None else "the old image"
-        message = f"{path} is not a Python environment in {missing}"
-        return Section(where, (Finding("interpreter", WARNING, path, None, None, message, where),))
-    findings = evaluate(before.winners(), after.winners(), policy, where=where, today=today)
-    findings += evaluate_shadowed(before, after, policy, where=where, today=today)
-    return Section(where, tuple(findings))
-
-
-def _union(before: Mapping[str, Environment], after: Mapping[str, Environment]) -> list[str]:
-    return list(dict.fromkeys([*after, *before]))
 
 
 def _run(ref: str, argv: list[str]) -> str:

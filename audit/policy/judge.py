@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from audit.history.model import History, LayerRef, LayerState
+from audit.history.model import History, LayerRef
 from audit.history.snapshot import Environment
 from audit.policy.findings import Finding
 from audit.policy.model import Policy
@@ -74,16 +74,15 @@ def judge_layer(
     return findings
 
 
-def declared_by_instruction(before: LayerState, after: LayerState) -> tuple[str, ...]:
-    """What a ``--no-deps`` install re-pins on purpose: every package its layer moved."""
-    if not _NO_DEPS_INSTALL.search(after.ref.instruction):
+def declared_by_instruction(
+    ref: LayerRef, before: Environment | None, after: Environment | None
+) -> tuple[str, ...]:
+    """What a ``--no-deps`` install re-pins on purpose in one environment: every package it
+    moved that was installed before it (a package it adds overrides nothing)."""
+    if before is None or after is None or not _NO_DEPS_INSTALL.search(ref.instruction):
         return ()
-    moved: list[str] = []
-    for env in after.environments:
-        old = before.environment(env.interpreter)
-        was = old.winners() if old is not None else {}
-        moved += [n for n, d in env.winners().items() if was.get(n) != d and n not in moved]
-    return tuple(moved)
+    was = before.winners()
+    return tuple(n for n, d in after.winners().items() if n in was and was[n] != d)
 
 
 def where_of(image: str, ref: LayerRef) -> str:
@@ -97,7 +96,9 @@ def judge_history(
     policy: Policy,
     *,
     today: _dt.date,
-    declared: Callable[[LayerState, LayerState], Collection[str]] = declared_by_instruction,
+    declared: Callable[
+        [LayerRef, Environment | None, Environment | None], Collection[str]
+    ] = declared_by_instruction,
 ) -> list[LayerVerdict]:
     """Every step of ``history`` judged in order, one ledger for the waivers it spends.
 
@@ -110,7 +111,6 @@ def judge_history(
         ref = after.ref
         where = where_of(history.image, ref)
         scope = Scope(ref.stage, ref.layer)
-        moved = declared(before, after)
         both = (*after.environments, *before.environments)
         keys = list(dict.fromkeys(env.interpreter for env in both))
         found: list[Finding] = []
@@ -119,7 +119,7 @@ def judge_history(
             label = where if len(keys) == 1 else f"{where} ({key})"
             found += judge_layer(
                 old, new, policy, where=label, today=today, scope=scope, ledger=ledger,
-                declared=moved, system=False,
+                declared=declared(ref, old, new), system=False,
             )  # fmt: skip
         found += evaluate_system(
             before.system, after.system, policy, where=where, today=today, scope=scope,

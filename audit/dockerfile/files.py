@@ -20,6 +20,7 @@ from audit.dockerfile.state import (
     substitute,
     variables,
 )
+from audit.recipe.build_args import SECRET_NAME
 from audit.recipe.parse import (
     CONTAINER_PATH,
     ENV_NAME,
@@ -27,7 +28,6 @@ from audit.recipe.parse import (
     FILE_MODE,
     OWNER,
     PIP_SOURCE_ENV,
-    SECRET_NAME,
 )
 from audit.redact import redact
 

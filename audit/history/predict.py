@@ -68,18 +68,21 @@ def predict_from(
     """
     start: Installed = MappingProxyType(dict(base))
     ends: dict[str, Installed] = {}  # stage name -> what its last layer leaves
-    current = start
-    predicted: list[PredictedStep] = []
+    by_stage: dict[str, list[Step]] = {}
     for step in recipe.steps():
-        if step.position == 1:  # a stage starts from the stage it builds on, else the base
-            parent = recipe.parent(step.stage)
-            current = ends[parent.name] if parent is not None else start
-        lock = _lock_of(source, recipe, step, locks)
-        after = current if lock is None else apply_lock(current, lock)
-        relpath = None if lock is None else lock_relpath(recipe, step)
-        moves = frozenset() if lock is None else frozenset(lock.pins)
-        predicted.append(PredictedStep(step, current, after, relpath, moves))
-        current = ends[step.stage.name] = after
+        by_stage.setdefault(step.stage.name, []).append(step)
+    predicted: list[PredictedStep] = []
+    for stage in recipe.stages:  # a stage starts from the stage it builds on, else the base
+        parent = recipe.parent(stage)
+        current = ends[parent.name] if parent is not None else start
+        for step in by_stage.get(stage.name, ()):
+            lock = _lock_of(source, recipe, step, locks)
+            after = current if lock is None else apply_lock(current, lock)
+            relpath = None if lock is None else lock_relpath(recipe, step)
+            moves = frozenset() if lock is None else frozenset(lock.pins)
+            predicted.append(PredictedStep(step, current, after, relpath, moves))
+            current = after
+        ends[stage.name] = current
     return predicted
 
 

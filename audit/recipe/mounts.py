@@ -19,7 +19,7 @@ from audit.recipe.model import Mount
 from audit.suggest import did_you_mean, one_of
 
 MOUNT_TYPES: dict[str, tuple[str, ...]] = {
-    "bind": ("target", "source", "from", "readonly"),
+    "bind": ("target", "source", "from", "readonly", "readwrite"),
     "cache": ("target", "id", "sharing", "from", "source", "mode", "uid", "gid", "readonly"),
     "tmpfs": ("target", "size"),
     "secret": ("id", "target", "required", "mode", "uid", "gid"),
@@ -27,7 +27,7 @@ MOUNT_TYPES: dict[str, tuple[str, ...]] = {
 }
 NEEDS_TARGET = ("bind", "cache", "tmpfs")
 MOUNT_WORD = re.compile(r"[A-Za-z0-9_./@:+-]+")
-FLAGS = ("readonly", "required")  # true or false
+FLAGS = ("readonly", "readwrite", "required")  # true or false
 SHARING = ("shared", "private", "locked")
 GUARD_PATHS = ("/tmp/layer-audit", "/var/lib/layer-audit")  # noqa: S108 - paths in the image
 RESERVED_SECRETS = ("pip-ca", "pip-netrc")  # the build's own BuildKit secrets

@@ -255,7 +255,7 @@ def _stages(root: Node, context: ParseContext) -> tuple[Stage, ...]:
 
 
 def _stage(node: Node, number: int, context: ParseContext, top_config: bool = False) -> Stage:
-    node.check_keys(STAGE_KEYS, required=("name", "layer"))
+    node.check_keys(STAGE_KEYS, required=("name",))
     name = node.text("name")
     if name != f"v{number}":
         raise node.error(
@@ -263,10 +263,9 @@ def _stage(node: Node, number: int, context: ParseContext, top_config: bool = Fa
             f"stage {number} is named {name!r}: stages are v1 … vN in order",
             f"name it 'v{number}' (by default each stage builds on the one before it)",
         )
-    layers = tuple(_layer(layer, context) for layer in node.tables("layer"))
-    if not layers:
-        raise node.error("layer", "a stage needs at least one [[stage.layer]]")
-    layers = fold_repins(node, layers)
+    # no layer: the stage is the image it starts from, with its own config (a Dockerfile's
+    # FROM runtime AS serve + ENTRYPOINT)
+    layers = fold_repins(node, tuple(_layer(layer, context) for layer in node.tables("layer")))
     if top_config and "config" in node.data:
         raise node.error("config", "the last stage's configuration is [config]: keep one of them")
     return Stage(

@@ -300,3 +300,19 @@ def test_a_python_less_base_that_never_gets_one_is_listed() -> None:
     found = plan("FROM ubuntu:24.04\nRUN apt-get update\n")
     assert found.base_stage is None
     assert "set base_stage in image.toml" in reasons(found.unmapped)  # type: ignore[arg-type]
+
+
+def test_a_root_that_names_no_image_is_bad_input_with_its_line(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context = root / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        "ARG BUILDER\nFROM ${BUILDER} AS build\nRUN make\nFROM python:3.12\n"
+        "COPY --from=build /out /out\n"
+    )
+    assert main(["import", str(context / "Dockerfile")]) == 2
+    error = capsys.readouterr().err
+    assert "Dockerfile:2: FROM '${BUILDER}' names no image" in error and "--build-arg" in error
+    argv = ["import", str(context / "Dockerfile"), "--build-arg", "BUILDER=golang:1.23"]
+    assert main(argv) == 0

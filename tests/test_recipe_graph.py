@@ -376,3 +376,22 @@ def test_prediction_starts_each_branch_from_the_stage_it_builds_on(graph: Path) 
     assert set(steps["v4-01"].before) == {"pip", "torch"}  # not v3's pytest
     assert set(steps["v3-01"].after) == {"pip", "torch", "pytest"}
     assert set(steps["v1-02"].before) == {"pip"}  # another image: the base, and nothing moves
+
+
+def test_the_lock_run_resolves_a_branch_over_the_stage_it_builds_on(graph: Path) -> None:
+    from datetime import date
+
+    from audit.history.predict import StepJudge
+    from audit.lock.plan import Constraint
+    from audit.lock.run import LockRun
+
+    recipe = load(graph)
+    steps = {s.slug: s for s in recipe.steps()}
+    run = LockRun(graph, DirectorySource(graph), recipe, [Constraint("pip", "23.0", "base")],
+                  "sha256:b", {}, StepJudge(recipe, date(2026, 12, 1), {}), None)  # type: ignore[arg-type]  # fmt: skip
+    for slug, pins in (("v2-01", {"torch": "2.9.0"}), ("v3-01", {"pytest": "8.0"})):
+        before = run.environment(steps[slug])
+        run.earlier.append((steps[slug], lock_of(slug, **pins)))
+        run.after[slug] = {**before, **{n: Distribution(n, v) for n, v in pins.items()}}
+    assert set(run.environment(steps["v4-01"])) == {"pip", "torch"}  # not v3's pytest
+    assert [s.slug for s, _ in run._earlier(steps["v4-01"])] == ["v2-01"]

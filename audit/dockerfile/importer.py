@@ -101,6 +101,7 @@ def plan_import(
     options = options or ImportOptions()
     instructions = parse_dockerfile(data)
     state = State(context_has, context_read or (lambda _: None), options.interpreter, None)
+    state.where = options.where
     _globals(instructions, state, options)
     stages = read_stages(instructions, _resolved_globals(state))
     if not stages:
@@ -137,7 +138,8 @@ def _resolved_globals(state: State) -> dict[str, str]:
     return {name: text for name, text in state.global_args.items() if text is not None}
 
 
-def _base_reference(reference: str, last: DockerStage, where: str) -> tuple[str, str | None]:
+def _base_reference(reference: str, stage: DockerStage, where: str) -> tuple[str, str | None]:
+    """``(image, digest)`` of what a stage's FROM names; exit 2 when it is no image."""
     name, _, digest = reference.partition("@")
     if (
         "$" in reference
@@ -145,8 +147,7 @@ def _base_reference(reference: str, last: DockerStage, where: str) -> tuple[str,
         or (digest and not DIGEST.fullmatch(digest))
     ):
         raise UsageError(
-            f"{where}:{last.line}: the last stage builds on {reference!r}, which this import "
-            "cannot resolve to an image",
+            f"{where}:{stage.line}: FROM {reference!r} names no image this import can resolve",
             "give the base image literally (or as a global ARG with a default), or pass "
             "--build-arg NAME=IMAGE",
         )
@@ -199,8 +200,7 @@ def _open(stage: DockerStage, layout: Layout, state: State, part: int) -> None:
     else:
         state.scope = Scope()
         if stage.reference != layout.base or state.stages:
-            plan.base, _, digest = stage.reference.partition("@")
-            plan.base_digest = digest or None
+            plan.base, plan.base_digest = _base_reference(stage.reference, stage, state.where)
     if part == len(names) - 1:
         plan.target = _target(stage, name, state)
         state.aliases[str(stage.index)] = name

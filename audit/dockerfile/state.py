@@ -114,6 +114,7 @@ class State:
     ends: dict[str, Scope] = field(default_factory=dict)  # recipe stage -> scope at its end
     seen_interpreters: list[str] = field(default_factory=list)
     break_system_packages: bool = False
+    where: str = "Dockerfile"  # how errors name the file
 
     @property
     def stage(self) -> StagePlan:

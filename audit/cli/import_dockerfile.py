@@ -63,10 +63,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "import",
         help="turn a multi-stage Dockerfile into a recipe under images/",
-        description="Read DOCKERFILE and write images/IMAGE/: image.toml (FROM of the first "
-        "stage as the base, one recipe stage per Dockerfile stage), one requirements file per "
-        "pip install, and the files its COPY lines bring in. Lines with no recipe equivalent "
-        "are listed with their line numbers and kept as run layers.",
+        description="Read DOCKERFILE and write images/IMAGE/: image.toml (one recipe stage "
+        "per Dockerfile stage, each starting where its FROM says; the image the last stage "
+        "ships from as the base), one requirements file per pip install it can lock, and the "
+        "files its COPY lines and bind mounts bring in. What it cannot keep is listed with its "
+        "line and reason (exit 1 with --strict); installs kept as run layers are listed as not "
+        "locked. See docs/import.md.",
     )
     parser.add_argument("dockerfile", type=Path, help="the Dockerfile to read")
     parser.add_argument("--image", help="the recipe's name (default: from the Dockerfile's folder)")

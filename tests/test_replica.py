@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -127,8 +128,6 @@ def test_a_replica_image_records_its_source_and_reports_name_it() -> None:
 
 
 def test_a_dry_build_tags_only_dry_references_and_never_latest() -> None:
-    from pathlib import Path
-
     from audit.build.plan import stage_tags
     from audit.project.sources import DirectorySource
     from audit.recipe.parse import load_recipe
@@ -149,3 +148,35 @@ def test_the_base_venvs_own_metadata_of_pinned_names_is_replaced_not_doubled() -
     text = replica.dockerfile("b", "/opt/venv/lib/python3.11/site-packages", {}, gone)
     assert "RUN rm -rf /opt/venv/lib/python3.11/site-packages/setuptools-66.1.1.dist-info\n" in text
     assert text.index("RUN rm") < text.index("COPY site-packages/")
+
+
+def test_a_replica_labels_its_standins_and_the_record_keeps_and_reports_them() -> None:
+    """The pins no index carried travel from the replica's labels to base.json, and every report
+    that names the route names them (the source text audit-deps, the gate and builds print)."""
+    from audit.base.replica import ReplicaOptions, _Interpreter, _labels, _standins
+    from audit.errors import LockError
+    from audit.history.snapshot import Environment
+    from audit.lock.files import BaseRecord, parse_base, render_base
+    from audit.lock.trust import REPLICA_STANDINS_LABEL, describe_source, replica_standins
+
+    pins = replica.parse_pins("torch==2.13.0\nvllm==0.28.1rc1.dev0+pr1.standin\n", "x", ARM64)
+    reads = {"torch": {"metadata": "range"}, "vllm": {"metadata": "snapshot"}}
+    assert _standins(pins, reads) == ("vllm==0.28.1rc1.dev0+pr1.standin",)
+    options, probed = ReplicaOptions(Path("l.txt")), _Interpreter("3.11.2", "/opt/venv", "2.36")
+    labels = _labels(options, pins, probed, _standins(pins, reads))
+    assert labels[REPLICA_STANDINS_LABEL] == "vllm==0.28.1rc1.dev0+pr1.standin"
+    assert replica_standins(labels) == ("vllm==0.28.1rc1.dev0+pr1.standin",)
+    assert replica_standins({REPLICA_STANDINS_LABEL: "x==1"}) == ()  # not a replica: nothing
+    assert REPLICA_STANDINS_LABEL not in _labels(options, pins, probed)
+    env = Environment("/opt/venv/bin/python", "3.11.2", dict(ARM64), (), ())
+    record = BaseRecord("r", "sha256:" + "1" * 64, None, (env,), REPLICA_SOURCE,
+                        replica_standins(labels))  # fmt: skip
+    text = render_base(record)
+    assert parse_base(text.encode(), "base.json") == record
+    assert "standins" not in render_base(BaseRecord("r", "i", None, (env,), REPLICA_SOURCE))
+    assert describe_source(record).endswith(
+        "; stand-ins (on no reachable index): vllm==0.28.1rc1.dev0+pr1.standin"
+    )
+    broken = json.loads(text) | {"standins": "vllm==1"}
+    with pytest.raises(LockError, match="standins"):
+        parse_base(json.dumps(broken).encode(), "base.json")

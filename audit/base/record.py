@@ -142,7 +142,7 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     file lock); print what changed."""
     from audit.docker import host as docker_host
     from audit.docker.registry import ensure_image, repository_digest
-    from audit.lock.trust import base_source
+    from audit.lock.trust import base_source, replica_standins
 
     if recipe.base_stage is None:
         ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
@@ -156,8 +156,9 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
     if recipe.base_stage is not None:
         digest = None  # a local build: the base's digest pins the prelude's FROM instead
+    standins = replica_standins(info.labels)
     record = BaseRecord(
-        recipe.recorded_base, info.id, digest, environments, base_source(info.labels)
+        recipe.recorded_base, info.id, digest, environments, base_source(info.labels), standins
     )
     replace_record(root, source, recipe, record)
     return record

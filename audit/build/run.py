@@ -74,6 +74,7 @@ from audit.lock.trust import (
     EXTERNALLY_MANAGED,
     REPLICA_SOURCE,
     externally_managed_failure,
+    source_finding,
     stale_locks_failure,
 )
 
@@ -341,8 +342,8 @@ def execute(
             return outcome
         for build in plan.builds:
             run_smoke(plan, build)
-        if plan.guard:  # one read: the target's trail holds every earlier stage's
-            outcome.reports += _guard_reports(root, recipe, plan)
+        if plan.guard:  # each audited stage's own trail
+            outcome.reports += _guard_reports(root, recipe, plan, record)
         outcome.stages += _stage_images(plan)
         pushed = move_and_push(root, client, plan)
         outcome.pushed += [{"tag": p.tag, "digest": p.digest} for p in pushed if p.pushed]
@@ -353,15 +354,18 @@ def execute(
     return outcome
 
 
-def _guard_reports(root: Path, recipe: Recipe, plan: BuildPlan) -> list[dict[str, str]]:
+def _guard_reports(
+    root: Path, recipe: Recipe, plan: BuildPlan, record: BaseRecord | None = None
+) -> list[dict[str, str]]:
     """Each built audited stage's guard report and SBOM, written from its own image's trail
     (a stage beside the target, on another branch of the stage graph, has a trail of its own;
     a stage the guard does not audit has none)."""
     trails = {b.stage: b for b in plan.builds if recipe.audited(recipe.stage(b.stage))}
+    base = source_finding(recipe.name, recipe.base_ref, record)
     written = []
     for stage in (s.name for s in recipe.stages if s.name in trails):
         trail = read_trail(trails[stage])
-        folder, report = write_trail_reports(root, recipe, stage, trail)
+        folder, report = write_trail_reports(root, recipe, stage, trail, base)
         console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
         write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
         verdict = "fail" if report.failed else "pass"
@@ -420,6 +424,8 @@ def dry_if_replica(
         f"dry build: the base of {recipe.name} is a replica (metadata-only stand-ins): every "
         f"layer installs and the guard judges it; tags end in {DRY_SUFFIX}, latest is not moved"
     )
+    if record.standins:
+        console.stderr.print(f"stand-ins (on no reachable index): {', '.join(record.standins)}")
     return dataclasses.replace(options, dry=True)
 
 

@@ -26,8 +26,8 @@ from audit.history.predict import (
 )
 from audit.lock.files import BaseRecord, base_relpath
 from audit.lock.plan import Survey, survey_locks
-from audit.lock.trust import source_name
-from audit.policy.findings import ERROR, INFO, Finding
+from audit.lock.trust import source_finding
+from audit.policy.findings import ERROR, Finding
 from audit.policy.verdict import check_state
 from audit.project import frontdoor
 from audit.project.paths import find_root, list_images
@@ -157,17 +157,11 @@ def _layer_section(
     return Section(f"{title}: {label}", tuple(findings))
 
 
-BASE_SOURCE_RULE = "base-source"
-
-
 def _source_findings(recipe: Recipe, record: BaseRecord) -> list[Finding]:
     """An info naming where the base record came from, when not from the image itself (a
-    snapshot file taken elsewhere, a replica): every report that shows the base says so."""
-    if record.source is None:
-        return []
-    message = f"the base {recipe.base_ref} is recorded from a {source_name(record.source)}"
-    where = f"{recipe.name} base ({recipe.base_ref})"
-    return [Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(recipe.name)]
+    snapshot file taken elsewhere, a replica and its stand-ins): every report says so."""
+    found = source_finding(recipe.name, recipe.base_ref, record)
+    return [found] if found else []
 
 
 def _base_findings(

@@ -51,12 +51,19 @@ from audit.history.snapshot import canonical_name
 from audit.history.system import System
 from audit.lock.files import BaseRecord, base_relpath
 from audit.lock.plan import LockState, read_locks, survey_locks
-from audit.lock.trust import source_name
+from audit.lock.trust import describe_source, source_finding
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import Policy, Waiver
-from audit.policy.rules import CHANGE_RULES
+from audit.policy.rules import CHANGE_RULES, STATE_RULES
 from audit.policy.system_rules import evaluate_system
-from audit.policy.verdict import Scope, WaiverLedger, change_key, evaluate, waiver_matches
+from audit.policy.verdict import (
+    Scope,
+    WaiverLedger,
+    change_key,
+    check_state,
+    evaluate,
+    waiver_matches,
+)
 from audit.project import frontdoor
 from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage, Step
@@ -481,7 +488,7 @@ def _base_section(
     title = section_title(name, "base image")
     old_ref = old.recipe.base_ref if old.recipe else None
     if old.base_record == new.base_record and old_ref == new.recipe.base_ref:
-        return Section(title, ()), set()
+        return Section(title, _source_note(name, new)), set()
     stale = _stale_base(name, new)
     if stale is not None:  # the snapshot is of another image: predicting from it means nothing
         both = (_base_identity(old, new, f"{name} base image"), stale)
@@ -493,8 +500,31 @@ def _base_section(
         _recorded_system(old), _recorded_system(new), policy, where=where, today=today
     )
     identity = _base_identity(old, new, where)
-    located = tuple(f.located(name) for f in (identity, *found))
+    shown = _still_broken(found, new, policy, where)
+    located = tuple(f.located(name) for f in (identity, *shown))
     return Section(title, located), {finding_key(f) for f in found}
+
+
+def _still_broken(found: list[Finding], side: Side, policy: Policy, where: str) -> list[Finding]:
+    """The base's findings without the state rules its image's last stage no longer breaks (a
+    base holding the FlashInfer a later layer replaces): audit-deps' rule for the base. Their
+    keys stay reported, so no stage repeats them."""
+    if not side.stages:
+        return found
+    envs = side.base_record.environments if side.base_record else ()
+    markers = envs[0].markers if envs else None
+    final = list(side.stages.values())[-1]
+    still = {(f.rule, f.package) for f in check_state(final, policy, where=where, markers=markers)}
+    return [f for f in found if f.rule not in STATE_RULES or (f.rule, f.package) in still]
+
+
+def _source_note(name: str, side: Side) -> tuple[Finding, ...]:
+    """An unchanged base recorded elsewhere than in the image (a replica, a snapshot file):
+    the info audit-deps shows for it, with the stand-ins."""
+    if side.recipe is None:
+        return ()
+    found = source_finding(name, side.recipe.base_ref, side.base_record)
+    return (found,) if found else ()
 
 
 def _recorded_system(side: Side) -> System | None:
@@ -529,7 +559,7 @@ def _base_identity(old: Side, new: Side, where: str) -> Finding:
         record = side.base_record
         recorded = f"image id {record.image_id}" if record else "no base snapshot"
         if record and record.source:
-            recorded += f", {source_name(record.source)}"
+            recorded += f", {describe_source(record)}"
         return f"{side.recipe.base_ref} ({recorded})"
 
     message = f"base image changed: {describe(old)} -> {describe(new)}"

@@ -105,6 +105,7 @@ class BaseRecord:
     repo_digest: str | None
     environments: tuple[Environment, ...]
     source: str | None = None  # None: snapshotted from the image here; "snapshot-file": elsewhere
+    standins: tuple[str, ...] = ()  # a replica's pins no index carried (``name==version``)
 
 
 def lock_relpath(recipe: Recipe, step: Step) -> str:
@@ -155,6 +156,8 @@ def render_base(record: BaseRecord) -> str:
     }
     if record.source is not None:  # written only when set: older records keep their bytes
         document["source"] = record.source
+    if record.standins:  # likewise
+        document["standins"] = list(record.standins)
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
 
 
@@ -401,6 +404,7 @@ def _verify_base(data: bytes, where: str) -> BaseRecord:
             _optional(document["repo_digest"]),
             environments,
             _optional(document.get("source")),
+            _standins(document.get("standins", []), where),
         )
     except KeyError as exc:
         raise LockError(f"{where}: missing key {exc}", rerecord_hint()) from exc
@@ -410,6 +414,12 @@ def _verify_base(data: bytes, where: str) -> BaseRecord:
 
 def _optional(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _standins(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise LockError(f"{where}: standins: not a list of name==version", rerecord_hint())
+    return tuple(value)
 
 
 def read_base(source: Source, relpath: str) -> BaseRecord:

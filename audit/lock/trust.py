@@ -27,6 +27,7 @@ from typing import Protocol
 
 from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError
 from audit.lock.files import BaseRecord, base_relpath
+from audit.policy.findings import INFO, Finding
 from audit.project import frontdoor
 from audit.recipe.model import Recipe, Step
 
@@ -57,6 +58,9 @@ MACHINES = {
 SNAPSHOT_SOURCE = "snapshot-file"
 REPLICA_SOURCE = "replica"
 REPLICA_LABEL = "io.layer-audit.replica"  # set on images ``base-image --replica`` makes
+# on a replica: the pins no index carried (``name==version``, comma-separated), stand-ins whose
+# metadata came from --metadata-from or is empty; ``lock --record-base`` copies them to base.json
+REPLICA_STANDINS_LABEL = f"{REPLICA_LABEL}.standins"
 SOURCE_NAMES = {
     None: "snapshot of the image",
     SNAPSHOT_SOURCE: "snapshot file taken elsewhere",
@@ -73,6 +77,34 @@ def base_source(labels: Mapping[str, str]) -> str | None:
 def source_name(source: str | None) -> str:
     """How reports name where a base record came from."""
     return SOURCE_NAMES.get(source, source or SOURCE_NAMES[None])
+
+
+def replica_standins(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The stand-ins a replica's labels name (``name==version``, sorted); () when none."""
+    text = labels.get(REPLICA_STANDINS_LABEL, "") if base_source(labels) else ""
+    return tuple(sorted(pin for pin in text.split(",") if pin))
+
+
+BASE_SOURCE_RULE = "base-source"
+
+
+def source_finding(image: str, base_ref: str, record: BaseRecord | None) -> Finding | None:
+    """The info every report shows for a base recorded elsewhere than in the image itself (a
+    snapshot file, a replica with its stand-ins); None for a base snapshotted in the image."""
+    if record is None or record.source is None:
+        return None
+    message = f"the base {base_ref} is recorded from a {describe_source(record)}"
+    where = f"{image} base ({base_ref})"
+    return Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(image)
+
+
+def describe_source(record: BaseRecord) -> str:
+    """Where a base record came from, as every report says it: the route and, for a replica,
+    the stand-ins for what no reachable index carries (``replica: …; stand-ins: vllm==…``)."""
+    named = source_name(record.source)
+    if not record.standins:
+        return named
+    return f"{named}; stand-ins (on no reachable index): {', '.join(record.standins)}"
 
 
 EXTERNALLY_MANAGED = "externally-managed-environment"  # pip's error name (PEP 668)

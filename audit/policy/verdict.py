@@ -563,7 +563,8 @@ def evaluate(
     assert pair.before is before and pair.after is after, "compared is of another pair"
     changes = pair.changes
     moved = {c.name for c in changes}
-    kept = [_kept_override(n, after, markers, where) for n in declared if n not in moved]
+    held = _held_with(declared, moved, after, markers or {})
+    kept = [_kept_override(n, after, markers, where, held) for n in declared if n not in moved]
     findings = [f for f in kept if f is not None] + [
         _override(c, after, markers, where)
         if c.name in declared
@@ -640,17 +641,82 @@ def _override(
     return Finding("override", WARNING, change.name, old, new, message, where)
 
 
+def _held_with(
+    declared: Collection[str], moved: Collection[str], after: Env, markers: Mapping[str, str]
+) -> dict[str, str]:
+    """Overrides kept because another live override pins them exactly, each with what pins it.
+
+    A live override is one the step moves, or keeps against a requirement it breaks. Whatever a
+    live override requires ``==`` its installed version moved with it in the resolution the
+    override undoes (``nvidia-cutlass-dsl`` 4.8.1 brings its ``-libs-*`` 4.8.1), so an override
+    of that pin is part of the same re-pin, not a dead entry; followed transitively."""
+    if not declared:
+        return {}
+    names = set(declared)
+    live = [  # sorted: which live override names a held one is the same on every run
+        n
+        for n in sorted(names, reverse=True)
+        if n in moved or (n in after and broken_requirements(after, n, markers))
+    ]
+    held: dict[str, str] = {}
+    while live:
+        dist = after.get(live.pop())
+        if dist is None:
+            continue
+        for text in dist.requires_dist or ():
+            requirement = _exact_pin(text, markers)
+            if requirement is None:
+                continue
+            pinned = canonical_name(requirement.name)
+            if pinned not in names or pinned in held or pinned in moved or pinned == dist.name:
+                continue
+            kept = after.get(pinned)
+            if kept is not None and requirement.specifier.contains(kept.version, prereleases=True):
+                held[pinned] = f"{dist.raw_name or dist.name} {dist.version} requires {text}"
+                live.append(pinned)
+    return held
+
+
+def _exact_pin(text: str, markers: Mapping[str, str]) -> Requirement | None:
+    """``text`` parsed when it is one ``==`` pin that applies under ``markers`` (no extras)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if "==" not in text:
+        return None
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return None
+    specs = list(requirement.specifier)
+    if len(specs) != 1 or specs[0].operator != "==":
+        return None
+    marker = requirement.marker
+    applies = marker is None or not markers or marker.evaluate(dict(markers, extra=""))
+    return requirement if applies else None
+
+
 def _kept_override(
-    name: str, after: Env, markers: Mapping[str, str] | None, where: str
+    name: str,
+    after: Env,
+    markers: Mapping[str, str] | None,
+    where: str,
+    held: Mapping[str, str] | None = None,
 ) -> Finding | None:
     """An override the step did not move: it keeps what was installed against a requirement
-    that wants another version, or it changes nothing (a warning that says so)."""
+    that wants another version, or together with another override that pins it exactly
+    (:func:`_held_with`), or it changes nothing (a warning that says so)."""
     dist = after.get(name)
     if dist is None:
         return _no_op(name, None, "this step leaves it uninstalled", where)
     broken = broken_requirements(after, name, markers or {})
     if broken:
         message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
+        return Finding("override", WARNING, name, dist.version, dist.version, message, where)
+    if held and name in held:
+        message = (
+            f"{name} kept at {dist.version} on purpose (override), with the override it "
+            f"belongs to: {held[name]}"
+        )
         return Finding("override", WARNING, name, dist.version, dist.version, message, where)
     if all(d.requires_dist is not None for d in after.values()):  # else: cannot be told
         why = "the step does not move it and no installed package requires another version"

@@ -8,7 +8,8 @@ Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing
     _guard/base.json       locks/<image>/base.json: what the first layer is compared with
                            (absent until ``lock`` recorded it; the guard then refuses)
     _guard/lib/audit/      the pure modules the guard judges with (VENDORED: the errors,
-                           the policy package, the history model, the lock format), each
+                           the policy package, the history model, the lock format, the
+                           loader model), each
                            subject package with a one-line __init__ of its own
     _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
 
@@ -38,6 +39,9 @@ VENDORED = (
     "errors", "history/debversion", "history/diff", "history/model", "history/snapshot",
     "history/system", "lock/format", "policy/findings", "policy/judge", "policy/model",
     "policy/presets", "policy/rules", "policy/system_rules", "policy/verdict",
+    # the loader model, which shadowed-native and the versioned-symbol rule run in the build
+    "native/bridge", "native/catalog", "native/elf", "native/fsview", "native/ldcache",
+    "native/process", "native/pyrules", "native/scene", "native/search", "native/versions",
 )  # fmt: skip
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent

@@ -198,6 +198,7 @@ def test_base_record_round_trip_and_changes() -> None:
     assert parse_base(render_base(new).encode(), "base.json") == new
     assert base_changes(old, new) == [
         "image id sha256:1 -> sha256:2",
+        "/usr/bin/python3: 0 added, 0 removed, 1 changed (1 -> 1 distributions)",
         "/usr/bin/python3: pip 23.0 -> 24.0",
     ]
 

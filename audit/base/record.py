@@ -142,7 +142,7 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     file lock); print what changed."""
     from audit.docker import host as docker_host
     from audit.docker.registry import ensure_image, repository_digest
-    from audit.lock.trust import base_source, replica_standins
+    from audit.lock.trust import base_source, platform_refusal, replica_standins
 
     if recipe.base_stage is None:
         ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
@@ -160,6 +160,9 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     record = BaseRecord(
         recipe.recorded_base, info.id, digest, environments, base_source(info.labels), standins
     )
+    refusal = platform_refusal(recipe, record, f"{recipe.base_ref} ({info.os}/{info.architecture})")
+    if refusal is not None:
+        raise refusal
     replace_record(root, source, recipe, record)
     return record
 

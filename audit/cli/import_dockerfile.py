@@ -294,7 +294,7 @@ def write_recipe(
 
 
 def _write(folder: Path, plan: ImportPlan, copies: dict[str, list[tuple[str, Path]]]) -> None:
-    (folder / "requirements").mkdir(parents=True)
+    folder.mkdir(parents=True)  # requirements/ only with a pip layer's file: none stays empty
     atomic.write_text(folder / "image.toml", plan.recipe_toml())
     for relpath, data in [*plan.requirements.items(), *plan.files.items()]:
         (folder / relpath).parent.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ def handle(args: argparse.Namespace) -> int:
     spec = args.spec or _default_spec()
     plan = plan_scaffold(read_tree(root), args.image, spec, force=args.force)
     write_plan(root, plan)
-    show(root, plan)
+    show(root, plan, args.image)
     return EXIT_OK
 
 
@@ -91,9 +91,12 @@ def write_plan(root: Path, plan: list[PlannedFile]) -> None:
                 atomic.write_bytes(path, planned.data)
     except (OSError, AuditError) as exc:
         _remove(created)
+        why = exc.message if isinstance(exc, AuditError) else str(exc)
         raise EnvironmentProblem(
-            f"{root}: layer-audit init could not write its files ({exc}); nothing was changed",
-            "run it in a folder you can write to (a clone of your repository)",
+            f"{root}: layer-audit init could not write its files ({why}); nothing was changed",
+            exc.hint
+            if isinstance(exc, AuditError) and exc.hint
+            else "run it in a folder you can write to (a clone of your repository)",
         ) from exc
 
 
@@ -133,8 +136,9 @@ def read_tree(root: Path) -> Callable[[str], bytes | None]:
     return read
 
 
-def show(root: Path, plan: list[PlannedFile]) -> None:
-    """One line per file: what init did with it, then what to run next."""
+def show(root: Path, plan: list[PlannedFile], image: str) -> None:
+    """One line per file: what init did with it, then what to run next (for ``image``, the
+    recipe it wrote)."""
     colour = {Action.CREATE: "green", Action.OVERWRITE: "yellow", Action.APPEND: "green"}
     for planned in plan:
         style = colour.get(planned.action, "dim")
@@ -145,5 +149,6 @@ def show(root: Path, plan: list[PlannedFile]) -> None:
             f"[yellow]{len(kept)} file(s) kept as they were[/]: --force replaces them"
         )
     console.stdout.print(
-        f"next: cd {escape(str(root))} && layer-audit render <image> && layer-audit lock <image>"
+        f"next: cd {escape(str(root))} && layer-audit render {escape(image)} && "
+        f"layer-audit lock {escape(image)}"
     )

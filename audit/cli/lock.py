@@ -57,6 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its platform and Python version match the base)",
     )
     add(
+        "--build-on-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="allow this package's source distribution to be built on this machine (its build "
+        "code runs here) when no wheel fits the target; without it, uv and --host take wheels "
+        "only and refuse such a package by name; repeatable",
+    )
+    add(
         "--upgrade",
         action="store_true",
         help="move every layer's own pins to the newest versions allowed (what the base and "
@@ -116,6 +125,7 @@ def options_from(args: argparse.Namespace) -> LockOptions:
     from pathlib import Path
 
     from audit.base.record import BaseOptions, SnapshotFile
+    from audit.lock.host_builds import HostBuilds
     from audit.lock.plan import Upgrade, parse_upgrade_package
     from audit.lock.workflow import LockOptions
 
@@ -127,7 +137,7 @@ def options_from(args: argparse.Namespace) -> LockOptions:
     packages = dict(parse_upgrade_package(text) for text in args.upgrade_package)
     return LockOptions(
         args.image, args.stage, args.check, args.host, args.docker, args.resolver,
-        Upgrade(args.upgrade, packages), base, args.fmt,
+        Upgrade(args.upgrade, packages), base, args.fmt, HostBuilds.of(args.build_on_host),
     )  # fmt: skip
 
 

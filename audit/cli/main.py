@@ -61,6 +61,18 @@ EXIT_CODES = (
 )
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's, except that a paragraph never breaks a path at a hyphen or inside a word."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(
+            " ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+            break_on_hyphens=False, break_long_words=False,
+        )  # fmt: skip
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits with the contract's bad-input code instead of printing usage twice."""
 
@@ -100,7 +112,10 @@ def _without_project(argv: Sequence[str]) -> list[str]:
 
 def build_parser(argv: Sequence[str] = (), prog: str = PROG) -> argparse.ArgumentParser:
     """The parser of ``prog``; ``--project DIR`` is accepted before or after the command."""
-    parser = _Parser(prog=prog, description=DESCRIPTION, epilog=EXIT_CODES)
+    from audit.project.docs import docs_line
+
+    epilog = "; ".join(filter(None, (EXIT_CODES, docs_line())))
+    parser = _Parser(prog=prog, description=DESCRIPTION, epilog=epilog, formatter_class=_Formatter)
     parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--project", metavar="DIR", type=Path, help=PROJECT_HELP)
     parser.add_argument("--docker-host", metavar="URL", help=DOCKER_HOST_HELP)

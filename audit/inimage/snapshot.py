@@ -78,6 +78,23 @@ def _uname() -> tuple[str, str, str, str]:
     return platform.system(), platform.release(), platform.version(), platform.machine()
 
 
+# platform_machine -> the architecture (and variant) of an image platform (the host's
+# audit/history/snapshot.py holds the same table)
+ARCHITECTURES = {
+    "x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+    "armv7l": "arm/v7", "armv6l": "arm/v6", "i386": "386", "i686": "386",
+    "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
+}  # fmt: skip
+
+
+def platform_of(markers: dict[str, str]) -> str:
+    """``linux/arm64`` from the markers; "" for a machine no image platform names."""
+    arch = ARCHITECTURES.get(markers.get("platform_machine", ""))
+    if arch is None:
+        return ""
+    return "%s/%s" % ((markers.get("platform_system") or "Linux").lower(), arch)
+
+
 def python_version() -> str:
     return sys.version.split()[0]
 
@@ -919,13 +936,17 @@ def snapshot(
     ``libraries`` adds file name prefixes to the CUDA family's (a recipe's own libraries)."""
     sites = site_directories(path, script_dir)
     pairs = described(sites)
+    markers = environment_markers()
     environment: dict[str, object] = {
         "interpreter": sys.executable,
         "python": python_version(),
-        "markers": environment_markers(),
+        "markers": markers,
         "paths": sites,
         "distributions": [record for record, _ in pairs],
     }
+    platform = platform_of(markers)
+    if platform:
+        environment["platform"] = platform
     libc = libc_version()
     if libc:
         environment["libc"] = libc

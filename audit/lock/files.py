@@ -40,7 +40,12 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from audit.errors import LockError, SnapshotError
-from audit.history.snapshot import Environment, dump_snapshot, snapshot_from_document
+from audit.history.snapshot import (
+    Environment,
+    dump_snapshot,
+    environment_platform,
+    snapshot_from_document,
+)
 from audit.lock.format import LockFormatError, Pin
 from audit.lock.format import parse_pins as parse_body
 from audit.project import frontdoor
@@ -430,21 +435,71 @@ def read_base(source: Source, relpath: str) -> BaseRecord:
 
 
 def base_changes(old: BaseRecord | None, new: BaseRecord) -> list[str]:
-    """Human lines saying what a re-recorded base changed (image id and distributions)."""
+    """Human lines saying what a re-recorded base changed, [] when nothing did: the platform,
+    the image id, each interpreter recorded anew or no longer, and for each interpreter kept its
+    Python and C library, the counts of distributions added, removed and changed, then each."""
     if old is None:
-        return [f"recorded {new.image} ({new.image_id})"]
-    lines = [f"image id {old.image_id} -> {new.image_id}"] if old.image_id != new.image_id else []
-    olds = {env.interpreter: env.winners() for env in old.environments}
-    for env in new.environments:
-        lines += _winner_changes(env.interpreter, olds.get(env.interpreter, {}), env.winners())
+        return [f"recorded {new.image} ({new.image_id})"] + [
+            f"{env.interpreter}: {_described(env)}" for env in new.environments
+        ]
+    lines = _platform_change(old, new)
+    lines += [f"image id {old.image_id} -> {new.image_id}"] if old.image_id != new.image_id else []
+    olds = {env.interpreter: env for env in old.environments}
+    news = {env.interpreter: env for env in new.environments}
+    lines += [f"{path}: no longer recorded (was {_described(env)})"
+              for path, env in olds.items() if path not in news]  # fmt: skip
+    for path, env in news.items():
+        before = olds.get(path)
+        if before is None:
+            lines.append(f"{path}: newly recorded ({_described(env)})")
+        else:
+            lines += _environment_changes(before, env)
     return lines
 
 
-def _winner_changes(interpreter: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    lines = []
+def _described(env: Environment) -> str:
+    """``Python 3.11.2, 12 distributions``."""
+    count = len(env.winners())
+    return f"Python {env.python}, {count} distribution{'s' * (count != 1)}"
+
+
+def _platform_change(old: BaseRecord, new: BaseRecord) -> list[str]:
+    """``platform linux/amd64 -> linux/arm64`` when the records' platforms differ (one that
+    does not say is ``unknown``)."""
+    before, after = (_record_platform(record) for record in (old, new))
+    return [f"platform {before} -> {after}"] if before != after else []
+
+
+def _record_platform(record: BaseRecord) -> str:
+    found = sorted({environment_platform(env) or "unknown" for env in record.environments})
+    return ", ".join(found) or "unknown"
+
+
+def _environment_changes(old: Environment, new: Environment) -> list[str]:
+    path = new.interpreter
+    lines = [f"{path}: Python {old.python} -> {new.python}"] if old.python != new.python else []
+    if old.libc != new.libc:
+        lines.append(f"{path}: libc {old.libc or 'unknown'} -> {new.libc or 'unknown'}")
+    moved = _winner_changes(old.winners(), new.winners())
+    if moved:
+        added = sum(1 for _, before, _ in moved if before is None)
+        removed = sum(1 for _, _, after in moved if after is None)
+        counts = f"{len(old.winners())} -> {len(new.winners())} distributions"
+        lines.append(f"{path}: {added} added, {removed} removed, "
+                     f"{len(moved) - added - removed} changed ({counts})")  # fmt: skip
+        lines += [f"{path}: {name} {before or '(absent)'} -> {after or '(absent)'}"
+                  for name, before, after in moved]  # fmt: skip
+    return lines
+
+
+def _winner_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any]
+) -> list[tuple[str, str | None, str | None]]:
+    """(name, version before or None, version after or None) of every winner that moved."""
+    moved = []
     for name in sorted(set(old) | set(new)):
         before = old[name].version if name in old else None
         after = new[name].version if name in new else None
         if before != after:
-            lines.append(f"{interpreter}: {name} {before or '(absent)'} -> {after or '(absent)'}")
-    return lines
+            moved.append((name, before, after))
+    return moved

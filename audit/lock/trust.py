@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError
+from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError, SnapshotError
+from audit.history.snapshot import environment_platform
 from audit.lock.files import BaseRecord, base_relpath
 from audit.policy.findings import INFO, Finding
 from audit.project import frontdoor
@@ -45,16 +46,6 @@ class LockState(Protocol):
     def reason(self) -> str: ...
 
 
-# platform_machine (what the snapshot's PEP 508 markers say) -> the platform's architecture
-MACHINES = {
-    "x86_64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
 SNAPSHOT_SOURCE = "snapshot-file"
 REPLICA_SOURCE = "replica"
 REPLICA_LABEL = "io.layer-audit.replica"  # set on images ``base-image --replica`` makes
@@ -125,15 +116,28 @@ def digest_part(reference: str) -> str:
 
 
 def recorded_platform(record: BaseRecord) -> str | None:
-    """``linux/<arch>`` from the recorded markers; None when they do not say (hand-made records)."""
-    platforms = set()
-    for environment in record.environments:
-        system = environment.markers.get("platform_system", "Linux").lower()
-        arch = MACHINES.get(environment.markers.get("platform_machine", ""))
-        if arch is None:
-            return None
-        platforms.add(f"{system}/{arch}")
-    return platforms.pop() if len(platforms) == 1 else None
+    """``linux/<arch>`` the record's environments were recorded on (each snapshot's own
+    ``platform``, else its markers); None when they do not say (hand-made records) or differ."""
+    platforms = {environment_platform(environment) for environment in record.environments}
+    return platforms.pop() if len(platforms) == 1 and "" not in platforms else None
+
+
+def platform_refusal(recipe: Recipe, record: BaseRecord, what: str) -> SnapshotError | None:
+    """Exit 2 naming both platforms when ``record`` (``what``: where its snapshot came from)
+    was taken on another platform than the recipe targets; None when they agree or the
+    snapshot does not say. Checked before a record is written: nothing is replaced."""
+    platform = recorded_platform(record)
+    if platform is None or platform == recipe.platform:
+        return None
+    machines = sorted({env.markers.get("platform_machine", "?") for env in record.environments})
+    return SnapshotError(
+        f"{what} is a snapshot of {platform} (platform_machine {', '.join(machines)}), but "
+        f"{recipe.source.as_posix()} targets {recipe.platform} (image.platform): its locks "
+        "would pin wheels for the wrong machine",
+        f"take the snapshot in the {recipe.platform} image (docker run --platform "
+        f"{recipe.platform} …), or set platform under [image] to {platform} if that is the "
+        "image's",
+    )
 
 
 def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from audit.base.record import BaseOptions, before_lock
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.host import console
+from audit.lock.host_builds import HostBuilds
 from audit.lock.plan import LockState, Survey, Upgrade, pip_steps, survey_locks
 from audit.lock.stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
 from audit.policy.findings import Finding
@@ -52,6 +53,7 @@ class LockOptions:
     upgrade: Upgrade = field(default_factory=Upgrade)
     base: BaseOptions = field(default_factory=BaseOptions)
     fmt: str = "text"
+    builds: HostBuilds = field(default_factory=HostBuilds)  # sdists it may build here
 
     @property
     def quiet(self) -> bool:
@@ -316,7 +318,7 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
     record, base_digest = survey.base
     where = source.describe(base_relpath(recipe))
     base_pins = base_constraints(record, recipe.interpreters[0], where)
-    backend = select(recipe, record, host=options.host)
+    backend = select(recipe, record, host=options.host, builds=options.builds)
     ahead = read_ahead_inputs(source, recipe, states, base_digest, resolver=backend.label,
                               upgrade=options.upgrade)  # fmt: skip
     # the read-ahead starts first: the runner's own imports and setup happen while it fetches

@@ -16,7 +16,8 @@ from audit.project.paths import build_dir
 from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
-from audit.render.guard import FILE_MODE, GUARD_DIR, guard_files
+from audit.render import packaging_copy
+from audit.render.guard import FILE_MODE, GUARD_DIR, base_pythons, guard_files
 from audit.render.plan import MANIFEST, ContextFile, RenderResult, plan_context, select_stages
 from audit.render.stages import BuildArgs
 
@@ -96,7 +97,8 @@ def _remove_empty_parents(folder: Path, context: Path) -> None:
 def write_guard_context(root: Path, recipe: Recipe, context: Path) -> Path:
     """Write ``<context>/_guard/`` (removing files no longer part of it); return the folder."""
     folder = context / GUARD_DIR
-    files = guard_files(root, recipe)
+    copy = packaging_copy.copy_for(base_pythons(root, recipe))
+    files = guard_files(root, recipe, copy)
     for relpath, data in files.items():
         atomic.write_bytes(folder / relpath, data)
         # mkstemp makes 0600 files: a RUN under a non-root USER could not read them.

@@ -13,6 +13,9 @@ exit code) or lets ``lock`` go on (None):
 - recording from the image a base whose first interpreter (the one pip layers install with) is
   externally managed (PEP 668) while the recipe does not set ``break_system_packages``: exit 2
   naming the setting (one probe container, only when recording).
+- a base without Python (``base_stage``): the prelude is built first (:mod:`audit.build.prelude`)
+  and recorded in its place; the record names it ``<base>+<stage>`` and no repository digest
+  (the base's own digest pins the prelude's FROM, where BuildKit enforces it).
 
 Invariant: a refusal writes nothing.
 """
@@ -81,6 +84,10 @@ def before_lock(root: Path, source: Source, recipe: Recipe, options: BaseOptions
         from audit.docker.registry import ensure_image  # printed, by digest when pinned
 
         ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
+        if recipe.base_stage is not None:
+            from audit.build.prelude import build_prelude
+
+            build_prelude(root, recipe, f"recording the base of {recipe.name}")
         if not recipe.break_system_packages:
             refuse_externally_managed(recipe)
     return None
@@ -137,14 +144,21 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     from audit.docker.registry import ensure_image, repository_digest
     from audit.lock.trust import base_source, platform_refusal, replica_standins
 
-    ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
-    console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
-    info = docker_host.image_info(recipe.base_ref)
+    if recipe.base_stage is None:
+        ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
+    else:
+        from audit.build.prelude import ensure_prelude
+
+        ensure_prelude(root, recipe, f"recording the base of {recipe.name}")
+    console.stderr.print(f"recording the base snapshot of {recipe.recorded_ref}")
+    info = docker_host.image_info(recipe.recorded_ref)
     environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
+    if recipe.base_stage is not None:
+        digest = None  # a local build: the base's digest pins the prelude's FROM instead
     standins = replica_standins(info.labels)
     record = BaseRecord(
-        recipe.base, info.id, digest, environments, base_source(info.labels), standins
+        recipe.recorded_base, info.id, digest, environments, base_source(info.labels), standins
     )
     refusal = platform_refusal(recipe, record, f"{recipe.base_ref} ({info.os}/{info.architecture})")
     if refusal is not None:
@@ -160,7 +174,7 @@ def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
     mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
     try:
         out = docker_host.run_in_image(
-            recipe.base_ref,
+            recipe.recorded_ref,
             [interpreter, SNAPSHOT_TARGET],
             mounts=[mount],
             network="none",
@@ -170,7 +184,7 @@ def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
         )
     except EnvironmentProblem as exc:
         raise missing_interpreter(recipe, interpreter, exc) or exc from exc
-    found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.base_ref}")
+    found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.recorded_ref}")
     return dataclasses.replace(found[0], interpreter=interpreter)
 
 
@@ -185,8 +199,9 @@ def missing_interpreter(
         return None
     return RecipeError(
         f"{recipe.source}: image.interpreters",
-        f"{interpreter} does not exist in {recipe.base_ref}",
-        "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python); "
+        f"{interpreter} does not exist in {recipe.recorded_ref}",
+        "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python), or (a base "
+        "without Python) the stage that installs one as base_stage; "
         f"{frontdoor.command('audit-deps', '--image REF')} lists the environments it finds",
     )
 
@@ -199,7 +214,7 @@ def refuse_externally_managed(recipe: Recipe) -> None:
     interpreter = recipe.interpreters[0]
     try:
         out = docker_host.run_in_image(
-            recipe.base_ref,
+            recipe.recorded_ref,
             [interpreter, "-c", PEP668_PROBE],
             network="none",
             platform=recipe.platform,
@@ -210,7 +225,7 @@ def refuse_externally_managed(recipe: Recipe) -> None:
     if out.strip() == "1":
         raise RecipeError(
             f"{recipe.source.as_posix()}: image.interpreters[1]",
-            f"{interpreter} in {recipe.base_ref} is externally managed (PEP 668): pip "
+            f"{interpreter} in {recipe.recorded_ref} is externally managed (PEP 668): pip "
             "layers would fail with externally-managed-environment",
             "set break_system_packages = true under [image] (pip layers then install with "
             "PIP_BREAK_SYSTEM_PACKAGES=1), or name a virtual environment's Python first",

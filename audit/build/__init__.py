@@ -1,6 +1,8 @@
 """Build: a recipe's BuildKit builds with the guard (``plan`` decides them, ``run`` runs
 them, ``progress`` reads BuildKit's output, ``trail`` keeps what the guard wrote,
-``provenance`` gathers the labels).
+``provenance`` gathers the labels, ``prelude`` builds a Python-less base's prelude for
+``lock``), and the user's own Dockerfile built unchanged, walked and tagged on a pass
+(``dockerfile``).
 
-Edge: run, progress, trail, provenance, dockerfile
+Edge: run, progress, trail, provenance, prelude, dockerfile
 """

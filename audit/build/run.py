@@ -297,9 +297,23 @@ def move_and_push(root: Path, client: DockerClient, plan: BuildPlan) -> tuple[re
 
 
 def remove_temporary(plan: BuildPlan) -> None:
-    for build in plan.builds:
+    for build in [*plan.builds, *([plan.prelude] if plan.prelude else [])]:
         with contextlib.suppress(EnvironmentProblem):
             docker_host.remove_image(build.temp_ref)
+
+
+def build_prelude(
+    recipe: Recipe, plan: BuildPlan, env: Mapping[str, str], log: BuildLog
+) -> None:
+    """A base without Python: build ``base_stage`` (no guard: nothing to audit yet), tag it
+    as the image the base record describes, and check it against the record before any guarded
+    layer (the prelude built again is the same base when its Python environments are)."""
+    prelude = plan.prelude
+    assert prelude is not None
+    run_stage_build(recipe, prelude, env, log)
+    image = docker_host.daemon().images.get(prelude.temp_ref)
+    repository, _, tag = recipe.recorded_ref.rpartition(":")
+    image.tag(repository, tag)
 
 
 def execute(
@@ -313,6 +327,9 @@ def execute(
     log = BuildLog(root / "build" / "reports" / recipe.name / "build.log", [])
     outcome = BuildOutcome(recipe.name, plan.platform, log.path, [], [], [])
     try:
+        if plan.prelude is not None:
+            build_prelude(recipe, plan, env, log)
+            verify_base(recipe, record)  # before the first guarded layer
         for build in plan.builds:
             run_stage_build(recipe, build, env, log)
         if plan.multi_platform:
@@ -325,7 +342,7 @@ def execute(
             return outcome
         for build in plan.builds:
             run_smoke(plan, build)
-        if plan.guard:  # one read: the target's trail holds every earlier stage's
+        if plan.guard:  # each audited stage's own trail
             outcome.reports += _guard_reports(root, recipe, plan, record)
         outcome.stages += _stage_images(plan)
         pushed = move_and_push(root, client, plan)
@@ -340,12 +357,14 @@ def execute(
 def _guard_reports(
     root: Path, recipe: Recipe, plan: BuildPlan, record: BaseRecord | None = None
 ) -> list[dict[str, str]]:
-    """Each built stage's guard report and SBOM, written from the target's trail."""
-    trail = read_trail(plan.builds[0])
-    built = {build.stage for build in plan.builds}
+    """Each built audited stage's guard report and SBOM, written from its own image's trail
+    (a stage beside the target, on another branch of the stage graph, has a trail of its own;
+    a stage the guard does not audit has none)."""
+    trails = {b.stage: b for b in plan.builds if recipe.audited(recipe.stage(b.stage))}
     base = source_finding(recipe.name, recipe.base_ref, record)
     written = []
-    for stage in (s.name for s in recipe.stages if s.name in built):
+    for stage in (s.name for s in recipe.stages if s.name in trails):
+        trail = read_trail(trails[stage])
         folder, report = write_trail_reports(root, recipe, stage, trail, base)
         console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
         write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
@@ -367,8 +386,8 @@ def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> BaseRe
     """Before any Docker work: every lock up to the target is fresh (the ``lock --check`` rule,
     a base record of another base included), else exit 1; the guard needs the base snapshot.
     Returns the base record the survey read (None when there is none): the build's one read."""
-    last = target_stages(recipe, options.stage)[0]
-    wanted = {s.slug for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)}
+    until = target_stages(recipe, options.stage)[0] if options.stage else None
+    wanted = {s.slug for s in recipe.steps(until=until) if isinstance(s.layer, PipLayer)}
     survey = survey_locks(source, recipe)
     states = [state for state in survey.states if state.step.slug in wanted]
     failure = stale_locks_failure(recipe, states)
@@ -385,7 +404,7 @@ def build_image(root: Path, options: BuildOptions) -> BuildOutcome:
     recipe = load_recipe(source, options.image)
     record = check_locks(source, recipe, options)
     options = dry_if_replica(record, recipe, options)
-    render(root, recipe, stage=options.stage)
+    render(root, recipe, stage=options.stage)  # build arguments reach BuildKit as flags
     return run_build(root, recipe, options, build_dir(root, recipe.name), record)
 
 
@@ -431,5 +450,6 @@ def run_build(
         )
         if not plan.multi_platform:  # buildx pulls each platform's base itself
             check_base(recipe, plan.arch, client)
-            verify_base(recipe, record)  # before layer 1: the base is the one base.json recorded
+            if plan.prelude is None:  # else after the prelude is built, in execute
+                verify_base(recipe, record)  # before layer 1: the base is the one recorded
         return execute(root, recipe, plan, client, record)

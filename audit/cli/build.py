@@ -22,6 +22,7 @@ from audit.errors import EXIT_OK, UsageError
 from audit.host import console
 from audit.project import paths
 from audit.redact import redact_json
+from audit.render.stages import parse_build_arg
 
 DEFAULT_IMAGE = "demo"
 FORMATS = ("table", "json")
@@ -42,8 +43,33 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--stage",
+        "--target",
         metavar="vK",
-        help="build stages v1 up to vK and tag vK only (default: every stage, each tagged)",
+        help="build what stage vK (or the Dockerfile stage name its target gives) needs and "
+        "tag vK only (default: every stage, each tagged)",
+    )
+    parser.add_argument(
+        "--build-arg",
+        dest="build_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value for one of the recipe's build arguments ([args], arg layers; repeatable)",
+    )
+    parser.add_argument(
+        "--secret",
+        dest="secrets",
+        action="append",
+        default=[],
+        metavar="id=ID,src=FILE",
+        help="a secret a layer's secret mount reads, passed to BuildKit as it is (repeatable)",
+    )
+    parser.add_argument(
+        "--ssh",
+        action="append",
+        default=[],
+        metavar="ID[=SOCKET]",
+        help="an SSH agent for a layer's ssh mount, passed to BuildKit (repeatable)",
     )
     parser.add_argument(
         "--platform",
@@ -137,6 +163,9 @@ class BuildCommandOptions:
             no_cache=args.no_cache,
             cache_from=tuple(args.cache_from),
             cache_to=args.cache_to,
+            build_args=tuple(parse_build_arg(a) for a in args.build_args),
+            secrets=tuple(args.secrets),
+            ssh=tuple(args.ssh),
         )
         return cls(paths.find_root(), build)
 

@@ -15,6 +15,7 @@ from audit.errors import EXIT_OK
 from audit.host import console
 from audit.project.paths import find_root
 from audit.render.plan import RenderResult
+from audit.render.stages import BuildArgs, parse_build_arg
 from audit.render.write import render_image
 
 FORMATS = ("table", "json")
@@ -29,10 +30,17 @@ class RenderOptions:
     image: str
     stage: str | None
     fmt: str = "table"
+    build_args: BuildArgs = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RenderOptions:
-        return cls(find_root(), args.image, args.stage, args.fmt)
+        return cls(
+            find_root(),
+            args.image,
+            args.stage,
+            args.fmt,
+            tuple(parse_build_arg(text) for text in args.build_args),
+        )
 
 
 def register(subparsers: Any) -> None:
@@ -44,7 +52,19 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("image", help="a recipe: the folder name under images/")
     parser.add_argument(
-        "--stage", metavar="vK", help="render stages v1 up to vK only (default: every stage)"
+        "--stage",
+        "--target",
+        metavar="vK",
+        help="render what stage vK (or the Dockerfile stage name its target gives) needs: for "
+        "a chain, v1 up to vK (default: every stage)",
+    )
+    parser.add_argument(
+        "--build-arg",
+        dest="build_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="write this value as the build argument's default in the Dockerfile (repeatable)",
     )
     parser.add_argument(
         "--format",
@@ -58,7 +78,9 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     options = RenderOptions.from_args(args)
-    result = render_image(options.root, options.image, stage=options.stage)
+    result = render_image(
+        options.root, options.image, stage=options.stage, build_args=options.build_args
+    )
     if options.fmt == "json":
         text = json.dumps(render_json(options.image, result, options.root), indent=2)
         console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)

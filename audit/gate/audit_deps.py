@@ -136,13 +136,12 @@ def _stage_sections(
 ) -> list[Section]:
     """Per stage: one section per layer that changes the environment ("v2 -> v3: layer 2 ..")."""
     sections: list[Section] = []
-    previous = "base"
     for stage in recipe.stages:
-        title = f"{recipe.name} {previous} -> {stage.name}"
+        parent = recipe.parent(stage)  # the stage it builds on (the one before, in a chain)
+        title = f"{recipe.name} {parent.name if parent else 'base'} -> {stage.name}"
         changing = [p for p in steps if p.step.stage is stage and p.before is not p.after]
         sections += [_layer_section(recipe, title, p, judge) for p in changing]
         sections += [] if changing else [Section(title, ())]
-        previous = stage.name
     return sections
 
 

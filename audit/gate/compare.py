@@ -407,10 +407,12 @@ def _stage_envs(
     recipe: Recipe, base_env: Installed, steps: tuple[PredictedStep, ...]
 ) -> Mapping[str, Installed]:
     shipped: dict[str, Installed] = {}
-    env = base_env
-    for stage in recipe.stages:  # a stage without pip layers ships what the one before did
-        env = next((p.after for p in reversed(steps) if p.step.stage is stage), env)
-        shipped[stage.name] = env
+    for stage in recipe.stages:  # a stage without pip layers ships what it builds on
+        parent = recipe.parent(stage)
+        start = shipped[parent.name] if parent is not None else base_env
+        shipped[stage.name] = next(
+            (p.after for p in reversed(steps) if p.step.stage is stage), start
+        )
     return MappingProxyType(shipped)
 
 

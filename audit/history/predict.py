@@ -1,8 +1,10 @@
 """Predicted environments: what each layer of a recipe leaves installed, without Docker.
 
 The environment after a layer is the base snapshot's winners for the recipe's first
-interpreter (the one pip layers install with) with every earlier lock's pins applied in build
-order. A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
+interpreter (the one pip layers install with) with every earlier lock of its image applied in
+build order: a stage starts from what the stage it builds on left, not from a stage beside it
+(a stage built on an image nothing recorded holds no pip layer and starts from the base).
+A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
 are reported elsewhere (missing locks by ``audit.gate.audit_deps``, run layers by the build guard).
 Predicted distributions carry name, version and requirements (from the base record and each
 lock's ``# requires`` lines) but no files, so the "rebuilt" rule never fires here.
@@ -64,15 +66,23 @@ def predict_from(
     ``locks`` (step slug -> lock) are the recipe's existing locks when the caller has read them
     already (``audit.lock.plan.survey_locks``): then no lock is read again.
     """
-    current: Installed = MappingProxyType(dict(base))
-    predicted: list[PredictedStep] = []
+    start: Installed = MappingProxyType(dict(base))
+    ends: dict[str, Installed] = {}  # stage name -> what its last layer leaves
+    by_stage: dict[str, list[Step]] = {}
     for step in recipe.steps():
-        lock = _lock_of(source, recipe, step, locks)
-        after = current if lock is None else apply_lock(current, lock)
-        relpath = None if lock is None else lock_relpath(recipe, step)
-        moves = frozenset() if lock is None else frozenset(lock.pins)
-        predicted.append(PredictedStep(step, current, after, relpath, moves))
-        current = after
+        by_stage.setdefault(step.stage.name, []).append(step)
+    predicted: list[PredictedStep] = []
+    for stage in recipe.stages:  # a stage starts from the stage it builds on, else the base
+        parent = recipe.parent(stage)
+        current = ends[parent.name] if parent is not None else start
+        for step in by_stage.get(stage.name, ()):
+            lock = _lock_of(source, recipe, step, locks)
+            after = current if lock is None else apply_lock(current, lock)
+            relpath = None if lock is None else lock_relpath(recipe, step)
+            moves = frozenset() if lock is None else frozenset(lock.pins)
+            predicted.append(PredictedStep(step, current, after, relpath, moves))
+            current = after
+        ends[stage.name] = current
     return predicted
 
 

@@ -116,9 +116,10 @@ def _text_digest(value: str) -> str:
 
 
 def layer_index_urls(recipe: Recipe, layer: PipLayer) -> tuple[str, ...]:
-    """The indexes one pip layer may use: the primary and the one it names."""
+    """The indexes one pip layer may use: its primary (the image's, or its own
+    ``primary_index``) and the extra one it names."""
     extra = (recipe.index(layer.index).url,) if layer.index else ()
-    return (recipe.index_url, *extra)
+    return (recipe.layer_index_url(layer), *extra)
 
 
 def _read_files(source: Source, recipe: Recipe, step: Step) -> dict[str, bytes]:
@@ -140,16 +141,17 @@ def layer_inputs(
     resolver: str | None = None,
 ) -> LayerInputs:
     """The inputs of ``step`` given the base record's digest and earlier locks' effect digests
-    (:func:`after_inputs`)."""
+    (:func:`after_inputs`: only the layers its own image holds, :meth:`Recipe.before`)."""
     layer = _layer(step)
     files = _read_files(source, recipe, step)
     extra = recipe.index(layer.index).url if layer.index else None
+    index_url = recipe.layer_index_url(layer)
     digests = {
         "format": _text_digest(LOCK_FORMAT),
         "resolver": _text_digest(resolver or resolver_label(recipe)),
         "platform": _text_digest(recipe.platform),
         "interpreter": _text_digest(recipe.interpreters[0]),
-        "index": _text_digest(recipe.index_url),
+        "index": _text_digest(index_url),
         "extra-index": _text_digest(extra or ""),
         "pre": _text_digest(str(layer.pre)),
         "no-deps": _text_digest(str(layer.no_deps)),
@@ -160,7 +162,7 @@ def layer_inputs(
     digests |= {f"after {slug}": content for slug, content in earlier.items()}
     relpath = lock_relpath(recipe, step)
     return LayerInputs(
-        step, relpath, layer.requirements, files, recipe.index_url, extra, layer.pre, digests
+        step, relpath, layer.requirements, files, index_url, extra, layer.pre, digests
     )
 
 
@@ -185,6 +187,15 @@ def after_inputs(earlier: Mapping[str, Lock | None]) -> tuple[dict[str, str], di
     effect = {slug: lock.effect_digest if lock else "missing" for slug, lock in earlier.items()}
     text = {f"after {slug}": lock.content_digest for slug, lock in earlier.items() if lock}
     return effect, text
+
+
+def in_image(
+    recipe: Recipe, step: Step, earlier: Mapping[str, Lock | None]
+) -> dict[str, Lock | None]:
+    """The entries of ``earlier`` (by step slug) for layers ``step``'s own image holds: the
+    layers before it on its stage's chain, not those of a stage beside it."""
+    before = recipe.before(step)
+    return {slug: item for slug, item in earlier.items() if slug in before}
 
 
 def _describe_change(keys: Sequence[str]) -> str:
@@ -239,7 +250,7 @@ def survey_locks(source: Source, recipe: Recipe) -> Survey:
     earlier: dict[str, Lock | None] = {}
     stale_since = base_record_mismatch(recipe, base[0])  # another base: every lock is stale
     for step in pip_steps(recipe):
-        after, also = after_inputs(earlier)
+        after, also = after_inputs(in_image(recipe, step, earlier))
         inputs = layer_inputs(source, recipe, step, base[1], after)
         state, lock = _state_of(source, inputs, stale_since, also)
         found.append(state)

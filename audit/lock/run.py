@@ -70,30 +70,37 @@ class LockRun:
     earlier: list[tuple[Step, Lock]] = field(default_factory=list)
     moves: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
     done: list[tuple[LockState, str]] = field(default_factory=list)
-    current: Installed | None = None  # what the layers visited so far leave installed
+    # what each visited layer leaves installed, by slug: a layer starts from the last one
+    # before it in its own image (its stage's chain), not from a stage beside it
+    after: dict[str, Installed] = field(default_factory=dict)
 
     def visit(self, state: LockState) -> None:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger) under
         today's policy and waivers: a kept lock that no longer passes stops the run (exit 1).
         A layer's inputs are read once, for both the freshness look and the compile."""
-        before = self.environment()
+        before = self.environment(state.step)
         keep = state.status == "fresh" and not self.upgrade.active
         inputs, also = (None, {}) if keep else self._inputs(state.step)
         if inputs is None or (not self.upgrade.active and self._still_fresh(state, inputs, also)):
             lock = self.fresh_locks[state.step.slug]
-            installed = installed_before(self.base_pins, self.earlier)
+            installed = installed_before(self.base_pins, self._earlier(state.step))
             self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
             self.done.append((state, "kept"))
         else:
             lock = self.compile(state.step, before, inputs)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
-        self.current = apply_lock(before, lock)
+        self.after[state.step.slug] = apply_lock(before, lock)
+
+    def _earlier(self, step: Step) -> list[tuple[Step, Lock]]:
+        """The visited layers ``step``'s own image holds, in build order."""
+        before = self.recipe.before(step)
+        return [(s, lock) for s, lock in self.earlier if s.slug in before]
 
     def _inputs(self, step: Step) -> tuple[LayerInputs, dict[str, str]]:
-        """``step``'s inputs after the layers visited so far, and the whole-text digests an
-        older lock may record for them (:func:`~audit.lock.plan.after_inputs`)."""
-        earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
+        """``step``'s inputs after the layers before it in its image, and the whole-text
+        digests an older lock may record for them (:func:`~audit.lock.plan.after_inputs`)."""
+        earlier, also = after_inputs({s.slug: lock for s, lock in self._earlier(step)})
         inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier,
                               resolver=self.backend.label)  # fmt: skip
         return inputs, also
@@ -109,15 +116,18 @@ class LockRun:
             return False
         return not changed_inputs(previous.inputs, inputs.digests, also)
 
-    def environment(self) -> Installed:
-        """What is installed before the next layer, as prediction sees it: the base, then
-        every visited layer's lock (kept up to date by :meth:`visit`, never recomputed)."""
-        if self.current is None:
-            self.current = {c.name: _as_distribution(c) for c in self.base_pins}
-        return self.current
+    def environment(self, step: Step) -> Installed:
+        """What is installed before ``step``, as prediction sees it: the base, then every
+        visited layer's lock in its image (kept by :meth:`visit`, never recomputed)."""
+        earlier = self._earlier(step)
+        if earlier:
+            return self.after[earlier[-1][0].slug]
+        if "" not in self.after:
+            self.after[""] = {c.name: _as_distribution(c) for c in self.base_pins}
+        return self.after[""]
 
     def compile(self, step: Step, before: Installed, inputs: LayerInputs) -> Lock:
-        installed = installed_before(self.base_pins, self.earlier)
+        installed = installed_before(self.base_pins, self._earlier(step))
         assert isinstance(step.layer, PipLayer)
         layer = step.layer
         previous = self.fresh_locks.get(step.slug)

@@ -157,11 +157,14 @@ def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
 
 def _mismatches(recipe: Recipe, record: BaseRecord) -> list[str]:
     problems = []
-    if record.image != recipe.base:
-        problems.append(f"it records base {record.image}, the recipe asks for {recipe.base}")
-    if recipe.base_digest and digest_part(record.repo_digest or "") != recipe.base_digest:
+    if record.image != recipe.recorded_base:
+        problems.append(
+            f"it records base {record.image}, the recipe asks for {recipe.recorded_base}"
+        )
+    pinned = recipe.base_digest if recipe.base_stage is None else None  # a prelude's is its FROM's
+    if pinned and digest_part(record.repo_digest or "") != pinned:
         recorded = digest_part(record.repo_digest) if record.repo_digest else "no digest"
-        problems.append(f"it records {recorded}, the recipe pins {recipe.base_digest}")
+        problems.append(f"it records {recorded}, the recipe pins {pinned}")
     platform = recorded_platform(record)
     if platform is not None and platform != recipe.platform:
         problems.append(f"it was recorded on {platform}, the recipe targets {recipe.platform}")
@@ -224,7 +227,9 @@ def drift_failure(
 ) -> BuildFailed:
     """ "base drifted" (exit 1): what differs, the recorded -> actual snapshot diff, the fix."""
     recorded = base_relpath(recipe)
-    lines = [f"{recipe.name}: base drifted: {recipe.base_ref} is not the image {recorded} recorded"]
+    lines = [
+        f"{recipe.name}: base drifted: {recipe.recorded_ref} is not the image {recorded} recorded"
+    ]
     lines += [f"  {difference}" for difference in differences]
     lines.append("  recorded -> actual:")
     lines += [f"    {change}" for change in changes] or ["    (same distributions)"]

@@ -299,6 +299,10 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
     from audit.lock.resolvers import select
 
     _prepare_docker(recipe, options)
+    if recipe.resolver != "uv" and not options.host:  # pip-tools compiles in the prelude
+        from audit.build.prelude import ensure_prelude
+
+        ensure_prelude(root, recipe, f"compiling {recipe.name}'s locks in its base")
     survey = survey_locks(source, recipe)
     if options.base.record or survey.base is None:
         record_base(root, source, recipe)

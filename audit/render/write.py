@@ -19,17 +19,24 @@ from audit.recipe.parse import load_recipe
 from audit.render import packaging_copy
 from audit.render.guard import FILE_MODE, GUARD_DIR, base_pythons, guard_files
 from audit.render.plan import MANIFEST, ContextFile, RenderResult, plan_context, select_stages
+from audit.render.stages import BuildArgs
 
 
-def render_image(root: Path, image: str, *, stage: str | None = None) -> RenderResult:
+def render_image(
+    root: Path, image: str, *, stage: str | None = None, build_args: BuildArgs = ()
+) -> RenderResult:
     """Load ``images/<image>/`` of the project at ``root`` and render it (see :func:`render`)."""
-    return render(root, load_recipe(DirectorySource(root), image), stage=stage)
+    recipe = load_recipe(DirectorySource(root), image)
+    return render(root, recipe, stage=stage, build_args=build_args)
 
 
-def render(root: Path, recipe: Recipe, *, stage: str | None = None) -> RenderResult:
-    """Render ``recipe`` (up to and including ``stage``) into ``build/<image>/``."""
+def render(
+    root: Path, recipe: Recipe, *, stage: str | None = None, build_args: BuildArgs = ()
+) -> RenderResult:
+    """Render ``recipe`` (what building ``stage`` needs, when given) into ``build/<image>/``;
+    ``build_args`` replace ``[args]`` defaults in the Dockerfile (``render --build-arg``)."""
     stages = select_stages(recipe, stage)
-    plan = plan_context(root, recipe, stages)
+    plan = plan_context(root, recipe, stages, build_args)
     result = write_context(build_dir(root, recipe.name), plan)
     write_guard_context(root, recipe, result.context)
     return result

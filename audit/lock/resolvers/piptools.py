@@ -127,17 +127,17 @@ def image_target(recipe: Recipe, record: BaseRecord) -> CompileTarget:
     """The base image (pulled by digest when pinned), warning when it is not the recorded one."""
     from audit.docker.registry import ensure_image
 
-    ensure_image(recipe.base_ref, f"compiling {recipe.name}'s locks in its base")
-    info = docker_host.image_info(recipe.base_ref)
+    ref = recipe.recorded_ref  # a base without Python: its prelude (lock built it first)
+    if recipe.base_stage is None:
+        ensure_image(ref, f"compiling {recipe.name}'s locks in its base")
+    info = docker_host.image_info(ref)
     if info.id != record.image_id:
         console.stderr.print(
-            f"[yellow]warning:[/] {recipe.base_ref} is now {info.id}, the base record has "
+            f"[yellow]warning:[/] {ref} is now {info.id}, the base record has "
             f"{record.image_id}: re-record it with --record-base"
         )
     interpreter = recipe.interpreters[0]
-    return CompileTarget(
-        recipe.base_ref, info.id, interpreter, recipe.platform, ambient_ca_bundle()
-    )
+    return CompileTarget(ref, info.id, interpreter, recipe.platform, ambient_ca_bundle())
 
 
 # -- arguments and the job file ---------------------------------------------------------------

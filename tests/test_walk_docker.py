@@ -191,4 +191,3 @@ def test_an_arm64_image_walked_here_with_no_container(
     assert ("alpha", "1.0") in [(d.name, d.version) for d in venv.distributions]
     assert result.history.states[-1].system is not None
     assert {p.architecture for p in result.history.states[-1].system.packages} <= {"arm64", "all"}
-

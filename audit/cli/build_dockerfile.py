@@ -27,7 +27,8 @@ from audit.host import atomic, console
 from audit.report.layers import render_layers
 
 FORMATS = ("table", "json", "markdown", "html")
-PASSED_THROUGH = ("--secret", "--ssh", "--build-context", "--label", "--add-host")
+# Passed to docker build as given; --secret and --ssh are the recipe build's own options.
+PASSED_THROUGH = ("--build-context", "--label", "--add-host")
 
 
 def add_dockerfile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,11 +48,6 @@ def add_dockerfile_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "-t", "--tag", action="append", default=[], metavar="NAME:TAG",
         help="tag the image with this when it passes (repeatable)",
-    )  # fmt: skip
-    group.add_argument("--target", metavar="STAGE", help="the stage to build and tag")
-    group.add_argument(
-        "--build-arg", action="append", default=[], metavar="NAME=VALUE",
-        help="a build argument, as docker build takes it (repeatable)",
     )  # fmt: skip
     for option in PASSED_THROUGH:
         group.add_argument(
@@ -76,7 +72,7 @@ RECIPE_FORMATS = ("table", "json")
 def dockerfile_only(args: argparse.Namespace) -> list[str]:
     """The ``--dockerfile`` options given without it (a recipe build refuses them)."""
     given = [
-        option for option in ("context", "tag", "target", "build_arg", "all_stages", "output",
+        option for option in ("context", "tag", "all_stages", "output",
                               "policy", "recipe", "cuda", "docker_args",
                               *(o.lstrip("-").replace("-", "_") for o in PASSED_THROUGH))
         if getattr(args, option)
@@ -106,9 +102,9 @@ class DockerfileOptions:
             dockerfile=dockerfile,
             context=args.context or dockerfile.resolve().parent,
             tags=tuple(args.tag),
-            target=args.target,
+            target=args.stage,
             platform=args.platform,
-            build_args=tuple(args.build_arg),
+            build_args=tuple(args.build_args),
             passthrough=passthrough(args),
             all_stages=args.all_stages,
         )
@@ -117,9 +113,9 @@ class DockerfileOptions:
 
 
 def _refuse_recipe_options(args: argparse.Namespace) -> None:
-    if args.stage or args.no_guard or args.ca_bundle:
+    if args.no_guard or args.ca_bundle:
         raise UsageError(
-            "--stage, --no-guard and --ca-bundle build recipes, not a Dockerfile",
+            "--no-guard and --ca-bundle build recipes, not a Dockerfile",
             "name the stage with --target; pass CA bundles as --secret id=…,src=… as the "
             "Dockerfile's RUN --mount=type=secret expects",
         )
@@ -130,6 +126,10 @@ def _refuse_recipe_options(args: argparse.Namespace) -> None:
 def passthrough(args: argparse.Namespace) -> tuple[str, ...]:
     """Every ``docker build`` option this mode does not read itself, in the user's order."""
     found: list[str] = []
+    for secret in args.secrets:
+        found += ["--secret", secret]
+    for agent in args.ssh:
+        found += ["--ssh", agent]
     for option in PASSED_THROUGH:
         for value in getattr(args, option.lstrip("-").replace("-", "_")):
             found += [option, value]

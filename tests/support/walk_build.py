@@ -30,7 +30,8 @@ WHEELS = [
 ]
 LATE_LAYER = "pip install --no-index --find-links /wheels flashy==1.0"
 
-SERVING_DOCKERFILE = """\
+SERVING_DOCKERFILE = (
+    """\
 ARG BASE
 FROM ${BASE} AS base
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
@@ -64,7 +65,10 @@ RUN if [ -x /opt/tools/uv/bin/uv ]; then \\
         --no-index --find-links /wheels beta==1.0; \\
     else python3 -m pip install --break-system-packages --no-index --find-links /wheels beta==1.0; fi
 ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64
-RUN /opt/venv/bin/""" + LATE_LAYER + "\n"
+RUN /opt/venv/bin/"""
+    + LATE_LAYER
+    + "\n"
+)
 
 INSTALL_SH = """\
 #!/bin/sh
@@ -107,7 +111,9 @@ def build(
     for key, value in build_args.items():
         argv += ["--build-arg", f"{key}={value}"]
     env = dict(os.environ, DOCKER_BUILDKIT="1")
-    done = subprocess.run([*argv, str(context)], env=env, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [*argv, str(context)], env=env, capture_output=True, text=True, timeout=1200
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 

@@ -47,8 +47,9 @@ FIELD = history(
 )  # fmt: skip
 
 
-def judged(hist: History, policy: Policy = Policy()) -> JudgedImage:
-    return JudgedImage(hist.image, hist, tuple(judge_history(hist, policy, today=TODAY)))
+def judged(hist: History, policy: Policy | None = None) -> JudgedImage:
+    verdicts = judge_history(hist, policy or Policy(), today=TODAY)
+    return JudgedImage(hist.image, hist, tuple(verdicts))
 
 
 def test_the_layer_that_downgraded_is_named_with_its_instruction() -> None:
@@ -113,7 +114,10 @@ def test_every_format_names_the_layer_and_the_verdict() -> None:
 
 
 def test_a_recipe_image_is_located_by_its_guarded_steps() -> None:
-    guarded = "RUN /bin/sh -c pip install -r lock.txt && python -B /tmp/layer-audit/guard/guard.py --step v2-01 --trail x"
+    guarded = (
+        "RUN /bin/sh -c pip install -r lock.txt"
+        " && python -B /tmp/layer-audit/guard/guard.py --step v2-01 --trail x"
+    )
     hist = history(state(0, "ADD x", None, a="1"), state(1, guarded, None, a="2"))
     located = recipe_located(hist)
     assert (located.states[2].ref.stage, located.states[2].ref.layer) == ("v2", 1)

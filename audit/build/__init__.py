@@ -1,0 +1,6 @@
+"""Build: a recipe's BuildKit builds with the guard (``plan`` decides them, ``run`` runs
+them, ``progress`` reads BuildKit's output, ``trail`` keeps what the guard wrote,
+``provenance`` gathers the labels).
+
+Edge: run, progress, trail, provenance
+"""

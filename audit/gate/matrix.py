@@ -625,7 +625,7 @@ def _html_findings(report: Report) -> list[str]:
     ]
     for finding in findings:
         change = f"{finding.before or '—'} → {finding.after or '—'}"
-        message = finding.message + (f" (waived: {finding.waiver})" if finding.waiver else "")
+        message = finding.told + (f" (waived: {finding.waiver})" if finding.waiver else "")
         parts.append(
             f"<tr><td>{_h(severity_of(finding))}</td><td>{_h(finding.rule)}</td>"
             f"<td>{_h(finding.package)}</td><td>{_h(change)}</td>"

@@ -195,7 +195,7 @@ def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions
 
         for finding in errors:
             console.stdout.print(f"policy: {escape(finding.where)}: {finding.rule}: "
-                                 f"{escape(finding.message)}")  # fmt: skip
+                                 f"{escape(finding.told)}")  # fmt: skip
         console.stderr.print(
             f"{len(errors)} finding{'s' if len(errors) > 1 else ''} of fresh locks "
             "fail today's policy and waivers: restore the waiver, or move the pin "

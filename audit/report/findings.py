@@ -7,7 +7,8 @@ Host only (uses rich). JSON schema ``layer-audit.report/1``::
      "sections": [{"title": str, "counts": {...}, "findings": [Finding.to_json(), ...]}]}
 
 Each finding has the keys rule, severity, package, before, after, message, where, hint, waiver,
-waiver_index, and where known image, stage and layer (``audit/schemas/report.schema.json``).
+waiver_index, and where known image, stage, layer, askers and preset_rule
+(``audit/schemas/report.schema.json``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from rich.markup import escape
 
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.policy.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
-from audit.policy.verdict import ASKED_BY
 from audit.redact import redact, redact_json
 from audit.report import json_text
 
@@ -143,16 +143,9 @@ def summary_line(report: Report) -> str:
 _PLAIN_CHANGES = frozenset({"added", "removed", "upgraded", "downgraded", "variant", "rebuilt"})
 
 
-def asked_for(finding: Finding) -> str:
-    """``asked for by: torch 2.13.0 requires …`` when a change's message names who asks, else ""."""
-    if ASKED_BY not in finding.message:
-        return ""
-    return "asked for by: " + finding.message.split(ASKED_BY, 1)[1].removesuffix(")")
-
-
 def _note(finding: Finding) -> str:
     """What the rule, package and change columns do not already say."""
-    parts = [asked_for(finding)] if finding.rule in _PLAIN_CHANGES else [finding.message]
+    parts = [finding.asked_for] if finding.rule in _PLAIN_CHANGES else [finding.message]
     parts = [part for part in parts if part]
     if finding.waiver:
         parts.append(f"waived: {finding.waiver}")

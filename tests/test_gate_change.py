@@ -117,3 +117,32 @@ def test_a_changed_base_reference_without_a_new_snapshot_is_a_stale_base(
     assert "example/base:2" in str(stale["message"]) and "example/base:1" in str(stale["message"])
     assert "--record-base" in str(stale["hint"])
     assert findings(report, "removed") == []
+
+
+def test_the_view_tells_new_and_widened_waivers_from_data_not_from_messages() -> None:
+    """The change view knows a waiver is new, widened or old from the two refs' waivers (and a
+    waived finding's waiver by its index), whatever the finding's message or waiver text says."""
+    from audit.gate.change_view import WAIVER_RULE, ImageInputs, image_view
+    from audit.policy.findings import INFO, WARNING, Finding
+    from audit.policy.model import Waiver
+
+    old = Waiver("alpha", "2.0", "1.5", "old reason")
+    widened = Waiver("alpha", "2.0", "1.0", "wider")
+    new = Waiver("beta", "1.0", "0.9", "fresh")
+    misleading = "waiver changed or widened by this pull request (added by this pull request)"
+    review = [
+        Finding(WAIVER_RULE, WARNING, w.package, w.from_version, w.to_version, misleading)
+        for w in (widened, new)
+    ]
+    waived = Finding(
+        "downgraded", INFO, "alpha", "2.0", "1.5", "alpha 2.0 -> 1.5: downgraded",
+        waiver="old reason (added by this pull request)", waiver_index=0, stage="v1",
+    )  # fmt: skip
+    inputs = ImageInputs(waivers=(old, widened, new), base_waivers=(old,))
+    view = image_view("demo", [*review, waived], inputs)
+    assert [row.note for row in view.review] == [
+        "changed or widened waiver: wider, no expiry",
+        "new waiver: fresh, no expiry",
+    ]
+    (stage,) = view.stages
+    assert [row.note for row in stage.rows] == ["waived: old reason, no expiry"]

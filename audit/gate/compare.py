@@ -27,7 +27,16 @@ from datetime import date
 from types import MappingProxyType
 
 from audit.errors import LockError
-from audit.gate.change_view import ImageInputs, ImageView, image_view, severity_of
+from audit.gate.change_view import (
+    ADDED_BY_PR,
+    OVERRIDE_RULE,
+    WAIVER_RULE,
+    ImageInputs,
+    ImageView,
+    image_view,
+    severity_of,
+    waiver_change,
+)
 from audit.gate.matrix import (
     StageMatrix,
     change_matrix,
@@ -56,7 +65,7 @@ from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import Policy, Waiver
 from audit.policy.rules import CHANGE_RULES
 from audit.policy.system_rules import evaluate_system
-from audit.policy.verdict import Scope, WaiverLedger, change_key, evaluate, waiver_matches
+from audit.policy.verdict import Scope, WaiverLedger, change_key, evaluate
 from audit.project import frontdoor
 from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage, Step
@@ -64,15 +73,12 @@ from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
 
 TITLE_SEPARATOR = ": "
-ADDED_BY_PR = "added by this pull request"
 WAIVERS_PART = f"waivers {ADDED_BY_PR}"
 NEEDS_REVIEW = "needs owner review"
-WAIVER_RULE = "waiver-added"
 RUN_LAYER_RULE = "run-layer-changed"
 NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
 STALE_BASE_RULE = "stale-base"
-OVERRIDE_RULE = "override"
 WAIVER_SPENT_RULE = "waiver-spent"
 EMPTY: Installed = MappingProxyType({})
 
@@ -244,21 +250,22 @@ def _image(
     recorded_before = old is not None and base.exists(base_relpath(old))
     old_side = read_side(base, old, judge_locks=False) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
+    base_waivers = old.policy.waivers if old else ()
     added = added_waivers(old.policy if old else None, new.policy)
     pairs = column_pairs(_columns(old_side), _columns(new_side))  # compared once, read four times
     base_section, base_keys = _base_section(name, old_side, new_side, pairs["base"], today)
-    waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
+    waivers = _waiver_findings(name, added, base_waivers, strict=strict)
     sections = [
         Section(section_title(name, WAIVERS_PART), tuple(waivers)),
         Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side, base))),
         base_section,
         *_stage_sections(name, old_side, new_side, pairs, seen=base_keys, today=today),
     ]
-    kept = [_mark_added(section, added) for section in sections if section.findings]
+    kept = [_mark_added(section, new.policy, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
     old_matrix = old_side if recorded_before else None
     matrices = image_matrices(name, old_matrix, new_side, found, today, pairs=pairs, whole=whole)
-    inputs = ImageInputs(pairs, new.policy.lockstep, new.policy.waivers)
+    inputs = ImageInputs(pairs, new.policy.lockstep, new.policy.waivers, base_waivers)
     return kept, matrices, image_view(name, found, inputs)
 
 
@@ -409,8 +416,8 @@ def _stage_envs(
 
 def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
     """Waivers of the head's policy that the base's policy does not have."""
-    known = set(old.waivers) if old else set()
-    return tuple(waiver for waiver in new.waivers if waiver not in known)
+    known = old.waivers if old else ()
+    return tuple(waiver for waiver in new.waivers if waiver_change(waiver, known))
 
 
 def lock_findings(new: Side, old: Side, base: Source) -> list[Finding]:
@@ -664,15 +671,10 @@ def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
             assert side.recipe is not None
             step = predicted.step
             where = f"{side.recipe.name} {step.label}"
-            return _placed(finding, where, side.recipe.name, step)
+            return finding.placed(
+                where=where, image=side.recipe.name, stage=step.stage.name, layer=step.position
+            )
     return finding
-
-
-def _placed(f: Finding, where: str, image: str, step: Step) -> Finding:
-    """``f`` at ``where`` in ``image`` and ``step``, built directly as ``dataclasses.replace``
-    would, without its walk over every field (the gate places every change of a fleet)."""
-    return Finding(f.rule, f.severity, f.package, f.before, f.after, f.message, where, f.hint,
-                   f.waiver, f.waiver_index, image, step.stage.name, step.position)  # fmt: skip
 
 
 def _moves(predicted: PredictedStep, package: str) -> bool:
@@ -695,15 +697,14 @@ def _removed_stage(name: str, stage: Stage) -> Section:
 
 
 def _waiver_findings(
-    name: str, added: Iterable[Waiver], old: Policy | None, *, strict: bool
+    name: str, added: Iterable[Waiver], base_waivers: tuple[Waiver, ...], *, strict: bool
 ) -> list[Finding]:
     """Each new or widened waiver: a warning a reviewer must read even when nothing else
     moved, or an error with ``strict`` (waivers then land through their own pull request)."""
-    known = {waiver.package for waiver in old.waivers} if old else set()
     findings = []
     for waiver in added:
         expiry = f", expires {waiver.expires.isoformat()}" if waiver.expires else ""
-        how = "changed or widened" if waiver.package in known else "added"
+        how = waiver_change(waiver, base_waivers)
         message = (
             f"waiver {how} by this pull request ({NEEDS_REVIEW}): {waiver.package} "
             f"{waiver.from_version} -> {waiver.to_version}: {waiver.reason}{expiry}"
@@ -729,17 +730,18 @@ def _waiver_findings(
     return findings
 
 
-def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
+def _mark_added(section: Section, policy: Policy, added: tuple[Waiver, ...]) -> Section:
     """Every waived change becomes the warning a reviewer must read (the core's verdict keeps
-    it at info: it is allowed); say so on those a waiver added by this pull request allowed."""
-    return Section(section.title, tuple(_marked(f, added) for f in section.findings))
+    it at info: it is allowed); say so on those a waiver added by this pull request allowed
+    (the waiver is known by its index in the head's ``policy``)."""
+    return Section(section.title, tuple(_marked(f, policy, added) for f in section.findings))
 
 
-def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
+def _marked(finding: Finding, policy: Policy, added: tuple[Waiver, ...]) -> Finding:
     if finding.waiver is None or finding.rule == WAIVER_RULE:
         return finding
-    waiver = finding.waiver
     finding = dataclasses.replace(finding, severity=severity_of(finding))
-    if any(waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
-        return dataclasses.replace(finding, waiver=f"{waiver} ({ADDED_BY_PR})")
+    index = finding.waiver_index
+    if index is not None and index < len(policy.waivers) and policy.waivers[index] in added:
+        return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")
     return finding

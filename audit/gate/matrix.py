@@ -118,7 +118,7 @@ Marks = Mapping[tuple[str, str], str]  # (column, package) -> "override" | "waiv
 
 def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
     """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
-    marks = {**declared_marks(audit.steps), **finding_marks(audit.recipe.name, audit.findings)}
+    marks = {**declared_marks(audit.steps), **finding_marks(audit.findings)}
     return columns_matrix(audit.recipe.name, _columns(audit), marks, all_rows=all_rows)
 
 
@@ -274,13 +274,12 @@ def declared_marks(steps: Iterable[PredictedStep]) -> dict[tuple[str, str], str]
     }
 
 
-def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
+def finding_marks(findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
     """(stage, package) -> ``override`` for a declared re-pin, ``waived`` (which wins) for a
-    finding a waiver allowed; the stage is read from the finding's ``stage``, else its
-    ``where`` (``"<image> <stage> ..."``)."""
+    finding a waiver allowed; a finding of no stage (the base image's) marks nothing."""
     marks: dict[tuple[str, str], str] = {}
     for finding in findings:
-        stage = _stage_of(image, finding)
+        stage = finding.stage
         if stage is None or not finding.package:
             continue
         if finding.waiver:
@@ -288,15 +287,6 @@ def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, st
         elif finding.rule == OVERRIDE:
             marks.setdefault((stage, finding.package), OVERRIDE)
     return marks
-
-
-def _stage_of(image: str, finding: Finding) -> str | None:
-    """The finding's stage; from ``where`` when it has none (``base`` for the base image)."""
-    if finding.stage is not None:
-        return finding.stage
-    if not finding.where.startswith(f"{image} "):
-        return None
-    return finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
 
 
 def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> str:

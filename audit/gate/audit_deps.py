@@ -26,6 +26,7 @@ from audit.history.predict import (
 )
 from audit.lock.files import BaseRecord, base_relpath
 from audit.lock.plan import Survey, survey_locks
+from audit.lock.refusal import refused_findings
 from audit.lock.trust import source_name
 from audit.policy.findings import ERROR, INFO, Finding
 from audit.policy.verdict import check_state
@@ -58,7 +59,7 @@ class RecipeAudit:
 def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     """Audit ``recipe`` as committed at ``source`` (the work tree or a git ref)."""
     survey = survey_locks(source, recipe)  # every lock read once, for freshness and prediction
-    locks = Section(f"{recipe.name} locks", tuple(_lock_findings(recipe, survey)))
+    locks = Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, survey)))
     if survey.base is None:
         # Nothing can be predicted without the base: say so once instead of "no changes".
         return RecipeAudit(recipe, (), locks.findings, (locks,))
@@ -188,7 +189,9 @@ def _base_findings(
     ]
 
 
-def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
+def _lock_findings(source: Source, recipe: Recipe, survey: Survey) -> list[Finding]:
+    """A finding per missing or stale lock (the base record's first), each followed by the
+    violations ``lock`` refused that layer for, when its refusal record is of these inputs."""
     hint = f"record the base and compile the locks: {frontdoor.command('lock', recipe.name)}"
     findings: list[Finding] = []
     if survey.base is None:
@@ -207,6 +210,7 @@ def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
             where = f"{recipe.name} {state.step.label}"
             found = _lock_finding(rule, state.relpath, state.reason, where, hint)
             findings.append(found.located(recipe.name, state.step.stage.name, state.step.position))
+            findings += refused_findings(source, recipe, state)
     return findings
 
 

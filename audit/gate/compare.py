@@ -60,6 +60,7 @@ from audit.history.snapshot import canonical_name
 from audit.history.system import System
 from audit.lock.files import BaseRecord, base_relpath
 from audit.lock.plan import LockState, read_locks, survey_locks
+from audit.lock.refusal import refused_findings
 from audit.lock.trust import source_name
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import Policy, Waiver
@@ -257,7 +258,7 @@ def _image(
     waivers = _waiver_findings(name, added, base_waivers, strict=strict)
     sections = [
         Section(section_title(name, WAIVERS_PART), tuple(waivers)),
-        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side, base))),
+        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side, base, head))),
         base_section,
         *_stage_sections(name, old_side, new_side, pairs, seen=base_keys, today=today),
     ]
@@ -296,7 +297,7 @@ def image_matrices(
         head = columns_matrix(name, _columns(new), marks, among=_column_moves(new))
     if old is None:
         return ImageMatrices(name, head, None)
-    changes = change_matrix(name, pairs, finding_marks(name, found))
+    changes = change_matrix(name, pairs, finding_marks(found))
     return ImageMatrices(name, head, changes)
 
 
@@ -312,13 +313,13 @@ def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]
     judge = StepJudge(side.recipe, today, side.markers)
     waived = _change_waiver_names(side.recipe.policy)
     judged = [
-        finding
+        finding.located(name, p.step.stage.name, p.step.position)
         for p in side.steps
         if p.before is not p.after  # a layer without a lock changes nothing predictable
         and (waived is None or _moves_any(p, waived))
         for finding in judge.judge(p.step, *_judged_envs(p, waived), f"{name} {p.step.label}")
     ]
-    return {**marks, **finding_marks(name, judged)}
+    return {**marks, **finding_marks(judged)}
 
 
 def _judged_envs(
@@ -420,8 +421,10 @@ def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
     return tuple(waiver for waiver in new.waivers if waiver_change(waiver, known))
 
 
-def lock_findings(new: Side, old: Side, base: Source) -> list[Finding]:
-    """A finding per stale or missing lock at the head, naming its requirements file.
+def lock_findings(new: Side, old: Side, base: Source, head: Source) -> list[Finding]:
+    """A finding per stale or missing lock at the head, naming its requirements file, and
+    after it the violations ``lock`` refused that layer for (its refusal record at ``head``,
+    for exactly these inputs: rule, package, versions, askers).
 
     It fails the gate unless the base already had exactly that problem: a pull request is
     judged by what it changes, so a lock that was missing before it only warns. ``old``'s
@@ -433,12 +436,14 @@ def lock_findings(new: Side, old: Side, base: Source) -> list[Finding]:
         return []
     hint = f"recompile the locks and commit them: {frontdoor.command('lock', new.recipe.name)}"
     before = _unfresh(_judged(old, base))
-    return [
-        _lock_finding(new.recipe, state, hint, key in before).located(
-            new.recipe.name, state.step.stage.name, state.step.position
-        )
-        for key, state in unfresh.items()
-    ]
+    found = []
+    for key, state in unfresh.items():
+        step = state.step
+        finding = _lock_finding(new.recipe, state, hint, key in before)
+        found.append(finding.located(new.recipe.name, step.stage.name, step.position))
+        refused = refused_findings(head, new.recipe, state)  # why lock wrote none: typed
+        found += [dataclasses.replace(f, severity=finding.severity) for f in refused]
+    return found
 
 
 def _judged(side: Side, source: Source) -> tuple[LockState, ...]:

@@ -66,6 +66,8 @@ class LockState:
     relpath: str
     status: str  # "fresh" | "stale" | "missing"
     reason: str
+    # the layer's input lines now (none when no base record says what they are)
+    inputs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -205,16 +207,16 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
 def _state_of(
     source: Source, inputs: LayerInputs, earlier_stale: str | None, also: Mapping[str, str]
 ) -> tuple[LockState, Lock | None]:
-    step, relpath = inputs.step, inputs.relpath
+    step, relpath, now = inputs.step, inputs.relpath, inputs.digests
     lock = _lock_at(source, relpath)
     if lock is None:
-        return LockState(step, relpath, "missing", "no lock yet"), None
+        return LockState(step, relpath, "missing", "no lock yet", now), None
     if earlier_stale:
-        return LockState(step, relpath, "stale", earlier_stale), lock
+        return LockState(step, relpath, "stale", earlier_stale, now), lock
     changed = changed_inputs(lock.inputs, inputs.digests, also)
     if changed:
-        return LockState(step, relpath, "stale", _describe_change(changed)), lock
-    return LockState(step, relpath, "fresh", "inputs unchanged"), lock
+        return LockState(step, relpath, "stale", _describe_change(changed), now), lock
+    return LockState(step, relpath, "fresh", "inputs unchanged", now), lock
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ judged the same way, under today's waivers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from audit.lock.plan import (
     who_asks,
 )
 from audit.lock.progress import LockProgress
+from audit.lock.refusal import Refusal, refusal_relpath, render_refusal
 from audit.lock.resolvers import Resolver
 from audit.lock.resolvers.job import CompileJob, Outcome, clean_body
 from audit.lock.standins import standin_digests, standin_wheels
@@ -144,8 +145,20 @@ class LockRun:
         text = render_lock(self.recipe.name, step, self.backend.label, inputs.digests, body)
         relpath = lock_relpath(self.recipe, step)
         lock = parse_lock(text.encode(), relpath)
-        self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
+        record = self.root / refusal_relpath(self.recipe, step)
+
+        def keep_refusal(errors: tuple[Finding, ...]) -> None:  # the gate shows why, typed
+            atomic.write_text(record, render_refusal(Refusal(step.label, inputs.digest, errors)))
+            console.stderr.print(
+                f"refused: {escape(refusal_relpath(self.recipe, step))} says why (commit it with "
+                "the requirements: the gate and audit-deps show it)"
+            )
+
+        self.judge_layer(
+            step, before, lock, blocks, refuse=True, installed=installed, refused=keep_refusal
+        )
         atomic.write_text(self.root / relpath, text)
+        record.unlink(missing_ok=True)  # locked now: no refusal stands for this layer
         self.moves += [(step.label, *move) for move in pin_moves(previous, lock)]
         return lock
 
@@ -164,13 +177,17 @@ class LockRun:
         *,
         refuse: bool = False,
         installed: Mapping[str, Constraint] | None = None,
+        refused: Callable[[tuple[Finding, ...]], None] | None = None,
     ) -> list[Finding]:
-        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict."""
+        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict
+        (``refused`` is handed those errors first)."""
         after = apply_lock(before, lock)
         where = f"{self.recipe.name} {step.label}"
         found = self.judge.judge(step, before, after, where)
         errors = [f for f in found if f.fails]
         if refuse and errors:
+            if refused is not None:
+                refused(tuple(errors))
             raise _conflicts(step, errors, blocks, installed or {}, after)
         for finding in found:
             if finding.rule == "override":

@@ -46,7 +46,7 @@ Env = Mapping[str, Distribution]
 
 
 @dataclass(frozen=True)
-class Row:
+class ViewRow:
     """One finding as the view shows it: the change (or notice) and its note."""
 
     finding: Finding
@@ -92,7 +92,7 @@ class Group:
 
     name: str
     members: tuple[Member, ...]
-    rows: tuple[Row, ...]  # member changes and the group's own lockstep finding
+    rows: tuple[ViewRow, ...]  # member changes and the group's own lockstep finding
     severity: str
 
     @property
@@ -122,9 +122,9 @@ class StageView:
     """One stage: rows a reviewer must read, group blocks, and what folds behind counts."""
 
     stage: str  # IMAGE_WIDE for findings about the whole image
-    rows: tuple[Row, ...]
+    rows: tuple[ViewRow, ...]
     groups: tuple[Group, ...] = ()
-    added: tuple[Row, ...] = ()  # plain "added by this layer" rows
+    added: tuple[ViewRow, ...] = ()  # plain "added by this layer" rows
     unchanged: int | None = None  # packages shipped the same at both refs (None: not known)
 
     @property
@@ -155,7 +155,7 @@ class StageView:
 class ImageView:
     image: str
     stages: tuple[StageView, ...]
-    review: tuple[Row, ...] = ()  # waivers this pull request adds or widens
+    review: tuple[ViewRow, ...] = ()  # waivers this pull request adds or widens
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def _waiver_text(
 def image_view(image: str, findings: Iterable[Finding], inputs: ImageInputs) -> ImageView:
     """The view of one image from its findings (the gate's, in any order)."""
     found = tuple(findings)
-    review = tuple(Row(f, _note(f, inputs)) for f in found if f.rule == WAIVER_RULE)
+    review = tuple(ViewRow(f, _note(f, inputs)) for f in found if f.rule == WAIVER_RULE)
     by_stage: dict[str, list[Finding]] = {}
     for finding in found:
         if finding.rule != WAIVER_RULE:
@@ -253,7 +253,7 @@ def image_view(image: str, findings: Iterable[Finding], inputs: ImageInputs) -> 
 
 def stage_view(stage: str, findings: Sequence[Finding], inputs: ImageInputs) -> StageView:
     """One stage's rows: groups first take their members' rows, plain additions fold."""
-    rows = [Row(f, _note(f, inputs)) for f in _by_severity(findings)]
+    rows = [ViewRow(f, _note(f, inputs)) for f in _by_severity(findings)]
     groups = _groups(stage, rows, inputs)
     grouped = {id(row) for group in groups for row in group.rows}
     rest = [row for row in rows if id(row) not in grouped]
@@ -283,7 +283,7 @@ def _unchanged(stage: str, inputs: ImageInputs) -> int | None:
     return None if pair is None else len(pair.after) - len(pair.moved)
 
 
-def _groups(stage: str, rows: Sequence[Row], inputs: ImageInputs) -> tuple[Group, ...]:
+def _groups(stage: str, rows: Sequence[ViewRow], inputs: ImageInputs) -> tuple[Group, ...]:
     """A block per lockstep group that a row of this stage touches (a member's change, or the
     group's own lockstep finding)."""
     blocks = []
@@ -308,7 +308,7 @@ def _in_group(finding: Finding, group: LockstepGroup, patterns: Sequence[str]) -
 
 
 def _members(
-    stage: str, patterns: Sequence[str], inputs: ImageInputs, rows: Sequence[Row]
+    stage: str, patterns: Sequence[str], inputs: ImageInputs, rows: Sequence[ViewRow]
 ) -> tuple[Member, ...]:
     """Every member the stage ships at either ref (its column's pair, as the gate compared
     it); without environments, the rows' own."""
@@ -364,7 +364,7 @@ def _stage_json(stage: StageView) -> dict[str, Any]:
     }
 
 
-def _row_json(row: Row) -> dict[str, Any]:
+def _row_json(row: ViewRow) -> dict[str, Any]:
     f = row.finding
     return {
         "severity": severity_of(f),

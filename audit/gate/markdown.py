@@ -19,8 +19,8 @@ from audit.gate.change_view import (
     Group,
     ImageInputs,
     ImageView,
-    Row,
     StageView,
+    ViewRow,
     image_view,
     severity_of,
 )
@@ -160,7 +160,7 @@ def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
     return lines
 
 
-def _row(image: str, row: Row, *, member: bool = False) -> str:
+def _row(image: str, row: ViewRow, *, member: bool = False) -> str:
     finding = row.finding
     where = finding.where.removeprefix(image).strip() or "-"
     package = f"`{finding.package}`" if finding.package else ""
@@ -170,7 +170,7 @@ def _row(image: str, row: Row, *, member: bool = False) -> str:
     return "| " + " | ".join([_cell(cell) for cell in cells]) + " |"
 
 
-def _tally(rows: list[Row]) -> str:
+def _tally(rows: list[ViewRow]) -> str:
     """``12 upgraded, 3 added``: what the folded rows are, in the report's rule order."""
     counts: dict[str, int] = {}
     for row in rows:

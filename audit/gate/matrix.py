@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 
 from audit.gate.audit_deps import RecipeAudit
 from audit.gate.change_view import severity_of
-from audit.gate.plain_table import Cell as PlainCell
-from audit.gate.plain_table import Column, Grid, escape_markup, rich_table
+from audit.gate.plain_table import Column, Grid, TextCell, escape_markup, rich_table
 from audit.gate.plain_table import cell as plain_cell
 from audit.history.diff import ADDED, REMOVED, Comparison, compare
 from audit.history.predict import PredictedStep, declared_overrides
@@ -370,7 +369,7 @@ def matrix_grid(matrix: StageMatrix, columns: Sequence[int] | None = None) -> Gr
     shown = list(range(len(matrix.columns))) if columns is None else list(columns)
     part = "" if len(shown) == len(matrix.columns) else f" ({', '.join(_picked(matrix, shown))})"
     text = "" if not part else f" ({', '.join(matrix.columns[index] for index in shown)})"
-    title = PlainCell(
+    title = TextCell(
         f"{escape_markup(matrix.image)}: stage matrix{part}", f"{matrix.image}: stage matrix{text}"
     )
     heads = [Column("package", min_width=_name_width(matrix), no_wrap=True)]
@@ -426,13 +425,13 @@ def _column_width(matrix: StageMatrix, index: int) -> int:
     return max(len(word) for text in texts for word in text.split())
 
 
-def _grid_cell(cell: Cell) -> PlainCell:
+def _grid_cell(cell: Cell) -> TextCell:
     """The version(s) dim when unchanged, else in the kind's style followed by the kind."""
     text = escape_markup(cell.text)
     if not cell.kind:
-        return PlainCell(f"[dim]{text}[/]", cell.text)
+        return TextCell(f"[dim]{text}[/]", cell.text)
     style = STYLES.get(cell.kind, "bold")
-    return PlainCell(f"[{style}]{text} {cell.kind}[/]", f"{cell.text} {cell.kind}")
+    return TextCell(f"[{style}]{text} {cell.kind}[/]", f"{cell.text} {cell.kind}")
 
 
 # --- Markdown -------------------------------------------------------------------------------

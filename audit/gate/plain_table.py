@@ -54,7 +54,7 @@ class Column:
     ratio: int | None = None  # passed to rich; it sizes nothing in a table that does not expand
 
 
-class Cell(NamedTuple):
+class TextCell(NamedTuple):
     """A cell's rich markup and the text it shows: the two agree wherever the text holds no
     bracket or backslash (escaping changes nothing else); where it does, :func:`shown` reads
     the markup back through rich."""
@@ -65,17 +65,17 @@ class Cell(NamedTuple):
 
 @dataclass(frozen=True)
 class Grid:
-    """A table: its title and cells as :class:`Cell`, its columns, the header's style."""
+    """A table: its title and cells as :class:`TextCell`, its columns, the header's style."""
 
-    title: Cell
+    title: TextCell
     columns: tuple[Column, ...]
-    rows: tuple[tuple[Cell, ...], ...]
+    rows: tuple[tuple[TextCell, ...], ...]
     header_style: str = "table.header"  # rich's default
 
 
-def cell(*runs: Run) -> Cell:
+def cell(*runs: Run) -> TextCell:
     """Runs of (text, style) as one cell: each text escaped, a styled one in its style."""
-    return Cell(
+    return TextCell(
         "".join(
             f"[{style}]{escape_markup(text)}[/]" if style else escape_markup(text)
             for text, style in runs
@@ -89,7 +89,7 @@ def escape_markup(text: str) -> str:
     return escape(text) if "[" in text or "\\" in text else text
 
 
-def shown(content: Cell) -> str:
+def shown(content: TextCell) -> str:
     """The characters rich shows for ``content`` (on a console that reads no emoji codes)."""
     text = content.text
     return render_markup(content.markup, emoji=False).plain if "[" in text or "\\" in text else text
@@ -162,7 +162,7 @@ class Printer:
         else:
             self.drawn.append(text)
 
-    def line(self, content: Cell, *, highlight: bool | None = None) -> None:
+    def line(self, content: TextCell, *, highlight: bool | None = None) -> None:
         """As ``console.print(content.markup, highlight=highlight)`` prints it."""
         text = shown(content)
         console = self.console
@@ -195,7 +195,7 @@ def plain_text(grid: Grid, width: int, soft_wrap: bool) -> str | None:
 
 @lru_cache(maxsize=1 << 10)
 def _body(
-    columns: tuple[Column, ...], rows: tuple[tuple[Cell, ...], ...], width: int
+    columns: tuple[Column, ...], rows: tuple[tuple[TextCell, ...], ...], width: int
 ) -> tuple[int, str] | None:
     """A table's text below its title, and the table's width; None where :func:`plain_text`
     promises nothing. It depends on the columns, the cells and the console's width alone

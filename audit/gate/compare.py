@@ -67,7 +67,8 @@ from audit.policy.model import Policy, Waiver
 from audit.policy.rules import CHANGE_RULES
 from audit.policy.system_rules import evaluate_system
 from audit.policy.verdict import Scope, WaiverLedger, change_key, evaluate
-from audit.project import frontdoor
+from audit.project.frontdoor import CONSOLE_SCRIPT, FrontDoor
+from audit.project.memo import Memo
 from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage, Step
 from audit.recipe.parse import load_recipe
@@ -103,6 +104,7 @@ class Side:
     stages: Mapping[str, Installed]
     lock_states: tuple[LockState, ...] | None = ()
     stdin_digests: Mapping[str, str] = field(default_factory=dict)  # run stdin file -> sha256
+    front: FrontDoor = CONSOLE_SCRIPT  # the commands this side's hints name
 
     @property
     def final_env(self) -> Installed:
@@ -146,21 +148,6 @@ def section_title(image: str, part: str) -> str:
 def image_of(section: Section) -> str:
     """The image a gate section belongs to (its title before the separator)."""
     return section.title.partition(TITLE_SEPARATOR)[0]
-
-
-def gate(
-    base: Source,
-    head: Source,
-    *,
-    today: date,
-    title: str = "dependency gate",
-    strict_waivers: bool = False,
-    strict: bool = False,
-) -> Report:
-    """Compare every image at ``base`` with ``head`` (:func:`gate_result`'s report)."""
-    return gate_result(
-        base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
-    ).report
 
 
 def gate_result(
@@ -215,20 +202,6 @@ def is_waiver_section(section: Section) -> bool:
     return section.title.endswith(TITLE_SEPARATOR + WAIVERS_PART)
 
 
-def image_sections(
-    name: str,
-    old: Recipe | None,
-    new: Recipe | None,
-    base: Source,
-    head: Source,
-    *,
-    today: date,
-    strict: bool = False,
-) -> list[Section]:
-    """Everything the gate says about one image; empty sections are left out."""
-    return _image(name, old, new, base, head, today=today, strict=strict)[0]
-
-
 ImagePart = tuple[list[Section], ImageMatrices | None, ImageView]
 
 
@@ -243,8 +216,9 @@ def _image(
     strict: bool = False,
     whole: bool = True,
 ) -> ImagePart:
-    """:func:`image_sections`, the image's matrices (None when the head removes it; the head's
-    stage matrix only when ``whole``) and its change view."""
+    """Everything the gate says about one image (empty sections left out), the image's
+    matrices (None when the head removes it; the head's stage matrix only when ``whole``) and
+    its change view."""
     if new is None:
         removed = _removed_image(name)
         return [removed], None, image_view(name, removed.findings, ImageInputs())
@@ -265,7 +239,9 @@ def _image(
     kept = [_mark_added(section, new.policy, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
     old_matrix = old_side if recorded_before else None
-    matrices = image_matrices(name, old_matrix, new_side, found, today, pairs=pairs, whole=whole)
+    matrices = image_matrices(
+        name, old_matrix, new_side, found, today, pairs=pairs, whole=whole, memo=head.memo
+    )
     inputs = ImageInputs(pairs, new.policy.lockstep, new.policy.waivers, base_waivers)
     return kept, matrices, image_view(name, found, inputs)
 
@@ -275,7 +251,7 @@ def _not_audited(recipe: Recipe, base: Source, head: Source, *, strict: bool) ->
     request touches the image (its recipe, requirements, files or locks) or with ``strict``."""
     changed = touched(base, head, recipe.name)
     why = "this pull request changes it" if changed else "--strict" if strict else ""
-    finding = not_audited(recipe, fails=changed or strict, why=why)
+    finding = not_audited(recipe, fails=changed or strict, why=why, front=head.front)
     return Section(section_title(recipe.name, "not audited"), (finding,))
 
 
@@ -288,16 +264,19 @@ def image_matrices(
     *,
     pairs: Mapping[str, Comparison],
     whole: bool = True,
+    memo: Memo | None = None,
 ) -> ImageMatrices:
     """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
-    change matrix of its column ``pairs`` marked with the gate's own findings."""
+    change matrix of its column ``pairs`` marked with the gate's own findings (rows remembered
+    in the command's ``memo``)."""
     head = None
     if whole:
         marks = head_marks(name, new, today)
-        head = columns_matrix(name, _columns(new), marks, among=_column_moves(new))
+        among = _column_moves(new)
+        head = columns_matrix(name, _columns(new), marks, among=among, memo=memo)
     if old is None:
         return ImageMatrices(name, head, None)
-    changes = change_matrix(name, pairs, finding_marks(found))
+    changes = change_matrix(name, pairs, finding_marks(found), memo=memo)
     return ImageMatrices(name, head, changes)
 
 
@@ -380,7 +359,8 @@ def read_side(source: Source, recipe: Recipe, *, judge_locks: bool = True) -> Si
         raise LockError(
             f"{source.describe(relpath)}: missing: {recipe.name} has no base snapshot at this "
             "ref, so its environments cannot be compared",
-            f"record it and commit it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
+            "record it and commit it: "
+            + source.front.command("lock", recipe.name + " --record-base"),
         )
     record = survey.base[0]
     base_env = base_environment(record, recipe, source)
@@ -388,7 +368,7 @@ def read_side(source: Source, recipe: Recipe, *, judge_locks: bool = True) -> Si
     stages = _stage_envs(recipe, base_env, steps)
     stdin = _stdin_digests(source, recipe)
     states = survey.states if judge_locks else None
-    return Side(recipe, record, base_env, steps, stages, states, stdin)
+    return Side(recipe, record, base_env, steps, stages, states, stdin, source.front)
 
 
 def _stdin_digests(source: Source, recipe: Recipe) -> Mapping[str, str]:
@@ -434,7 +414,7 @@ def lock_findings(new: Side, old: Side, base: Source, head: Source) -> list[Find
     unfresh = _unfresh(new.lock_states)
     if not unfresh:
         return []
-    hint = f"recompile the locks and commit them: {frontdoor.command('lock', new.recipe.name)}"
+    hint = f"recompile the locks and commit them: {head.front.command('lock', new.recipe.name)}"
     before = _unfresh(_judged(old, base))
     found = []
     for key, state in unfresh.items():
@@ -528,7 +508,7 @@ def _stale_base(name: str, side: Side) -> Finding | None:
         f"locks/{recipe.name}/base.json records {record.image}: the base snapshot is stale",
         where=f"{name} base image",
         hint="re-record it and recompile the locks: "
-        + frontdoor.command("lock", f"{recipe.name} --record-base"),
+        + side.front.command("lock", f"{recipe.name} --record-base"),
     )
 
 
@@ -643,11 +623,11 @@ def run_layer_findings(name: str, old: Side, new: Side, stage: Stage) -> list[Fi
     for step in _run_steps(new):
         key = _run_key(new, step)
         if step.stage is stage and key not in before:
-            found.append(_run_finding(name, step, key[:2] in commands))
+            found.append(_run_finding(name, step, new.front, only_stdin=key[:2] in commands))
     return found
 
 
-def _run_finding(name: str, step: Step, only_stdin: bool = False) -> Finding:
+def _run_finding(name: str, step: Step, front: FrontDoor, *, only_stdin: bool = False) -> Finding:
     assert isinstance(step.layer, RunLayer)
     changed = f" (its standard input {step.layer.stdin} changed)" if only_stdin else ""
     return Finding(
@@ -658,7 +638,7 @@ def _run_finding(name: str, step: Step, only_stdin: bool = False) -> Finding:
         None,
         f"{NOT_PREDICTABLE}: {step.layer.command}{changed}",
         where=f"{name} {step.label}",
-        hint=f"build the image ({frontdoor.command('build')}) to see what this command changes",
+        hint=f"build the image ({front.command('build')}) to see what this command changes",
     ).located(name, step.stage.name, step.position)
 
 

@@ -12,7 +12,6 @@ or injects HTML; a ``<summary>`` holds HTML, never Markdown (GitHub shows it lit
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 from audit.gate.change_view import (
     IMAGE_WIDE,
@@ -202,8 +201,6 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-@lru_cache(maxsize=1 << 14)
 def _cell(text: str) -> str:
-    """``text`` as a table cell (remembered: a fleet's rows repeat their rules, versions and
-    layers thousands of times)."""
+    """``text`` as a table cell."""
     return _escape(text).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")

@@ -32,6 +32,7 @@ from audit.history.diff import ADDED, REMOVED, Comparison, compare
 from audit.history.predict import PredictedStep, declared_overrides
 from audit.history.snapshot import Distribution
 from audit.policy.findings import Finding
+from audit.project.memo import Kind, Memo, Remembered
 from audit.report.findings import Report, ordered, summary_line
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class Row:
     package: str
     cells: tuple[Cell, ...]
 
-    # computed once per row: rows are remembered and shared by a fleet's matrices
+    # computed once per row: rows are remembered (Memo.rows) and shared by a fleet's matrices
     @cached_property
     def changes(self) -> bool:
         return any(map(_KIND, self.cells))
@@ -103,6 +104,12 @@ class Row:
     @cached_property
     def alarming(self) -> bool:
         return not _ALARMING.isdisjoint(map(_KIND, self.cells))
+
+    @cached_property
+    def markdown(self) -> str:
+        """The row as a Markdown table line."""
+        cells = [f"`{_md(self.package)}`", *(_md_cell(cell) for cell in self.cells)]
+        return "| " + " | ".join(cells) + " |"
 
 
 @dataclass(frozen=True)
@@ -115,10 +122,13 @@ class StageMatrix:
 Marks = Mapping[tuple[str, str], str]  # (column, package) -> "override" | "waived"
 
 
-def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
+def stage_matrix(
+    audit: RecipeAudit, *, all_rows: bool = False, memo: Memo | None = None
+) -> StageMatrix:
     """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
     marks = {**declared_marks(audit.steps), **finding_marks(audit.findings)}
-    return columns_matrix(audit.recipe.name, _columns(audit), marks, all_rows=all_rows)
+    columns = _columns(audit)
+    return columns_matrix(audit.recipe.name, columns, marks, all_rows=all_rows, memo=memo)
 
 
 def columns_matrix(
@@ -128,10 +138,12 @@ def columns_matrix(
     *,
     all_rows: bool = False,
     among: Sequence[Collection[str]] | None = None,
+    memo: Memo | None = None,
 ) -> StageMatrix:
     """Packages x ``columns`` (in order: each cell compared with the column before it).
     ``among``, when given, holds per column after the first every name at which it may differ
-    from the one before (its stage's lock pins; nothing removed): only those are compared."""
+    from the one before (its stage's lock pins; nothing removed): only those are compared.
+    With the command's ``memo``, a row made before of the same parts is that row again."""
     # only a name that moves between two columns, or is marked, can change: the rest of a row
     # is read without comparing (a base of 300 packages moves a handful per stage)
     envs = list(columns.values())
@@ -147,17 +159,18 @@ def columns_matrix(
         marked = {name for _, name in marks} - moved_at.keys()
         names = {*moved_at, *(name for name in marked if any(name in env for env in envs))}
     nothing: dict[int, str] = {}
+    table = memo.table(ROWS) if memo is not None else None
     rows = [
-        _known_row(name, envs, moved_at, marked_at.get(name, nothing)) for name in sorted(names)
+        _known_row(name, envs, moved_at, marked_at.get(name, nothing), table)
+        for name in sorted(names)
     ]
     return _matrix(image, tuple(columns), rows, all_rows)
 
 
-# A row is a function of its package's (version, digest) in each column and its marks (where
-# it moves follows from them): a fleet's images, and both refs of one, repeat the same rows.
-RowKey = tuple[str, tuple[tuple[str, str | None] | None, ...], tuple[tuple[int, str], ...]]
-_ROWS: dict[RowKey, Row] = {}
-_ROWS_LIMIT = 1 << 14  # a bound on what one run keeps; a full table starts over
+# Matrix rows by everything they are made of, in the command's memo: a fleet's images, and both
+# refs of one, repeat the same rows. Without it callgrind counts 34 % more instructions for
+# benchmarks/bench_gate.py's 40-image gate.
+ROWS: Kind[tuple[object, ...], Row] = Kind("matrix rows", 1 << 14, flat=True)
 
 
 def _known_row(
@@ -165,15 +178,18 @@ def _known_row(
     envs: Sequence[Mapping[str, Distribution]],
     moved_at: Mapping[str, Collection[int]],
     marked_at: Mapping[int, str],
+    table: Remembered[tuple[object, ...], Row] | None,
 ) -> Row:
-    """:func:`_row`, remembered by everything it reads."""
+    """:func:`_row`, remembered in the memo's ``table`` by everything it reads: a row is a
+    function of its package's (version, digest) in each column and its marks (where it moves
+    follows from them), and a fleet's images, and both refs of one, repeat the same rows."""
+    if table is None:
+        return _row(name, envs, moved_at.get(name, ()), marked_at)
     seen = tuple([(d.version, d.digest) if (d := env.get(name)) else None for env in envs])
-    key = (name, seen, tuple(sorted(marked_at.items())) if marked_at else ())
-    row = _ROWS.get(key)
+    key = ("stage", name, seen, tuple(sorted(marked_at.items())) if marked_at else ())
+    row = table.peek(key)
     if row is None:
-        if len(_ROWS) >= _ROWS_LIMIT:
-            _ROWS.clear()
-        row = _ROWS[key] = _row(name, envs, moved_at.get(name, ()), marked_at)
+        row = table.made(key, lambda: _row(name, envs, moved_at.get(name, ()), marked_at))
     return row
 
 
@@ -208,6 +224,7 @@ def change_matrix(
     marks: Marks,
     *,
     all_rows: bool = False,
+    memo: Memo | None = None,
 ) -> StageMatrix:
     """The pull request's change matrix from :func:`column_pairs`: a row per package that
     differs between the refs in some column (every package with ``all_rows``)."""
@@ -215,18 +232,23 @@ def change_matrix(
         names = {name for pair in pairs.values() for name in (*pair.before, *pair.after)}
     else:  # a cell changes only where the two refs differ in its column
         names = {name for pair in pairs.values() for name in pair.differing}
-    rows = [_known_compared_row(name, pairs, marks) for name in sorted(names)]
+    table = memo.table(ROWS) if memo is not None else None
+    rows = [_known_compared_row(name, pairs, marks, table) for name in sorted(names)]
     return _matrix(image, tuple(pairs), rows, all_rows)
 
 
-Seen = tuple[str, str | None] | None  # a package's (version, digest) in one column, or absent
-_COMPARED: dict[tuple[str, tuple[tuple[Seen, Seen, str | None], ...]], Row] = {}
-
-
-def _known_compared_row(name: str, pairs: Mapping[str, Comparison], marks: Marks) -> Row:
-    """:func:`_compared_row`, remembered by everything it reads: per column the package's
-    version and digest at both refs and its mark."""
+def _known_compared_row(
+    name: str,
+    pairs: Mapping[str, Comparison],
+    marks: Marks,
+    table: Remembered[tuple[object, ...], Row] | None,
+) -> Row:
+    """:func:`_compared_row`, remembered in the memo's ``table`` by everything it reads: per
+    column the package's version and digest at both refs and its mark."""
+    if table is None:
+        return _compared_row(name, pairs, marks)
     key = (
+        "compared",
         name,
         tuple(
             [
@@ -239,11 +261,9 @@ def _known_compared_row(name: str, pairs: Mapping[str, Comparison], marks: Marks
             ]
         ),
     )
-    row = _COMPARED.get(key)
+    row = table.peek(key)
     if row is None:
-        if len(_COMPARED) >= _ROWS_LIMIT:
-            _COMPARED.clear()
-        row = _COMPARED[key] = _compared_row(name, pairs, marks)
+        row = table.made(key, lambda: _compared_row(name, pairs, marks))
     return row
 
 
@@ -452,7 +472,7 @@ def matrix_markdown(
         "| " + " | ".join("---" for _ in header) + " |",
     ]
     shown = matrix.rows if max_rows is None else matrix.rows[:max_rows]
-    lines += [_md_line(row) for row in shown]
+    lines += [row.markdown for row in shown]
     default = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
     title = title or default
     if not matrix.rows:
@@ -468,23 +488,6 @@ def matrix_markdown(
     if len(matrix.rows) > FOLD_AFTER:
         return f"<details><summary>{summary_html(title)}</summary>\n\n{table}\n\n</details>\n"
     return f"{title}\n\n{table}\n"
-
-
-# A row's Markdown line by the row object (rows are remembered, so a fleet's matrices share
-# them); the row is kept with its line, so its id cannot name another object meanwhile.
-_MD_LINES: dict[int, tuple[Row, str]] = {}
-
-
-def _md_line(row: Row) -> str:
-    known = _MD_LINES.get(id(row))
-    if known is not None and known[0] is row:
-        return known[1]
-    cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
-    line = "| " + " | ".join(cells) + " |"
-    if len(_MD_LINES) >= _ROWS_LIMIT:
-        _MD_LINES.clear()
-    _MD_LINES[id(row)] = (row, line)
-    return line
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")

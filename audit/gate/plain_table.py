@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import pairwise
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -193,14 +192,12 @@ def plain_text(grid: Grid, width: int, soft_wrap: bool) -> str | None:
     return "".join(line + "\n" for line in lines) + text
 
 
-@lru_cache(maxsize=1 << 10)
 def _body(
     columns: tuple[Column, ...], rows: tuple[tuple[TextCell, ...], ...], width: int
 ) -> tuple[int, str] | None:
     """A table's text below its title, and the table's width; None where :func:`plain_text`
     promises nothing. It depends on the columns, the cells and the console's width alone
-    (a title is drawn at the table's width), so it is remembered by them: a fleet's images
-    print the same rows under titles of their own."""
+    (a title is drawn at the table's width)."""
     texts = [
         [shown(cell((column.header, ""))), *(shown(row[index]) for row in rows)]
         for index, column in enumerate(columns)

@@ -89,7 +89,7 @@ class LockRun:
             lock = self.compile(state.step, before, inputs)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
-        self.current = apply_lock(before, lock)
+        self.current = apply_lock(before, lock, self.source.memo)
 
     def _inputs(self, step: Step) -> tuple[LayerInputs, dict[str, str]]:
         """``step``'s inputs after the layers visited so far, and the whole-text digests an
@@ -125,10 +125,12 @@ class LockRun:
         job = CompileJob(
             inputs,
             existing_pins(installed),
-            standin_wheels(installed),
+            standin_wheels(installed, self.source.memo),
             layer.no_deps,
             layer.override,
-            preferred_pins(installed, previous, self.upgrade, standin_digests(installed)),
+            preferred_pins(
+                installed, previous, self.upgrade, standin_digests(installed, self.source.memo)
+            ),
             upgrade_constraints(self.upgrade),
             known_metadata(previous),
         )
@@ -181,7 +183,7 @@ class LockRun:
     ) -> list[Finding]:
         """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict
         (``refused`` is handed those errors first)."""
-        after = apply_lock(before, lock)
+        after = apply_lock(before, lock, self.source.memo)
         where = f"{self.recipe.name} {step.label}"
         found = self.judge.judge(step, before, after, where)
         errors = [f for f in found if f.fails]

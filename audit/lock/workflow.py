@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from audit.base.record import BaseOptions, before_lock
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.host import console
+from audit.host import atomic, console
 from audit.lock.plan import LockState, Survey, Upgrade, pip_steps, survey_locks
 from audit.lock.stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
 from audit.policy.findings import Finding
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.project.sources import DirectorySource, Source
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
@@ -35,11 +35,10 @@ from audit.recipe.parse import load_recipe
 if TYPE_CHECKING:
     from audit.lock.run import LockRun
 
-FORMATS = ("text", "json")
 JSON_SCHEMA = "layer-audit.lock/1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LockOptions:
     """The ``lock`` command line, parsed once."""
 
@@ -51,7 +50,8 @@ class LockOptions:
     resolver: str | None = None  # must agree with the recipe's (refused otherwise)
     upgrade: Upgrade = field(default_factory=Upgrade)
     base: BaseOptions = field(default_factory=BaseOptions)
-    fmt: str = "text"
+    fmt: str = "terminal"
+    output: Path | None = None  # the JSON summary's file (stdout without)
 
     @property
     def quiet(self) -> bool:
@@ -88,7 +88,11 @@ def run_lock(root: Path, options: LockOptions) -> int:
     summary = LockSummary(options.image)
     code = _run(root, options, summary)
     if options.quiet:
-        console.plain(json.dumps(summary.to_json(code), indent=2))
+        text = json.dumps(summary.to_json(code), indent=2)
+        if options.output is not None:
+            atomic.write_text(options.output, text + "\n")
+        else:
+            console.plain(text)
     return code
 
 
@@ -199,7 +203,7 @@ def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions
         console.stderr.print(
             f"{len(errors)} finding{'s' if len(errors) > 1 else ''} of fresh locks "
             "fail today's policy and waivers: restore the waiver, or move the pin "
-            f"({frontdoor.command('lock', recipe.name + ' --upgrade-package NAME')})"
+            f"({source.front.command('lock', recipe.name + ' --upgrade-package NAME')})"
         )
     return EXIT_VIOLATION
 
@@ -222,7 +226,7 @@ def _judge_fresh(look: _Look, options: LockOptions, summary: LockSummary) -> int
 
 def _check(look: _Look, options: LockOptions, summary: LockSummary) -> int:
     states = upto(list(look.survey.states), look.recipe, options.stage)
-    code = report_check(look.recipe.name, states, summary, quiet=options.quiet)
+    code = report_check(look.recipe.name, states, summary, look.source.front, quiet=options.quiet)
     if code != EXIT_OK:
         return code
     return _judge_and_stamp(look, options, summary, len(states), check=True)
@@ -240,8 +244,14 @@ def _judge_and_stamp(
     return code
 
 
-def report_check(image: str, states: list[LockState], summary: LockSummary, *,
-                 quiet: bool = False) -> int:  # fmt: skip
+def report_check(
+    image: str,
+    states: list[LockState],
+    summary: LockSummary,
+    front: FrontDoor,
+    *,
+    quiet: bool = False,
+) -> int:
     """Exit 1 listing every stale or missing lock; 0 (and nothing printed) when all are fresh."""
     bad = [state for state in states if state.status != "fresh"]
     summary.fresh = len(states) - len(bad)
@@ -255,7 +265,7 @@ def report_check(image: str, states: list[LockState], summary: LockSummary, *,
             console.stdout.print(f"{state.status}: {state.relpath} ({escape(state.step.label)}): "
                                  f"{escape(state.reason)}")  # fmt: skip
         console.stderr.print(
-            f"{len(bad)} of {len(states)} locks need: {frontdoor.command('lock', image)}"
+            f"{len(bad)} of {len(states)} locks need: {front.command('lock', image)}"
         )
     return EXIT_VIOLATION
 
@@ -311,7 +321,7 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
         return code
     record, base_digest = survey.base
     where = source.describe(base_relpath(recipe))
-    base_pins = base_constraints(record, recipe.interpreters[0], where)
+    base_pins = base_constraints(record, recipe.interpreters[0], where, source.front)
     backend = select(recipe, record, host=options.host)
     ahead = read_ahead_inputs(source, recipe, states, base_digest, resolver=backend.label,
                               upgrade=options.upgrade)  # fmt: skip

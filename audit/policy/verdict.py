@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from audit.errors import BadInput
 from audit.history import diff as _diff
-from audit.history.snapshot import Distribution, Environment, canonical_name
+from audit.history.snapshot import Distribution, Environment, canonical_name, parse_version
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import ALLOW, FAIL, WARN, LockstepGroup, Policy, Waiver
 from audit.policy.presets import PRESETS, label
@@ -140,7 +140,7 @@ def _group_members(names: Collection[str], group: LockstepGroup) -> list[str]:
 def _lockstep(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for group in policy.lockstep:
         members = _group_members(env, group)
-        versions = {n: _diff.parse_version(env[n].version) for n in members}
+        versions = {n: env[n].parsed_version for n in members}
         public = {v.public for v in versions.values() if v is not None}
         if len(public) > 1:
             listed = ", ".join(f"{n} {env[n].version}" for n in members)
@@ -164,7 +164,7 @@ def _cuda_marks(dist: Distribution) -> Iterator[tuple[str, str]]:
         yield "package", named.group(1)
     if "+" not in dist.version:  # no local label (PEP 440 has no other separator): skip parsing
         return
-    version = _diff.parse_version(dist.version)
+    version = dist.parsed_version
     for segment in (version.local or "").split(".") if version else ():
         local = _LOCAL_CUDA.match(segment)
         if local:
@@ -305,7 +305,7 @@ def parse_requirement(text: str, key: str) -> Requirement:
 
 
 def _outside(requirement: Requirement, dist: Distribution) -> bool:
-    version = _diff.parse_version(dist.version)
+    version = dist.parsed_version
     return version is None or not requirement.specifier.contains(version, prereleases=True)
 
 
@@ -356,7 +356,7 @@ def _version_matches(pattern: str, actual: str | None) -> bool:
         return True
     if actual is None:
         return False
-    wanted, found = _diff.parse_version(pattern), _diff.parse_version(actual)
+    wanted, found = parse_version(pattern), parse_version(actual)
     return wanted == found if wanted is not None and found is not None else pattern == actual
 
 
@@ -628,7 +628,7 @@ def asking_for(
     its specifier allows that version and not ``before`` (the version it moved from). A
     requirement that allows both (``>=2.20``) asked for nothing: the move came from elsewhere.
     """
-    old = _diff.parse_version(before) if before is not None else None
+    old = parse_version(before) if before is not None else None
     return [
         f"{other.raw_name or other.name} {other.version} requires {text}"
         for other, text, requirement, dist in _requirements_on(env, name, markers)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rich.table import Table  # imported where a table is made: the gate may draw none
 
 REPORT_SCHEMA = "layer-audit.report/1"
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("terminal", "json", "markdown")
 # Most alarming first: a reviewer reads downgrades before anything else.
 RULE_ORDER = (
     "downgraded", "removed", "variant", "waiver-expired", "requirement", "lockstep",
@@ -290,12 +290,12 @@ def report_markdown(report: Report) -> str:
 
 
 def render_text(report: Report, fmt: str, width: int = 100) -> str:
-    """The report as text in ``fmt`` (``table`` renders without colour at ``width`` columns)."""
+    """The report as text in ``fmt`` (``terminal`` renders without colour at ``width`` columns)."""
     if fmt == "json":
         return json_text.redacted_dumps(report_document(report)) + "\n"
     if fmt == "markdown":
         return report_markdown(report)
-    if fmt == "table":
+    if fmt == "terminal":
         buffer = StringIO()
         console = Console(file=buffer, width=width, no_color=True, highlight=False, emoji=False)
         print_report(report, console)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from audit.cli.context import RunContext
+from audit.cli.main import PROG, build_parser
 from audit.errors import EXIT_OK
 from audit.host import console
 
@@ -40,8 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace, context: RunContext) -> int:
-    from audit.cli.main import PROG, build_parser  # the whole table: imports every command
-
     script = completion_script(build_parser(), args.shell, PROG)
     console.stdout.print(script, markup=False, highlight=False, end="", soft_wrap=True)
     return EXIT_OK

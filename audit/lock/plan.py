@@ -307,8 +307,14 @@ def _from_distribution(dist: Distribution, where: str, front: FrontDoor) -> Cons
             f"re-record the base: {front.command('lock', 'IMAGE --record-base')}",
         )
     name = dist.raw_name or dist.name
-    return Constraint(dist.name, dist.version, BASE_ORIGIN, dist.requires_dist,
-                      dist.requires_python, name)  # fmt: skip
+    return Constraint(
+        name=dist.name,
+        version=dist.version,
+        origin=BASE_ORIGIN,
+        requires_dist=dist.requires_dist,
+        requires_python=dist.requires_python,
+        raw_name=name,
+    )
 
 
 def _is_version(text: str) -> bool:

@@ -55,7 +55,7 @@ from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, Step
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LockRun:
     """Walks the layers in order, keeping what each earlier layer pinned and the verdicts."""
 
@@ -95,8 +95,9 @@ class LockRun:
         """``step``'s inputs after the layers visited so far, and the whole-text digests an
         older lock may record for them (:func:`~audit.lock.plan.after_inputs`)."""
         earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
-        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier,
-                              resolver=self.backend.label)  # fmt: skip
+        inputs = layer_inputs(
+            self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
+        )
         return inputs, also
 
     def _still_fresh(self, state: LockState, inputs: LayerInputs, also: Mapping[str, str]) -> bool:

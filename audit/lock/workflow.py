@@ -187,8 +187,9 @@ def policy_errors(
     return found
 
 
-def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions,
-            summary: LockSummary) -> int:  # fmt: skip
+def _judged(
+    recipe: Recipe, survey: Survey, source: Source, options: LockOptions, summary: LockSummary
+) -> int:
     """Exit 1 naming every failing finding of the fresh locks, else 0."""
     errors = policy_errors(source, recipe, survey, options.stage)
     summary.findings += errors
@@ -198,8 +199,9 @@ def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions
         from rich.markup import escape
 
         for finding in errors:
-            console.stdout.print(f"policy: {escape(finding.where)}: {finding.rule}: "
-                                 f"{escape(finding.told)}")  # fmt: skip
+            console.stdout.print(
+                f"policy: {escape(finding.where)}: {finding.rule}: {escape(finding.told)}"
+            )
         console.stderr.print(
             f"{len(errors)} finding{'s' if len(errors) > 1 else ''} of fresh locks "
             "fail today's policy and waivers: restore the waiver, or move the pin "
@@ -262,8 +264,10 @@ def report_check(
         from rich.markup import escape
 
         for state in bad:
-            console.stdout.print(f"{state.status}: {state.relpath} ({escape(state.step.label)}): "
-                                 f"{escape(state.reason)}")  # fmt: skip
+            console.stdout.print(
+                f"{state.status}: {state.relpath} ({escape(state.step.label)}): "
+                f"{escape(state.reason)}"
+            )
         console.stderr.print(
             f"{len(bad)} of {len(states)} locks need: {front.command('lock', image)}"
         )
@@ -271,8 +275,12 @@ def report_check(
 
 
 def _state_json(state: LockState) -> dict[str, str]:
-    return {"lock": state.relpath, "layer": state.step.label, "status": state.status,
-            "reason": state.reason}  # fmt: skip
+    return {
+        "lock": state.relpath,
+        "layer": state.step.label,
+        "status": state.status,
+        "reason": state.reason,
+    }
 
 
 def stamp_fresh(root: Path, recipe: Recipe, survey: Survey, source: RecordingSource) -> None:
@@ -298,8 +306,9 @@ def _look_again_and_stamp(root: Path, image: str) -> None:
 # -- compiling ------------------------------------------------------------------------------
 
 
-def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
-               summary: LockSummary) -> int:  # fmt: skip
+def lock_image(
+    root: Path, source: Source, recipe: Recipe, options: LockOptions, summary: LockSummary
+) -> int:
     """Record the base if asked or missing, then compile every stale lock (hold the file lock)."""
     from audit.base.record import record_base
     from audit.lock.files import base_relpath
@@ -323,16 +332,26 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
     where = source.describe(base_relpath(recipe))
     base_pins = base_constraints(record, recipe.interpreters[0], where, source.front)
     backend = select(recipe, record, host=options.host)
-    ahead = read_ahead_inputs(source, recipe, states, base_digest, resolver=backend.label,
-                              upgrade=options.upgrade)  # fmt: skip
+    ahead = read_ahead_inputs(
+        source, recipe, states, base_digest, resolver=backend.label, upgrade=options.upgrade
+    )
     # the read-ahead starts first: the runner's own imports and setup happen while it fetches
     with backend.warm(ahead, installed_versions(base_pins)):
         from audit.history.predict import StepJudge, base_markers
         from audit.lock.run import LockRun
 
         judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
-        run = LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
-                      options.upgrade)  # fmt: skip
+        run = LockRun(
+            root=root,
+            source=source,
+            recipe=recipe,
+            base_pins=base_pins,
+            base_digest=base_digest,
+            fresh_locks=survey.locks,
+            judge=judge,
+            backend=backend,
+            upgrade=options.upgrade,
+        )
         for state in states:
             run.visit(state)
     _summarize(run, options, summary)
@@ -359,10 +378,15 @@ def _summarize(run: LockRun, options: LockOptions, summary: LockSummary) -> None
     summary.written += [state.relpath for state, action in run.done if action == "compiled"]
     summary.fresh = sum(1 for _, action in run.done if action == "kept")
     summary.moved += [
-        {"layer": label, "name": name, "before": old, "after": new,
-         "direction": direction(name, old, new)}
+        {
+            "layer": label,
+            "name": name,
+            "before": old,
+            "after": new,
+            "direction": direction(name, old, new),
+        }
         for label, name, old, new in run.moves
-    ]  # fmt: skip
+    ]
     if not options.quiet:
         print_summary(run.done)
         print_moves(run.moves, options.upgrade)

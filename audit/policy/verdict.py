@@ -442,8 +442,15 @@ def _spent_note(finding: Finding, waiver: Waiver, ledger: WaiverLedger, index: i
         f"the waiver {waiver.describe()} was used in stage {stage}; it does not waive the same "
         f"change again in a later stage: {finding.message}"
     )
-    return Finding("waiver-spent", WARNING, finding.package, finding.before, finding.after,
-                   message, finding.where)  # fmt: skip
+    return Finding(
+        rule="waiver-spent",
+        severity=WARNING,
+        package=finding.package,
+        before=finding.before,
+        after=finding.after,
+        message=message,
+        where=finding.where,
+    )
 
 
 def _expired_finding(finding: Finding, waiver: Waiver) -> Finding:

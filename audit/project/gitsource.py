@@ -148,8 +148,10 @@ class GitSource:
     def _folder_mates(self, path: str, entry: TreeEntry) -> list[str]:
         """``entry``'s object id and those of the other small files directly beside it."""
         parent = path.rpartition("/")[0]
-        beside = (self._entries[f"{parent}/{name}" if parent else name]
-                  for name in self._children.get(parent, ()))  # fmt: skip
+        beside = (
+            self._entries[f"{parent}/{name}" if parent else name]
+            for name in self._children.get(parent, ())
+        )
         mates = {e.oid for e in beside if _prefetchable(e) and e.oid not in self._blobs}
         return [entry.oid, *sorted(mates - {entry.oid})]
 

@@ -37,9 +37,20 @@ REPORT_SCHEMA = "layer-audit.report/1"
 FORMATS = ("terminal", "json", "markdown")
 # Most alarming first: a reviewer reads downgrades before anything else.
 RULE_ORDER = (
-    "downgraded", "removed", "variant", "waiver-expired", "requirement", "lockstep",
-    "cuda-suffix", "forbidden", "rebuilt", "shadowed", "unparsable-version", "upgraded", "added",
-)  # fmt: skip
+    "downgraded",
+    "removed",
+    "variant",
+    "waiver-expired",
+    "requirement",
+    "lockstep",
+    "cuda-suffix",
+    "forbidden",
+    "rebuilt",
+    "shadowed",
+    "unparsable-version",
+    "upgraded",
+    "added",
+)
 NOT_AUDITED = "not-audited"  # an image with no base record: see audit.gate.unrecorded
 DETAILS_AFTER = 10  # Markdown tables longer than this fold into <details>
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}

@@ -197,8 +197,11 @@ def render_toml(document: Mapping[str, Any]) -> str:
     """``document`` as TOML: top-level keys, then ``[[packages]]`` (with ``[packages.sdist]``
     and ``[[packages.wheels]]``), then ``[tool.layer-audit]``. Strings are JSON-escaped, which
     TOML basic strings accept."""
-    lines = [f"{key} = {_value(value)}" for key, value in document.items() if key not in
-             ("packages", "tool")]  # fmt: skip
+    lines = [
+        f"{key} = {_value(value)}"
+        for key, value in document.items()
+        if key not in ("packages", "tool")
+    ]
     for package in document["packages"]:
         lines += ["", "[[packages]]"]
         lines += [f"{k} = {_value(v)}" for k, v in package.items() if k not in ("sdist", "wheels")]

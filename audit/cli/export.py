@@ -18,9 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from audit.cli.context import RunContext
+from audit.cli.output import check_output
 from audit.errors import EXIT_OK
 from audit.host import console
-from audit.report.findings import check_output
 from audit.report.pylock_export import Exported, export_pylock
 
 FORMATS = ("pylock",)

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from audit.cli.context import RunContext
 from audit.cli.options import HTML, JSON, MARKDOWN, TERMINAL, add_report_arguments
-from audit.cli.output import FILE_WIDTH, checked_reports
+from audit.cli.output import FILE_WIDTH, check_output, checked_reports
 from audit.errors import EnvironmentProblem
 from audit.gate.change_render import gate_html, gate_json, print_views
 from audit.gate.compare import GateResult
@@ -32,7 +32,7 @@ from audit.gate.matrix import StageMatrix
 from audit.host import atomic, console
 from audit.project.gitsource import gate_refs
 from audit.redact import redact
-from audit.report.findings import check_output, report_exit_code
+from audit.report.findings import report_exit_code
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 FORMATS = (TERMINAL, JSON, MARKDOWN, HTML)

@@ -19,7 +19,6 @@ from audit.cli.options import Renamed
 from audit.errors import UsageError
 from audit.host import atomic, console
 from audit.redact import redact
-from audit.report.findings import check_output
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -139,3 +138,14 @@ def command_reports(
             f"add --format {file_formats[0]}",
         )
     return Output(fmt, path)
+
+
+def check_output(output: Path | None, option: str = "--output") -> None:
+    """Refuse an output path that cannot become a file, before any work is done."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise UsageError(f"{option} {output}: is a directory", "name a file to write")
+    parent = next((p for p in output.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{option} {output}: {parent} is not a directory", "name a file to write")

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit.cli.context import RunContext
+from audit.cli.output import check_output
 from audit.errors import EXIT_OK
 from audit.history.host_snapshot import take_snapshot
 from audit.host import atomic, console
-from audit.report.findings import check_output
 
 
 @dataclass(frozen=True)

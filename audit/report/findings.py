@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from io import StringIO
 from operator import attrgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -312,14 +311,3 @@ def render_text(report: Report, fmt: str, width: int = 100) -> str:
         print_report(report, console)
         return redact(buffer.getvalue())
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
-
-
-def check_output(output: Path | None, option: str = "--output") -> None:
-    """Refuse an output path that cannot become a file, before any work is done."""
-    if output is None:
-        return
-    if output.is_dir():
-        raise UsageError(f"{option} {output}: is a directory", "name a file to write")
-    parent = next((p for p in output.parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise UsageError(f"{option} {output}: {parent} is not a directory", "name a file to write")

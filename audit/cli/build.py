@@ -11,29 +11,29 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from audit.build.plan import NETWORK_AUTO, BuildOptions
 from audit.build.run import build_image
-from audit.cli.options import add_client_option
+from audit.cli.context import RunContext
+from audit.cli.options import JSON, TERMINAL, add_client_option, add_report_arguments
+from audit.cli.output import Output, command_reports
 from audit.errors import EXIT_OK
-from audit.host import console
-from audit.project import paths
 from audit.redact import redact_json
 from audit.render.stages import parse_build_arg
 
 DEFAULT_IMAGE = "demo"
-FORMATS = ("table", "json")
+FORMATS = (TERMINAL, JSON)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "build",
-        help="render and build an image's stages with the guard, then tag them",
-        description="Render the recipe, build its stages with BuildKit and the guard after "
-        "every pip and run layer, then tag them. Needs the locks (nox -s lock) and Docker; a "
-        "failed build moves no tag.",
-    )
+HELP = "render and build an image's stages with the guard, then tag them"
+DESCRIPTION = (
+    "Render the recipe, build its stages with BuildKit and the guard after every pip and run "
+    "layer, then tag them. Needs the locks (nox -s lock) and Docker; a failed build moves no "
+    "tag."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "image",
         nargs="?",
@@ -122,15 +122,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-cache", action="store_true", help="rebuild every layer (no BuildKit cache)"
     )
-    parser.add_argument(
-        "--format",
-        dest="fmt",
-        choices=FORMATS,
-        default="table",
-        help="json: print the stages' image ids and tags, pushed digests, the guard's reports "
-        "and the log path on stdout (progress stays on stderr); default: table",
+    add_report_arguments(
+        parser,
+        FORMATS,
+        what="the outcome (json: the stages' image ids and tags, pushed digests, the guard's "
+        "reports and the log path; progress stays on stderr)",
     )
-    parser.set_defaults(handler=handle)
 
 
 @dataclass(frozen=True)
@@ -139,9 +136,11 @@ class BuildCommandOptions:
 
     root: Path  # the project around the working folder
     build: BuildOptions
+    output: Output
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> BuildCommandOptions:
+    def from_args(cls, args: argparse.Namespace, context: RunContext) -> BuildCommandOptions:
+        output = command_reports(args, FORMATS, file_formats=(JSON,))  # before a long build
         build = BuildOptions(
             image=args.image,
             stage=args.stage,
@@ -159,13 +158,13 @@ class BuildCommandOptions:
             secrets=tuple(args.secrets),
             ssh=tuple(args.ssh),
         )
-        return cls(paths.find_root(), build)
+        return cls(context.root(), build, output)
 
 
-def handle(args: argparse.Namespace) -> int:
-    options = BuildCommandOptions.from_args(args)
+def handle(args: argparse.Namespace, context: RunContext) -> int:
+    options = BuildCommandOptions.from_args(args, context)
     outcome = build_image(options.root, options.build)
-    if args.fmt == "json":
+    if options.output.fmt == JSON:
         text = json.dumps(redact_json(outcome.to_json(options.root)), indent=2, sort_keys=True)
-        console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+        options.output.write(text + "\n")
     return EXIT_OK

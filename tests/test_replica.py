@@ -159,7 +159,7 @@ def test_a_replica_labels_its_standins_and_the_record_keeps_and_reports_them() -
     from audit.lock.files import BaseRecord, parse_base, render_base
     from audit.lock.trust import REPLICA_STANDINS_LABEL, describe_source, replica_standins
 
-    pins = replica.parse_pins("torch==2.13.0\nvllm==0.28.1rc1.dev0+pr1.standin\n", "x", ARM64)
+    pins = replica.parse_pin_list("torch==2.13.0\nvllm==0.28.1rc1.dev0+pr1.standin\n", "x", ARM64)
     reads = {"torch": {"metadata": "range"}, "vllm": {"metadata": "snapshot"}}
     assert _standins(pins, reads) == ("vllm==0.28.1rc1.dev0+pr1.standin",)
     options, probed = ReplicaOptions(Path("l.txt")), _Interpreter("3.11.2", "/opt/venv", "2.36")

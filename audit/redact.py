@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -84,22 +83,9 @@ _ASSIGNMENT = re.compile(
 
 
 def redact(text: str) -> str:
-    """``text`` without URL userinfo, known token shapes or secret query values.
-
-    Pure, so short texts are remembered (a report repeats package names, versions and rule
-    words thousands of times); a long text is redacted afresh each time."""
+    """``text`` without URL userinfo, known token shapes or secret query values."""
     if not text:
         return text
-    if len(text) <= _CACHED_LENGTH:
-        return _redact_cached(text)
-    return _redact(text)
-
-
-_CACHED_LENGTH = 200  # a log's long lines are not worth remembering
-
-
-@lru_cache(maxsize=1 << 14)
-def _redact_cached(text: str) -> str:
     return _redact(text)
 
 

@@ -13,6 +13,7 @@ import pytest
 from audit.build.dockerfile import DockerfileBuild, build_args_of, build_argv, read_dockerfile
 from audit.cli import main as cli
 from audit.cli.build_dockerfile import DockerfileOptions
+from audit.cli.context import RunContext
 from audit.errors import EXIT_BAD_INPUT, UsageError
 
 PREFIX = ["/usr/bin/docker", "build"]
@@ -21,7 +22,8 @@ PREFIX = ["/usr/bin/docker", "build"]
 def parsed(*argv: str) -> DockerfileBuild:
     """What ``build --dockerfile …`` makes of a command line (up to the build itself)."""
     args = cli.build_parser(["build"]).parse_args(["build", *argv])
-    return DockerfileOptions.from_args(args).build
+    context = RunContext.of_command_line(None, docker_host=None, verbose=False)
+    return DockerfileOptions.from_args(args, context).build
 
 
 def test_every_option_reaches_buildkit_and_no_tag_does(tmp_path: Path) -> None:

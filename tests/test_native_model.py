@@ -14,7 +14,7 @@ from audit.native.catalog import family_of, file_version, stem, toolkit_owner
 from audit.native.elf import ElfFacts
 from audit.native.fsview import MAX_LINKS, FileSystemView, LinkLoop, view_from_json
 from audit.native.ldcache import LdCacheError, cache_map, conf_folders, parse_cache
-from audit.native.process import Step, run_process
+from audit.native.process import LoadStep, run_process
 from audit.native.search import LoaderSettings, Miss, Reason, Requester, expand, search
 
 PACKAGE = Path(__file__).resolve().parent.parent / "audit/native"
@@ -120,11 +120,11 @@ def test_a_step_falls_back_and_a_group_stops_after_a_failure() -> None:
     main = "/usr/bin/python3"
     view = _view({main: X86, "/w/libcudnn_graph.so.9": X86, "/w/libb.so.1": X86})
     steps = [
-        Step("libcudnn_graph.so.9.19.0", label="cudnn",
+        LoadStep("libcudnn_graph.so.9.19.0", label="cudnn",
              fallbacks=("libcudnn_graph.so.9.19", "libcudnn_graph.so.9")),
-        Step("/w/missing.so", group="g", label="first"),
-        Step("/w/libb.so.1", group="g", label="second"),
-        Step("/w/libb.so.1", label="after", only_if_maps="nothing", after_failure_of="first"),
+        LoadStep("/w/missing.so", group="g", label="first"),
+        LoadStep("/w/libb.so.1", group="g", label="second"),
+        LoadStep("/w/libb.so.1", label="after", only_if_maps="nothing", after_failure_of="first"),
     ]  # fmt: skip
     settings = LoaderSettings(ld_library_path="/w")
     outcome = run_process(view, settings, main, [steps])

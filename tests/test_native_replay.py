@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from audit.native.elf import ElfFacts
-from audit.native.process import Step, run_process
+from audit.native.process import LoadStep, run_process
 from audit.native.pyrules import predict
 from audit.native.scene import Agreement, Scene, agreement, scene_from_json
 from audit.native.search import Reason
@@ -123,9 +123,9 @@ def test_a_naive_model_disagrees_so_the_record_can_fail_it(
     preloads gives the wrong copies: the recording discriminates."""
     assert scene.python is not None
     torch = f"{scene.python.sites[0]}/torch"
-    steps = [Step(f"{torch}/lib/libtorch_global_deps.so", scene.python.ctypes, Reason.PRELOAD),
-             Step(f"{torch}/_C.cpython-312-x86_64-linux-gnu.so")]  # fmt: skip
-    steps += [Step(f"libcudnn_{s}.so.9") for s in ("graph", "heuristic", "engines_precompiled")]
+    steps = [LoadStep(f"{torch}/lib/libtorch_global_deps.so", scene.python.ctypes, Reason.PRELOAD),
+             LoadStep(f"{torch}/_C.cpython-312-x86_64-linux-gnu.so")]  # fmt: skip
+    steps += [LoadStep(f"libcudnn_{s}.so.9") for s in ("graph", "heuristic", "engines_precompiled")]
     naive = run_process(scene.view, scene.settings, scene.python.executable, [steps])
     sonames = {p: f.soname for p, f in scene.view.files.items() if isinstance(f, ElfFacts)}
     result = agreement(naive, _process(record, "torch")["maps"], sonames)

@@ -387,8 +387,16 @@ def test_the_lock_run_resolves_a_branch_over_the_stage_it_builds_on(graph: Path)
 
     recipe = load(graph)
     steps = {s.slug: s for s in recipe.steps()}
-    run = LockRun(graph, DirectorySource(graph), recipe, [Constraint("pip", "23.0", "base")],
-                  "sha256:b", {}, StepJudge(recipe, date(2026, 12, 1), {}), None)  # type: ignore[arg-type]  # fmt: skip
+    run = LockRun(
+        root=graph,
+        source=DirectorySource(graph),
+        recipe=recipe,
+        base_pins=[Constraint("pip", "23.0", "base")],
+        base_digest="sha256:b",
+        fresh_locks={},
+        judge=StepJudge(recipe, date(2026, 12, 1), {}),
+        backend=None,  # type: ignore[arg-type]
+    )
     for slug, pins in (("v2-01", {"torch": "2.9.0"}), ("v3-01", {"pytest": "8.0"})):
         before = run.environment(steps[slug])
         run.earlier.append((steps[slug], lock_of(slug, **pins)))

@@ -17,10 +17,11 @@ from audit.history.snapshot import Environment
 from audit.host import console
 from audit.lock.files import BaseRecord, base_changes
 from audit.lock.trust import base_identity_drift, drift_failure
+from audit.project.frontdoor import FrontDoor
 from audit.recipe.model import Recipe
 
 
-def verify_base(recipe: Recipe, record: BaseRecord | None) -> None:
+def verify_base(recipe: Recipe, record: BaseRecord | None, front: FrontDoor) -> None:
     """Raise "base drifted" (exit 1) when the local base is not the recorded one (for a base
     without Python, the prelude stage just built: :attr:`Recipe.recorded_ref`).
 
@@ -42,7 +43,7 @@ def verify_base(recipe: Recipe, record: BaseRecord | None) -> None:
             return
         # the recorded id, so the diff holds distributions only: the id is in ``differences``
         actual = BaseRecord(record.image, record.image_id, None, environments)
-        raise drift_failure(recipe, differences, base_changes(record, actual))
+        raise drift_failure(recipe, differences, base_changes(record, actual), front)
 
 
 def _rebuilt_alike(

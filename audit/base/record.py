@@ -34,7 +34,8 @@ from audit.host import atomic, console
 from audit.lock.files import BaseRecord, base_changes, base_relpath, render_base
 from audit.lock.plan import read_base_digest
 from audit.lock.trust import base_record_mismatch, record_hint
-from audit.project import frontdoor, paths
+from audit.project import paths
+from audit.project.frontdoor import FrontDoor
 from audit.project.sources import Source
 from audit.recipe.model import Recipe
 
@@ -77,9 +78,9 @@ def before_lock(root: Path, source: Source, recipe: Recipe, options: BaseOptions
         return None
     base = read_base_digest(source, recipe)
     if base is not None and not options.record:
-        stale = base_record_mismatch(recipe, base[0])
+        stale = base_record_mismatch(recipe, base[0], source.front)
         if stale:
-            raise LockError(stale, record_hint(recipe.name))
+            raise LockError(stale, record_hint(recipe.name, source.front))
     if base is None or options.record:
         from audit.docker.registry import ensure_image  # printed, by digest when pinned
 
@@ -89,7 +90,7 @@ def before_lock(root: Path, source: Source, recipe: Recipe, options: BaseOptions
 
             build_prelude(root, recipe, f"recording the base of {recipe.name}")
         if not recipe.break_system_packages:
-            refuse_externally_managed(recipe)
+            refuse_externally_managed(recipe, source.front)
     return None
 
 
@@ -100,7 +101,7 @@ def record_snapshot_file(
     if check:
         raise UsageError(
             "--from-snapshot records the base: it does not go with --check",
-            frontdoor.command(
+            source.front.command(
                 "lock", f"{recipe.name} --record-base --from-snapshot FILE --image-id ID"
             ),
         )
@@ -112,7 +113,7 @@ def record_snapshot_file(
     record = record_from_snapshot(recipe, data, str(path), snapshot.image_id, snapshot.repo_digest)
     write_record(root, source, recipe, record)
     console.stderr.print(
-        f"next: {frontdoor.command('lock', recipe.name)} (add --host where this machine matches "
+        f"next: {source.front.command('lock', recipe.name)} (add --host where this machine matches "
         f"{recipe.platform}); the build verifies the real image against this record"
     )
     return EXIT_OK
@@ -152,7 +153,7 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
         ensure_prelude(root, recipe, f"recording the base of {recipe.name}")
     console.stderr.print(f"recording the base snapshot of {recipe.recorded_ref}")
     info = docker_host.image_info(recipe.recorded_ref)
-    environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
+    environments = tuple(_snapshot_in_image(recipe, i, source.front) for i in recipe.interpreters)
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
     if recipe.base_stage is not None:
         digest = None  # a local build: the base's digest pins the prelude's FROM instead
@@ -167,7 +168,7 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     return record
 
 
-def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
+def _snapshot_in_image(recipe: Recipe, interpreter: str, front: FrontDoor) -> Environment:
     from audit.docker import host as docker_host
     from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 
@@ -183,7 +184,7 @@ def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
             labels=run_labels(),
         )
     except EnvironmentProblem as exc:
-        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
+        raise missing_interpreter(recipe, interpreter, exc, front) or exc from exc
     found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.recorded_ref}")
     return dataclasses.replace(found[0], interpreter=interpreter)
 
@@ -192,7 +193,7 @@ _NOT_THERE = ("no such file or directory", "executable file not found", "not fou
 
 
 def missing_interpreter(
-    recipe: Recipe, interpreter: str, error: EnvironmentProblem
+    recipe: Recipe, interpreter: str, error: EnvironmentProblem, front: FrontDoor
 ) -> RecipeError | None:
     """A recipe interpreter the base image does not have is the recipe's mistake (exit 2)."""
     if not any(marker in error.message.lower() for marker in _NOT_THERE):
@@ -202,11 +203,11 @@ def missing_interpreter(
         f"{interpreter} does not exist in {recipe.recorded_ref}",
         "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python), or (a base "
         "without Python) the stage that installs one as base_stage; "
-        f"{frontdoor.command('audit-deps', '--image REF')} lists the environments it finds",
+        f"{front.command('audit-deps', '--image REF')} lists the environments it finds",
     )
 
 
-def refuse_externally_managed(recipe: Recipe) -> None:
+def refuse_externally_managed(recipe: Recipe, front: FrontDoor) -> None:
     """Exit 2 naming ``break_system_packages`` when pip layers' interpreter (the first; the
     others are only audited) is externally managed."""
     from audit.docker import host as docker_host  # a Docker client only where a probe runs
@@ -221,7 +222,7 @@ def refuse_externally_managed(recipe: Recipe) -> None:
             labels=run_labels(),
         )
     except EnvironmentProblem as exc:
-        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
+        raise missing_interpreter(recipe, interpreter, exc, front) or exc from exc
     if out.strip() == "1":
         raise RecipeError(
             f"{recipe.source.as_posix()}: image.interpreters[1]",

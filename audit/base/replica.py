@@ -136,7 +136,7 @@ def _read_pins(options: ReplicaOptions, machine: str, python: str) -> plan.PinLi
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--replica {options.pins_file}: cannot read ({exc})") from exc
     markers = plan.target_markers(machine, python)
-    return plan.parse_pins(text, str(options.pins_file), markers)
+    return plan.parse_pin_list(text, str(options.pins_file), markers)
 
 
 def _files(
@@ -166,7 +166,9 @@ def _files(
     return files, reads
 
 
-def _no_index_warning(pin: plan.Pin, why: MetadataUnavailable, observed: bool) -> str:
+def _no_index_warning(
+    pin: plan.ListedDistribution, why: MetadataUnavailable, observed: bool
+) -> str:
     then = (
         "its requirements come from --metadata-from"
         if observed

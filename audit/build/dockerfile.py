@@ -19,7 +19,7 @@ from pathlib import Path
 
 from audit.build.plan import DockerClient
 from audit.docker import host as docker_host
-from audit.dockerfile.stages import Attribution, Stage, attribute, find_stage, parse_stages
+from audit.dockerfile.stages import Attribution, DockerfileStage, attribute, find_stage, parse_stages
 from audit.errors import EXIT_ENVIRONMENT, BuildFailed, UsageError
 from audit.gate.images import PolicyChoice, choose_policy, image_cuda, judge_walked
 from audit.history.model import History, LayerRef, LayerState
@@ -131,7 +131,7 @@ def _show(line: str) -> None:
     console.stderr.print(redact(line), markup=False, highlight=False, soft_wrap=True)
 
 
-def attributed(history: History, stages: Sequence[Stage], target: Stage, where: str) -> History:
+def attributed(history: History, stages: Sequence[DockerfileStage], target: DockerfileStage, where: str) -> History:
     """``history`` with each step's stage, position and Dockerfile line, where known."""
     entries = [state.ref.instruction for state in history.states[1:]]
     found = attribute(entries, stages, target)

@@ -65,6 +65,7 @@ from audit.build.plan import (
 )
 from audit.lock.plan import survey_locks
 from audit.lock.files import BaseRecord, base_relpath, read_base
+from audit.project.frontdoor import FrontDoor
 from audit.project.paths import build_dir
 from audit.recipe.model import PipLayer, Recipe
 from audit.recipe.parse import load_recipe
@@ -329,7 +330,7 @@ def execute(
     try:
         if plan.prelude is not None:
             build_prelude(recipe, plan, env, log)
-            verify_base(recipe, record)  # before the first guarded layer
+            verify_base(recipe, record, FrontDoor.of(root))  # before the first guarded layer
         for build in plan.builds:
             run_stage_build(recipe, build, env, log)
         if plan.multi_platform:
@@ -390,7 +391,7 @@ def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> BaseRe
     wanted = {s.slug for s in recipe.steps(until=until) if isinstance(s.layer, PipLayer)}
     survey = survey_locks(source, recipe)
     states = [state for state in survey.states if state.step.slug in wanted]
-    failure = stale_locks_failure(recipe, states)
+    failure = stale_locks_failure(recipe, states, source.front)
     if failure is not None:
         raise failure
     if survey.base is None and options.guard:
@@ -451,5 +452,5 @@ def run_build(
         if not plan.multi_platform:  # buildx pulls each platform's base itself
             check_base(recipe, plan.arch, client)
             if plan.prelude is None:  # else after the prelude is built, in execute
-                verify_base(recipe, record)  # before layer 1: the base is the one recorded
+                verify_base(recipe, record, FrontDoor.of(root))  # the base is the recorded one
         return execute(root, recipe, plan, client, record)

@@ -16,13 +16,21 @@ import os
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from audit.build.plan import created_time
-from audit.cli.options import add_image_policy_arguments, add_report_arguments
+from audit.cli.context import RunContext
+from audit.cli.options import (
+    HTML,
+    JSON,
+    MARKDOWN,
+    TERMINAL,
+    add_image_policy_arguments,
+    add_report_arguments,
+)
+from audit.cli.output import Output, command_reports
 from audit.errors import UsageError
 from audit.gate.audit_deps import audit_report, recipe_audits
-from audit.gate.images import PolicyChoice, audit_image, compare_images
+from audit.gate.images import PolicyChoice, audit_image, compare_images, load_named_recipe
 from audit.gate.matrix import (
     StageMatrix,
     matrix_html,
@@ -31,18 +39,22 @@ from audit.gate.matrix import (
     stage_matrix,
 )
 from audit.history.walk.run import WalkContext, walk
-from audit.host import atomic, console
-from audit.report.findings import (
-    FORMATS,
-    Report,
-    check_output,
-    render_text,
-    report_exit_code,
-)
+from audit.host import console
+from audit.project.sources import Source
+from audit.recipe.model import Recipe
+from audit.report.findings import Report, render_text, report_exit_code
 from audit.report.layers import layers_report, render_layers
 from audit.report.output import write_report
 
-CYCLONEDX = "cyclonedx"
+CYCLONEDX = "cyclonedx"  # an image's SBOM, with --image (not a report of findings)
+FORMATS = (TERMINAL, JSON, MARKDOWN, HTML, CYCLONEDX)
+HELP = "audit recipes (predicted from locks, no Docker) or existing images, layer by layer"
+DESCRIPTION = (
+    "Audit recipes before a build: the environment after every layer is predicted from "
+    "locks/IMAGE/ (base snapshot and locks) and checked by the policy; no Docker. With "
+    "--image, walk an existing image's own layers instead (no container, any platform) and "
+    "judge every layer."
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +67,7 @@ class AuditDepsOptions:
     recipe: str | None
     policy: Path | None
     cuda: str | None
-    fmt: str
-    output: Path | None
+    output: Output  # checked writable before any work: an image audit walks its layers
     all_packages: bool = False
     strict: bool = False
 
@@ -69,14 +80,16 @@ class AuditDepsOptions:
             recipe=args.recipe,
             policy=args.policy,
             cuda=args.cuda,
-            fmt=args.fmt,
-            output=args.output,
+            output=command_reports(args, FORMATS),
             all_packages=args.all_packages,
             strict=args.strict,
         )
         options.validate()
-        check_output(options.output)  # before any work: an image audit runs containers
         return options
+
+    @property
+    def fmt(self) -> str:
+        return self.output.fmt
 
     def validate(self) -> None:
         if self.against and not self.image:
@@ -95,15 +108,7 @@ class AuditDepsOptions:
             raise UsageError("--recipe and --policy both name a policy", "give one of them")
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "audit-deps",
-        help="audit recipes (predicted from locks, no Docker) or existing images, layer by layer",
-        description="Audit recipes before a build: the environment after every layer is "
-        "predicted from locks/IMAGE/ (base snapshot and locks) and checked by the policy; no "
-        "Docker. With --image, walk an existing image's own layers instead (no container) and "
-        "judge every layer.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "images",
         nargs="*",
@@ -131,79 +136,78 @@ def register(subparsers: Any) -> None:
         help="fail (exit 1) on every recipe that is not audited (no base record); without it "
         "such a recipe is a warning unless it is named",
     )
-    add_report_arguments(parser, extra_formats=("html",))
-    for action in parser._actions:  # one more format here: an image's CycloneDX SBOM
-        if action.dest == "fmt":
-            action.choices = (*(action.choices or FORMATS), CYCLONEDX)
-            action.help = f"report format (default: table); {CYCLONEDX}: an SBOM, with --image"
-    parser.set_defaults(handler=handle)
+    add_report_arguments(parser, FORMATS, what=f"the report ({CYCLONEDX}: an SBOM, with --image)")
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     options = AuditDepsOptions.from_args(args)
+    recipe = _named_recipe(context, options.recipe)
     if options.fmt == CYCLONEDX:
-        return write_image_sbom(options)
+        return write_image_sbom(options, recipe)
     matrices: list[StageMatrix] = []
     if options.image:
-        return audit_existing(options)
-    audits = recipe_audits(options.images, today=date.today(), strict=options.strict)
+        return audit_existing(options, recipe)
+    audits = recipe_audits(
+        options.images, today=date.today(), source=context.source(), strict=options.strict
+    )
     report = audit_report(audits)
     matrices = [
-        stage_matrix(audit, all_rows=options.all_packages)
+        stage_matrix(audit, all_rows=options.all_packages, memo=context.memo)
         for audit in audits
         if audit.recorded  # an image never recorded has no predicted stages to show
     ]
-    write_output(report, matrices, options)
+    write_output(report, matrices, options.output)
     return report_exit_code(report)
 
 
-def write_output(report: Report, matrices: list[StageMatrix], options: AuditDepsOptions) -> None:
+def _named_recipe(context: RunContext, name: str | None) -> Recipe | None:
+    """``--recipe NAME`` (``images/NAME`` accepted too) of the command's project."""
+    if name is None:
+        return None
+    source: Source = context.source()
+    return load_named_recipe(source, name)
+
+
+def write_output(report: Report, matrices: list[StageMatrix], output: Output) -> None:
     """The stage matrix leads (HTML page, Markdown, terminal table), then the findings."""
-    if options.fmt == "html":
-        _write_text(matrix_html(matrices, report), options.output)
-    elif options.fmt == "markdown":
+    if output.fmt == HTML:
+        output.write(matrix_html(matrices, report))
+    elif output.fmt == MARKDOWN:
         lead = "".join(matrix_markdown(matrix) + "\n" for matrix in matrices)
-        _write_text(lead + render_text(report, "markdown"), options.output)
+        output.write(lead + render_text(report, MARKDOWN))
     else:
-        if options.fmt == "table" and options.output is None:
+        if output.fmt == TERMINAL and output.path is None:
             for matrix in matrices:
                 for table in matrix_tables(matrix, console.stdout.width):
                     console.stdout.print(table)
-        write_report(report, options.fmt, options.output, console.stdout)
+        write_report(report, output.fmt, output.path, console.stdout)
 
 
-def _write_text(text: str, output: Path | None) -> None:
-    """Atomically to ``output``, or to stdout as it is."""
-    if output is not None:
-        atomic.write_text(output, text)
-    else:
-        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
-
-
-def audit_existing(options: AuditDepsOptions) -> int:
+def audit_existing(options: AuditDepsOptions, recipe: Recipe | None) -> int:
     """``--image SPEC [--against SPEC]``: the walk, judged and rendered; exit 1 on a failure."""
     assert options.image is not None
-    choice = PolicyChoice(options.policy, options.recipe, options.cuda)
-    context = WalkContext()
+    choice = PolicyChoice(options.policy, recipe, options.cuda)
+    context, today = WalkContext(), date.today()
     if options.against:
-        judged = compare_images(options.image, options.against, choice, context, today=date.today())
+        judged = compare_images(options.image, options.against, choice, context, today=today)
     else:
-        judged = audit_image(options.image, choice, context, today=date.today())
+        judged = audit_image(options.image, choice, context, today=today)
     title = f"audit-deps --image {judged.name}"
-    _write_text(render_layers(title, [judged], options.fmt, console.stdout.width), options.output)
+    options.output.write(render_layers(title, [judged], options.fmt, console.stdout.width))
     return report_exit_code(layers_report(title, [judged]))
 
 
-def write_image_sbom(options: AuditDepsOptions) -> int:
+def write_image_sbom(options: AuditDepsOptions, recipe: Recipe | None) -> int:
     """``--image SPEC --format cyclonedx``: the SBOM to ``--output`` or stdout; exit 0."""
-    from audit.report.sbom import image_sbom
+    from audit.report.sbom import image_sbom  # cyclonedx-python-lib: only an SBOM needs it
 
     if not options.image or options.against:
         raise UsageError(
             f"--format {CYCLONEDX} describes one existing image",
             "use it with --image REF (without --against)",
         )
+    del recipe  # the walk finds every environment; the SBOM needs no policy
     result = walk(options.image, WalkContext())
     created = created_time(os.environ, _dt.datetime.now(_dt.UTC))
-    _write_text(image_sbom(result.history, options.image, created), options.output)
+    options.output.write(image_sbom(result.history, options.image, created))
     return 0

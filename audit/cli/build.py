@@ -11,31 +11,39 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from audit.build.plan import NETWORK_AUTO, BuildOptions
 from audit.build.run import build_image
 from audit.cli import build_dockerfile
 from audit.cli.build_dockerfile import add_dockerfile_arguments, dockerfile_only
-from audit.cli.options import add_client_option
+from audit.cli.context import RunContext
+from audit.cli.options import (
+    HTML,
+    JSON,
+    MARKDOWN,
+    TERMINAL,
+    add_client_option,
+    add_report_arguments,
+)
+from audit.cli.output import Output, command_reports
 from audit.errors import EXIT_OK, UsageError
-from audit.host import console
-from audit.project import paths
 from audit.redact import redact_json
 from audit.render.stages import parse_build_arg
 
 DEFAULT_IMAGE = "demo"
-FORMATS = ("table", "json")
+RECIPE_FORMATS = (TERMINAL, JSON)
+FORMATS = (*RECIPE_FORMATS, MARKDOWN, HTML)  # a Dockerfile's build writes its layer report
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "build",
-        help="render and build an image's stages with the guard, then tag them",
-        description="Render the recipe, build its stages with BuildKit and the guard after "
-        "every pip and run layer, then tag them. Needs the locks (nox -s lock) and Docker; a "
-        "failed build moves no tag.",
-    )
+HELP = "render and build an image's stages with the guard, then tag them"
+DESCRIPTION = (
+    "Render the recipe, build its stages with BuildKit and the guard after every pip and run "
+    "layer, then tag them. Needs the locks (nox -s lock) and Docker; a failed build moves no "
+    "tag."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "image",
         nargs="?",
@@ -123,16 +131,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-cache", action="store_true", help="rebuild every layer (no BuildKit cache)"
     )
-    parser.add_argument(
-        "--format",
-        dest="fmt",
-        choices=FORMATS,
-        default="table",
-        help="json: print the stages' image ids and tags, pushed digests, the guard's reports "
-        "and the log path on stdout (progress stays on stderr); default: table",
+    add_report_arguments(
+        parser,
+        FORMATS,
+        what="the outcome (json: the stages' image ids and tags, pushed digests, the guard's "
+        "reports and the log path; progress stays on stderr; with --dockerfile: the layer "
+        "report, in any of these formats)",
     )
     add_dockerfile_arguments(parser)
-    parser.set_defaults(handler=handle)
 
 
 @dataclass(frozen=True)
@@ -141,15 +147,17 @@ class BuildCommandOptions:
 
     root: Path  # the project around the working folder
     build: BuildOptions
+    output: Output
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> BuildCommandOptions:
-        only = dockerfile_only(args)
+    def from_args(cls, args: argparse.Namespace, context: RunContext) -> BuildCommandOptions:
+        only = dockerfile_only(args, RECIPE_FORMATS)
         if only:
             raise UsageError(
                 f"{', '.join(only)}: for building your own Dockerfile",
                 "add --dockerfile PATH, or drop them to build the recipe",
             )
+        output = command_reports(args, FORMATS, file_formats=(JSON,))  # before a long build
         build = BuildOptions(
             image=args.image or DEFAULT_IMAGE,
             stage=args.stage,
@@ -167,15 +175,15 @@ class BuildCommandOptions:
             secrets=tuple(args.secrets),
             ssh=tuple(args.ssh),
         )
-        return cls(paths.find_root(), build)
+        return cls(context.root(), build, output)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     if args.dockerfile is not None:
-        return build_dockerfile.handle(args)
-    options = BuildCommandOptions.from_args(args)
+        return build_dockerfile.handle(args, context, command_reports(args, FORMATS))
+    options = BuildCommandOptions.from_args(args, context)
     outcome = build_image(options.root, options.build)
-    if args.fmt == "json":
+    if options.output.fmt == JSON:
         text = json.dumps(redact_json(outcome.to_json(options.root)), indent=2, sort_keys=True)
-        console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+        options.output.write(text + "\n")
     return EXIT_OK

@@ -1,34 +1,38 @@
 """``layer-audit build --dockerfile PATH``: the user's Dockerfile, built unchanged, walked, tagged.
 
-The options of ``build`` that this mode reads (``--platform``, ``--cache-from``, ``--cache-to``,
-``--network``, ``--no-cache``, ``--builder``, ``--push``, ``--docker``, ``--format``) keep their
-meaning; the rest of a ``docker build`` command line passes through: ``-t``, ``--target``,
-``--build-arg``, ``--secret``, ``--ssh``, ``--build-context``, and anything after ``--``.
-Exit codes: 0 built, every layer passed, tags moved; 1 a layer broke the policy (the report
-names it; no tag moved); 2 bad input; 3 the build or the engine failed.
+The options of ``build`` that this mode reads keep their meaning (``--stage``/``--target``,
+``--build-arg``, ``--secret``, ``--ssh``, ``--platform``, ``--cache-from``, ``--cache-to``,
+``--network``, ``--no-cache``, ``--builder``, ``--push``, ``--docker``, ``--format``,
+``--output``); ``--build-context``, ``--label``, ``--add-host`` and anything after ``--`` pass
+through to ``docker build`` untouched. Exit codes: 0 built, every layer passed, tags moved; 1 a
+layer broke the policy (the report names it; no tag moved); 2 bad input; 3 the build or the
+engine failed.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 from audit.build.dockerfile import DockerfileBuild, StageAudit, audit_targets, move_tags
 from audit.build.plan import NETWORK_AUTO, DockerClient, client_flags
+from audit.cli.context import RunContext
 from audit.cli.options import add_image_policy_arguments
+from audit.cli.output import Output
 from audit.docker import host as docker_host
 from audit.docker import registry
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.gate.images import PolicyChoice
+from audit.gate.images import PolicyChoice, load_named_recipe
 from audit.history.walk.run import WalkContext
-from audit.host import atomic, console
+from audit.host import console
 from audit.report.layers import render_layers
 
-FORMATS = ("table", "json", "markdown", "html")
-# Passed to docker build as given; --secret and --ssh are the recipe build's own options.
+# Passed to docker build as given (the recipe build has --secret and --ssh of its own).
 PASSED_THROUGH = ("--build-context", "--label", "--add-host")
+_ONLY_HERE = ("context", "tag", "all_stages", "policy", "recipe", "cuda", "docker_args")
 
 
 def add_dockerfile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,49 +41,46 @@ def add_dockerfile_arguments(parser: argparse.ArgumentParser) -> None:
         "your own Dockerfile (build --dockerfile PATH [options] [-- DOCKER-BUILD-OPTIONS])"
     )
     group.add_argument(
-        "-f", "--dockerfile", type=Path, metavar="PATH",
+        "-f",
+        "--dockerfile",
+        type=Path,
+        metavar="PATH",
         help="build this Dockerfile unchanged instead of a recipe, audit every layer of the "
         "result, and move the tags only when every layer passes",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--context", type=Path, metavar="DIR",
-        help="the build context (default: the Dockerfile's folder)",
-    )  # fmt: skip
+        "--context", type=Path, metavar="DIR", help="the build context (default: its folder)"
+    )
     group.add_argument(
-        "-t", "--tag", action="append", default=[], metavar="NAME:TAG",
+        "-t",
+        "--tag",
+        action="append",
+        default=[],
+        metavar="NAME:TAG",
         help="tag the image with this when it passes (repeatable)",
-    )  # fmt: skip
+    )
     for option in PASSED_THROUGH:
         group.add_argument(
-            option, action="append", default=[], metavar="VALUE",
+            option,
+            action="append",
+            default=[],
+            metavar="VALUE",
             help=f"passed to docker build as {option} VALUE (repeatable)",
-        )  # fmt: skip
+        )
     group.add_argument(
-        "--all-stages", action="store_true",
+        "--all-stages",
+        action="store_true",
         help="build and audit every stage of the file, not only the target (tags the target)",
-    )  # fmt: skip
-    group.add_argument("--output", type=Path, metavar="FILE", help="write the report here")
+    )
     add_image_policy_arguments(group)
     parser.add_argument("docker_args", nargs="*", help=argparse.SUPPRESS)
-    for action in parser._actions:  # the report formats of an audited image
-        if action.dest == "fmt":
-            action.choices = FORMATS
 
 
-RECIPE_FORMATS = ("table", "json")
-
-
-def dockerfile_only(args: argparse.Namespace) -> list[str]:
+def dockerfile_only(args: argparse.Namespace, recipe_formats: Sequence[str]) -> list[str]:
     """The ``--dockerfile`` options given without it (a recipe build refuses them)."""
-    given = [
-        option for option in ("context", "tag", "all_stages", "output",
-                              "policy", "recipe", "cuda", "docker_args",
-                              *(o.lstrip("-").replace("-", "_") for o in PASSED_THROUGH))
-        if getattr(args, option)
-    ]  # fmt: skip
-    if args.fmt not in RECIPE_FORMATS:
-        given.append(f"--format {args.fmt}")
-    return [g if g.startswith("--") else "--" + g.replace("_", "-") for g in given]
+    names = [*_ONLY_HERE, *(o.lstrip("-").replace("-", "_") for o in PASSED_THROUGH)]
+    given = ["--" + name.replace("_", "-") for name in names if getattr(args, name)]
+    return given + [f"--format {f}" for f in args.formats or () if f not in recipe_formats]
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,9 @@ class DockerfileOptions:
     docker: str | None
     builder: str | None
     push: bool
-    fmt: str
-    output: Path | None
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> DockerfileOptions:
+    def from_args(cls, args: argparse.Namespace, context: RunContext) -> DockerfileOptions:
         _refuse_recipe_options(args)
         dockerfile: Path = args.dockerfile
         build = DockerfileBuild(
@@ -108,28 +107,29 @@ class DockerfileOptions:
             passthrough=passthrough(args),
             all_stages=args.all_stages,
         )
-        choice = PolicyChoice(args.policy, args.recipe, args.cuda)
-        return cls(build, choice, args.docker, args.builder, args.push, args.fmt, args.output)
+        recipe = load_named_recipe(context.source(), args.recipe) if args.recipe else None
+        choice = PolicyChoice(args.policy, recipe, args.cuda)
+        return cls(build, choice, args.docker, args.builder, args.push)
 
 
 def _refuse_recipe_options(args: argparse.Namespace) -> None:
     if args.no_guard or args.ca_bundle:
         raise UsageError(
             "--no-guard and --ca-bundle build recipes, not a Dockerfile",
-            "name the stage with --target; pass CA bundles as --secret id=…,src=… as the "
-            "Dockerfile's RUN --mount=type=secret expects",
+            "pass a CA bundle as --secret id=…,src=… as the Dockerfile's secret mount expects",
         )
     if args.push and not args.tag:
         raise UsageError("--push needs a tag to push", "add -t NAME:TAG")
+    if args.policy and args.recipe:
+        raise UsageError("--policy and --recipe both name a policy", "give one of them")
 
 
 def passthrough(args: argparse.Namespace) -> tuple[str, ...]:
-    """Every ``docker build`` option this mode does not read itself, in the user's order."""
+    """Every ``docker build`` option this mode does not read itself, in a fixed order."""
     found: list[str] = []
-    for secret in args.secrets:
-        found += ["--secret", secret]
-    for agent in args.ssh:
-        found += ["--ssh", agent]
+    for option, values in (("--secret", args.secrets), ("--ssh", args.ssh)):
+        for value in values:
+            found += [option, value]
     for option in PASSED_THROUGH:
         for value in getattr(args, option.lstrip("-").replace("-", "_")):
             found += [option, value]
@@ -145,29 +145,21 @@ def passthrough(args: argparse.Namespace) -> tuple[str, ...]:
     return (*found, *extra)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext, output: Output) -> int:
     """Build, walk, judge; tag (and push) only a passing image."""
-    options = DockerfileOptions.from_args(args)
+    options = DockerfileOptions.from_args(args, context)
     client = docker_host.detect_client(options.docker)
-    prefix = client_flags(client, options.builder)
     audits = audit_targets(
         options.build,
         client=client,
-        prefix=prefix,
+        prefix=client_flags(client, options.builder),
         context=WalkContext(platform=options.build.platform),
         choice=options.choice,
         today=date.today(),
     )
-    text = render_layers(
-        f"build --dockerfile {options.build.dockerfile}",
-        [audit.judged for audit in audits],
-        options.fmt,
-        console.stdout.width,
-    )
-    if options.output is not None:
-        atomic.write_text(options.output, text)
-    else:
-        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
+    title = f"build --dockerfile {options.build.dockerfile}"
+    judged = [audit.judged for audit in audits]
+    output.write(render_layers(title, judged, output.fmt, console.stdout.width))
     return _finish(audits, options, client)
 
 

@@ -28,17 +28,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
+from audit.cli.context import RunContext
 from audit.dockerfile import dockerignore
 from audit.dockerfile.dockerignore import Ignored
 from audit.dockerfile.importer import ImportOptions, ImportPlan, plan_import, unmapped_lines
 from audit.errors import (
     EXIT_OK,
     EXIT_VIOLATION,
-    AuditError,
     BadInput,
     EnvironmentProblem,
     RecipeError,
@@ -59,17 +58,18 @@ CONTEXT_SKIPPED = (".git", ".nox")
 LINK_HINT = "replace the link by the file it names, or leave it out of the COPY"
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "import",
-        help="turn a multi-stage Dockerfile into a recipe under images/",
-        description="Read DOCKERFILE and write images/IMAGE/: image.toml (one recipe stage "
-        "per Dockerfile stage, each starting where its FROM says; the image the last stage "
-        "ships from as the base), one requirements file per pip install it can lock, and the "
-        "files its COPY lines and bind mounts bring in. What it cannot keep is listed with its "
-        "line and reason (exit 1 with --strict); installs kept as run layers are listed as not "
-        "locked. See docs/import.md.",
-    )
+NEEDS_PROJECT = False
+HELP = "turn a multi-stage Dockerfile into a recipe under images/"
+DESCRIPTION = (
+    "Read DOCKERFILE and write images/IMAGE/: image.toml (one recipe stage per Dockerfile "
+    "stage, each starting where its FROM says; the image the last stage ships from as the "
+    "base), one requirements file per pip install it can lock, and the files its COPY lines "
+    "and bind mounts bring in. What it cannot keep is listed with its line and reason (exit 1 "
+    "with --strict); installs kept as run layers are listed as not locked. See docs/import.md."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dockerfile", type=Path, help="the Dockerfile to read")
     parser.add_argument("--image", help="the recipe's name (default: from the Dockerfile's folder)")
     parser.add_argument(
@@ -104,10 +104,9 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="exit 1 when a line could not be kept (the recipe is still written, for review)",
     )
-    parser.set_defaults(handler=handle, needs_project=False)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, run: RunContext) -> int:
     dockerfile: Path = args.dockerfile
     data = read_dockerfile(dockerfile)
     context = (args.context or dockerfile.parent).resolve()
@@ -115,7 +114,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--context {args.context}: not a folder", "give the build context")
     image = args.image or default_image_name(dockerfile)
     check_image_name(image)
-    root = project_root(args)
+    root = project_root(args, run)
     target = paths.image_dir(root, image)
     if target.exists():
         raise UsageError(
@@ -188,14 +187,11 @@ def check_image_name(image: str) -> None:
         )
 
 
-def project_root(args: argparse.Namespace) -> Path:
+def project_root(args: argparse.Namespace, run: RunContext) -> Path:
     """--project, else the project around the working folder, else the working folder."""
     if getattr(args, "project", None):
         return Path(args.project).resolve()
-    try:
-        return paths.find_root()
-    except AuditError:
-        return Path.cwd().resolve()
+    return run.root_or_none() or run.cwd.resolve()
 
 
 def _in_context(context: Path, relpath: str, ignored: Ignored) -> bool:

@@ -13,25 +13,25 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
+from audit.cli.context import RunContext
 from audit.errors import EXIT_OK, AuditError, EnvironmentProblem, UsageError
 from audit.host import atomic, console
 from audit.project.scaffold import DEFAULT_IMAGE, Action, PlannedFile, plan_scaffold
 from audit.project.self_spec import self_spec
 
+NEEDS_PROJECT = False
+HELP = "scaffold a repository: noxfile, an example recipe, the gate workflow, hooks"
+DESCRIPTION = (
+    "Write noxfile.py, images/IMAGE/ (an example recipe), .github/workflows/dependency-gate.yml, "
+    ".pre-commit-config.yaml and .gitignore entries into DIR. Idempotent: files already there "
+    "are kept (unless --force); .gitignore only gets its missing entries appended."
+)
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "init",
-        help="scaffold a repository: noxfile, an example recipe, the gate workflow, hooks",
-        description="Write noxfile.py, images/IMAGE/ (an example recipe), "
-        ".github/workflows/dependency-gate.yml, .pre-commit-config.yaml and .gitignore entries "
-        "into DIR. Idempotent: files already there are kept (unless --force); .gitignore only "
-        "gets its missing entries appended.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "directory", nargs="?", type=Path, help="the repository (default: --project or here)"
     )
@@ -48,10 +48,9 @@ def register(subparsers: Any) -> None:
         "a version your index serves (default: where this layer-audit was installed from)",
     )
     parser.add_argument("--force", action="store_true", help="replace files that differ")
-    parser.set_defaults(handler=handle, needs_project=False)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     root = (args.directory or getattr(args, "project", None) or Path.cwd()).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: no such folder", "create it first (and `git init` it)")

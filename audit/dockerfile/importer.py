@@ -40,8 +40,8 @@ from audit.dockerfile.layout import DockerStage, Layout, lay_out, read_stages
 from audit.dockerfile.plan import ImportPlan, policy_preset
 from audit.dockerfile.run import run
 from audit.dockerfile.state import (
-    Scope,
     StagePlan,
+    StageScope,
     State,
     Unmapped,
     add_layer,
@@ -198,7 +198,7 @@ def _open(stage: DockerStage, layout: Layout, state: State, part: int) -> None:
         plan.parent = parent if parent != previous else None
         state.scope = state.ends[parent].inherit() if not part else state.scope
     else:
-        state.scope = Scope()
+        state.scope = StageScope()
         if stage.reference != layout.base or state.stages:
             plan.base, plan.base_digest = _base_reference(stage.reference, stage, state.where)
     if part == len(names) - 1:

@@ -36,7 +36,7 @@ class Instruction:
 
 
 @dataclass(frozen=True)
-class Stage:
+class DockerfileStage:
     """One ``FROM`` and what follows it; ``base`` is an image reference or an earlier stage's
     name (``parent`` is that stage's index, None for an image)."""
 
@@ -82,14 +82,16 @@ def substitute(text: str, args: Mapping[str, str]) -> str:
     return _ARG_REF.sub(one, text)
 
 
-def parse_stages(data: bytes, build_args: Mapping[str, str], where: str) -> tuple[Stage, ...]:
+def parse_stages(
+    data: bytes, build_args: Mapping[str, str], where: str
+) -> tuple[DockerfileStage, ...]:
     """Every stage of the Dockerfile ``data``; ``build_args`` override global ``ARG`` defaults.
 
     Raises RecipeError (exit 2) for a file with no ``FROM`` or a ``FROM`` it cannot read.
     """
     items = parse_dockerfile(data)
     args = {**global_args(items), **build_args}
-    stages: list[Stage] = []
+    stages: list[DockerfileStage] = []
     current: list[Instruction] = []
     header: tuple[str, str, int] | None = None
     for item in items:
@@ -115,16 +117,21 @@ def _from(value: str, args: Mapping[str, str], where: str, line: int) -> tuple[s
 
 
 def _stage(
-    index: int, header: tuple[str, str, int], body: list[Instruction], earlier: list[Stage]
-) -> Stage:
+    index: int,
+    header: tuple[str, str, int],
+    body: list[Instruction],
+    earlier: list[DockerfileStage],
+) -> DockerfileStage:
     base, name, line = header
     parent = next((s.index for s in earlier if s.name and s.name == base), None)
     if parent is None and base.isdigit() and int(base) < index:
         parent = int(base)
-    return Stage(index, name or str(index), base, parent, tuple(body), line)
+    return DockerfileStage(index, name or str(index), base, parent, tuple(body), line)
 
 
-def find_stage(stages: Sequence[Stage], target: str | None, where: str) -> Stage:
+def find_stage(
+    stages: Sequence[DockerfileStage], target: str | None, where: str
+) -> DockerfileStage:
     """The stage ``--target`` names (by name or index), else the last."""
     if target is None:
         return stages[-1]
@@ -135,7 +142,7 @@ def find_stage(stages: Sequence[Stage], target: str | None, where: str) -> Stage
     raise RecipeError(where, f"no stage {target!r}", f"--target takes one of: {names}")
 
 
-def chain(stages: Sequence[Stage], target: Stage) -> list[Stage]:
+def chain(stages: Sequence[DockerfileStage], target: DockerfileStage) -> list[DockerfileStage]:
     """The stages ``target`` is built on, the one that starts from an image first."""
     found = [target]
     while found[-1].parent is not None:
@@ -154,7 +161,7 @@ def _keyword_of(created_by: str) -> str:
 
 
 def attribute(
-    history: Sequence[str], stages: Sequence[Stage], target: Stage
+    history: Sequence[str], stages: Sequence[DockerfileStage], target: DockerfileStage
 ) -> list[Attribution | None]:
     """For each entry of ``history`` (``created_by`` texts, oldest first), the stage and line
     of the Dockerfile that made it; None for the base image's entries, or for every entry

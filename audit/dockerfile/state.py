@@ -62,7 +62,7 @@ class StagePlan:
 
 
 @dataclass
-class Scope:
+class StageScope:
     """What one Dockerfile stage carries from instruction to instruction; a stage built on
     another starts from a copy of that stage's scope (ENV, WORKDIR, USER, SHELL, files and
     index settings carry over, as in Docker; ARGs do not)."""
@@ -76,7 +76,7 @@ class Scope:
     index_env: dict[str, str] = field(default_factory=dict)  # PIP_INDEX_URL … set by ENV
     args: dict[str, str | None] = field(default_factory=dict)  # declared ARGs: value or unset
 
-    def inherit(self) -> Scope:
+    def inherit(self) -> StageScope:
         """The scope a stage built on this one starts with."""
         child = copy.deepcopy(self)
         child.args = {}
@@ -110,8 +110,8 @@ class State:
     global_text: dict[str, str | None] = field(default_factory=dict)  # …as written
     overrides: dict[str, str] = field(default_factory=dict)  # import --build-arg NAME=VALUE
     declared: dict[str, list[tuple[str, str | None, int]]] = field(default_factory=dict)
-    scope: Scope = field(default_factory=Scope)
-    ends: dict[str, Scope] = field(default_factory=dict)  # recipe stage -> scope at its end
+    scope: StageScope = field(default_factory=StageScope)
+    ends: dict[str, StageScope] = field(default_factory=dict)  # recipe stage -> scope at its end
     seen_interpreters: list[str] = field(default_factory=list)
     break_system_packages: bool = False
     where: str = "Dockerfile"  # how errors name the file

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from audit.history.cuda import cuda_tag
 from audit.history.model import History, LayerRef, LayerState
@@ -25,9 +25,9 @@ from audit.history.walk.run import WalkContext, WalkResult, walk
 from audit.policy.judge import judge_history
 from audit.policy.model import Policy
 from audit.policy.presets import CUDA_ML
-from audit.project.paths import find_root
-from audit.project.sources import DirectorySource
+from audit.project.sources import DirectorySource, Source
 from audit.recipe.located_toml import Node
+from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
 from audit.recipe.policy_parse import parse_policy, read_policy_file
 from audit.render.guard import guarded_step
@@ -40,8 +40,13 @@ class PolicyChoice:
     ``cuda`` forces the image's CUDA tag (``cu130``, ``cpu``) instead of reading it."""
 
     file: Path | None = None
-    recipe: str | None = None
+    recipe: Recipe | None = None
     cuda: str | None = None
+
+
+def load_named_recipe(source: Source, name: str) -> Recipe:
+    """``images/NAME/image.toml`` at ``source`` (``images/NAME`` is accepted too)."""
+    return load_recipe(source, PurePosixPath(name).name)
 
 
 def image_cuda(result: WalkResult, forced: str | None) -> str:
@@ -59,8 +64,7 @@ def choose_policy(choice: PolicyChoice, cuda: str, stages: Mapping[str, int]) ->
         folder = choice.file.resolve().parent
         return read_policy_file(DirectorySource(folder), choice.file.name, cuda, stages)
     if choice.recipe is not None:
-        name = Path(choice.recipe).name
-        return load_recipe(DirectorySource(find_root()), name).policy
+        return choice.recipe.policy
     preset = {"preset": CUDA_ML} if cuda != "cpu" else {}
     return parse_policy(Node("(the default policy)", "policy", preset), cuda, stages)
 

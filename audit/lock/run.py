@@ -13,7 +13,7 @@ judged the same way, under today's waivers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from audit.lock.plan import (
     who_asks,
 )
 from audit.lock.progress import LockProgress
+from audit.lock.refusal import Refusal, refusal_relpath, render_refusal
 from audit.lock.resolvers import Resolver
 from audit.lock.resolvers.job import CompileJob, Outcome, clean_body
 from audit.lock.standins import standin_digests, standin_wheels
@@ -54,7 +55,7 @@ from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, Step
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LockRun:
     """Walks the layers in order, keeping what each earlier layer pinned and the verdicts."""
 
@@ -90,7 +91,7 @@ class LockRun:
             lock = self.compile(state.step, before, inputs)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
-        self.after[state.step.slug] = apply_lock(before, lock)
+        self.after[state.step.slug] = apply_lock(before, lock, self.source.memo)
 
     def _earlier(self, step: Step) -> list[tuple[Step, Lock]]:
         """The visited layers ``step``'s own image holds, in build order."""
@@ -101,8 +102,9 @@ class LockRun:
         """``step``'s inputs after the layers before it in its image, and the whole-text
         digests an older lock may record for them (:func:`~audit.lock.plan.after_inputs`)."""
         earlier, also = after_inputs({s.slug: lock for s, lock in self._earlier(step)})
-        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier,
-                              resolver=self.backend.label)  # fmt: skip
+        inputs = layer_inputs(
+            self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
+        )
         return inputs, also
 
     def _still_fresh(self, state: LockState, inputs: LayerInputs, also: Mapping[str, str]) -> bool:
@@ -134,10 +136,12 @@ class LockRun:
         job = CompileJob(
             inputs,
             existing_pins(installed),
-            standin_wheels(installed),
+            standin_wheels(installed, self.source.memo),
             layer.no_deps,
             layer.override,
-            preferred_pins(installed, previous, self.upgrade, standin_digests(installed)),
+            preferred_pins(
+                installed, previous, self.upgrade, standin_digests(installed, self.source.memo)
+            ),
             upgrade_constraints(self.upgrade),
             known_metadata(previous),
         )
@@ -154,8 +158,20 @@ class LockRun:
         text = render_lock(self.recipe.name, step, self.backend.label, inputs.digests, body)
         relpath = lock_relpath(self.recipe, step)
         lock = parse_lock(text.encode(), relpath)
-        self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
+        record = self.root / refusal_relpath(self.recipe, step)
+
+        def keep_refusal(errors: tuple[Finding, ...]) -> None:  # the gate shows why, typed
+            atomic.write_text(record, render_refusal(Refusal(step.label, inputs.digest, errors)))
+            console.stderr.print(
+                f"refused: {escape(refusal_relpath(self.recipe, step))} says why (commit it with "
+                "the requirements: the gate and audit-deps show it)"
+            )
+
+        self.judge_layer(
+            step, before, lock, blocks, refuse=True, installed=installed, refused=keep_refusal
+        )
         atomic.write_text(self.root / relpath, text)
+        record.unlink(missing_ok=True)  # locked now: no refusal stands for this layer
         self.moves += [(step.label, *move) for move in pin_moves(previous, lock)]
         return lock
 
@@ -174,13 +190,17 @@ class LockRun:
         *,
         refuse: bool = False,
         installed: Mapping[str, Constraint] | None = None,
+        refused: Callable[[tuple[Finding, ...]], None] | None = None,
     ) -> list[Finding]:
-        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict."""
-        after = apply_lock(before, lock)
+        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict
+        (``refused`` is handed those errors first)."""
+        after = apply_lock(before, lock, self.source.memo)
         where = f"{self.recipe.name} {step.label}"
         found = self.judge.judge(step, before, after, where)
         errors = [f for f in found if f.fails]
         if refuse and errors:
+            if refused is not None:
+                refused(tuple(errors))
             raise _conflicts(step, errors, blocks, installed or {}, after)
         for finding in found:
             if finding.rule == "override":

@@ -29,7 +29,7 @@ from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError,
 from audit.history.snapshot import environment_platform
 from audit.lock.files import BaseRecord, base_relpath
 from audit.policy.findings import INFO, Finding
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.recipe.model import Recipe, Step
 
 
@@ -101,12 +101,12 @@ def describe_source(record: BaseRecord) -> str:
 EXTERNALLY_MANAGED = "externally-managed-environment"  # pip's error name (PEP 668)
 
 
-def record_hint(image: str) -> str:
+def record_hint(image: str, front: FrontDoor) -> str:
     """The command that re-records a base record (and the one for a base that lives elsewhere)."""
     return (
-        f"re-record it: {frontdoor.command('lock', image + ' --record-base')} (or, without the "
+        f"re-record it: {front.command('lock', image + ' --record-base')} (or, without the "
         "image here, --record-base --from-snapshot FILE: see the README), then "
-        f"{frontdoor.command('lock', image)}"
+        f"{front.command('lock', image)}"
     )
 
 
@@ -140,7 +140,7 @@ def platform_refusal(recipe: Recipe, record: BaseRecord, what: str) -> SnapshotE
     )
 
 
-def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
+def base_record_mismatch(recipe: Recipe, record: BaseRecord, front: FrontDoor) -> str | None:
     """Why ``record`` no longer describes the recipe's base, or None while it does.
 
     Checked: the image reference (``base``), the digest pin (``base_digest``, when the recipe
@@ -151,7 +151,7 @@ def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
     if not problems:
         return None
     found = "; ".join(problems)
-    command = frontdoor.command("lock", f"{recipe.name} --record-base")
+    command = front.command("lock", f"{recipe.name} --record-base")
     return f"{base_relpath(recipe)} is stale: {found} ({command})"
 
 
@@ -182,14 +182,16 @@ def check_line(state: LockState) -> str:
     return f"{state.status}: {state.relpath} ({state.step.label}): {state.reason}"
 
 
-def stale_locks_failure(recipe: Recipe, states: Sequence[LockState]) -> BuildFailed | None:
+def stale_locks_failure(
+    recipe: Recipe, states: Sequence[LockState], front: FrontDoor
+) -> BuildFailed | None:
     """The build's refusal when a lock it would install is stale or missing (exit 1)."""
     bad = [state for state in states if state.status != "fresh"]
     if not bad:
         return None
     lines = "\n".join(f"  {check_line(state)}" for state in bad)
     stale_base = any(f"{base_relpath(recipe)} is stale" in state.reason for state in bad)
-    command = frontdoor.command("lock", recipe.name + (" --record-base" if stale_base else ""))
+    command = front.command("lock", recipe.name + (" --record-base" if stale_base else ""))
     return BuildFailed(
         f"{recipe.name}: {len(bad)} of {len(states)} locks are not fresh; the build would not "
         f"install what the recipe asks for:\n{lines}",
@@ -223,7 +225,7 @@ def base_identity_drift(
 
 
 def drift_failure(
-    recipe: Recipe, differences: Sequence[str], changes: Sequence[str]
+    recipe: Recipe, differences: Sequence[str], changes: Sequence[str], front: FrontDoor
 ) -> BuildFailed:
     """ "base drifted" (exit 1): what differs, the recorded -> actual snapshot diff, the fix."""
     recorded = base_relpath(recipe)
@@ -236,7 +238,7 @@ def drift_failure(
     return BuildFailed(
         "\n".join(lines),
         "if the new base is intended, re-record it and re-lock: "
-        f"{frontdoor.command('lock', recipe.name + ' --record-base')}; else point the tag back "
+        f"{front.command('lock', recipe.name + ' --record-base')}; else point the tag back "
         "(a base_digest pin keeps it); no layer was built and no tag was moved",
         exit_code=EXIT_VIOLATION,
     )

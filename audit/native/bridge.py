@@ -19,13 +19,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from audit.history.system import NativeLibrary, NativeLoad, System
-from audit.native.process import Step, run_process
+from audit.native.process import LoadStep, run_process
 from audit.native.pyrules import RULES, library_opens
 from audit.native.scene import Scene, scene_from_json
 from audit.native.search import Reason
 
 if TYPE_CHECKING:
-    from audit.native.process import Load, Outcome
+    from audit.native.process import Load, ProcessOutcome
 
 
 def scene_of(system: System) -> Scene | None:
@@ -42,7 +42,7 @@ def describe(load: Load) -> str:
     return f"{who} ({how})"
 
 
-def processes(scene: Scene, sonames: list[str]) -> list[Outcome]:
+def processes(scene: Scene, sonames: list[str]) -> list[ProcessOutcome]:
     """One predicted process per package installed, then one that opens ``sonames`` by name
     from the interpreter (each once, where no package process mapped it)."""
     if scene.python is None:
@@ -53,12 +53,12 @@ def processes(scene: Scene, sonames: list[str]) -> list[Outcome]:
         if steps:
             found.append(_run(scene, [steps]))
     mapped = {load.soname for outcome in found for load in outcome.loads}
-    probes = [Step(s, scene.python.ctypes, Reason.PATH, f"dlopen {s}") for s in sonames
+    probes = [LoadStep(s, scene.python.ctypes, Reason.PATH, f"dlopen {s}") for s in sonames
               if s not in mapped]  # fmt: skip
     return [*found, _run(scene, [[p] for p in probes])] if probes else found
 
 
-def _run(scene: Scene, phases: list[list[Step]]) -> Outcome:
+def _run(scene: Scene, phases: list[list[LoadStep]]) -> ProcessOutcome:
     assert scene.python is not None
     return run_process(scene.view, scene.settings, scene.python.executable, phases,
                        library_opens(scene))  # fmt: skip
@@ -74,7 +74,7 @@ def resolved_libraries(system: System) -> tuple[NativeLibrary, ...]:
     return tuple(replace(library, loads=_loads(library, outcomes)) for library in system.native)
 
 
-def _loads(library: NativeLibrary, outcomes: list[Outcome]) -> tuple[NativeLoad, ...]:
+def _loads(library: NativeLibrary, outcomes: list[ProcessOutcome]) -> tuple[NativeLoad, ...]:
     found: list[NativeLoad] = []
     for outcome in outcomes:
         for load in outcome.loaded(library.soname):

@@ -2,7 +2,7 @@
 
 PURE: standard library only, Python 3.9 syntax.
 
-A process is an executable and the :class:`Step` s it takes afterwards: ``dlopen`` calls by
+A process is an executable and the :class:`LoadStep` s it takes afterwards: ``dlopen`` calls by
 path (Python importing an extension module, a package preloading a library with
 ``ctypes.CDLL``) or by name (a library opening another at run time, such as cuDNN opening its
 engines). Each step maps one object and then its DT_NEEDED breadth first, the order of glibc's
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Step:
+class LoadStep:
     """One ``dlopen`` (or the executable itself, reason ``EXEC``). ``target`` is a path (a slash
     in it) or a name; ``caller`` the path of the calling object ("" the executable);
     ``reason`` what a load by path is called (``PATH`` or ``PRELOAD``).
@@ -103,7 +103,7 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProcessOutcome:
     loads: tuple[Load, ...]
     uses: tuple[Use, ...]
     failures: tuple[Failure, ...]
@@ -137,20 +137,20 @@ class _Object:
 
 class _Process:
     def __init__(self, view: FileSystemView, settings: LoaderSettings,
-                 opens: Callable[[Load], Sequence[Step]] | None) -> None:  # fmt: skip
+                 opens: Callable[[Load], Sequence[LoadStep]] | None) -> None:  # fmt: skip
         self.view, self.settings, self.opens = view, settings, opens
         self.objects: list[_Object] = []
         self.loads: list[Load] = []
         self.uses: list[Use] = []
         self.failures: list[Failure] = []
-        self.lazy: list[Step] = []
+        self.lazy: list[LoadStep] = []
         self.failed: set[str] = set()  # labels of failed steps and groups
 
     @property
     def main(self) -> _Object | None:
         return self.objects[0] if self.objects else None
 
-    def run(self, step: Step) -> None:
+    def run(self, step: LoadStep) -> None:
         """Run ``step`` if its conditions hold: the first of its names that maps wins."""
         if not self._due(step):
             return
@@ -163,7 +163,7 @@ class _Process:
         del self.failures[first:last]  # the last attempt's failure says why
         self.failed.update({step.label, f"group:{step.group}"} if step.group else {step.label})
 
-    def _due(self, step: Step) -> bool:
+    def _due(self, step: LoadStep) -> bool:
         if step.group and f"group:{step.group}" in self.failed:
             return False
         if step.unless_mapped and any(self._mapped(n) for n in step.unless_mapped):
@@ -175,7 +175,7 @@ class _Process:
             conditions.append(step.after_failure_of in self.failed)
         return all(conditions) if len(conditions) < 2 else any(conditions)
 
-    def _attempt(self, target: str, step: Step) -> bool:
+    def _attempt(self, target: str, step: LoadStep) -> bool:
         """Map ``target`` and its dependencies, or nothing (all or nothing)."""
         marks = (len(self.objects), len(self.loads), len(self.uses), len(self.lazy))
         ready, caller = self._caller(step)
@@ -185,7 +185,7 @@ class _Process:
         del self.lazy[marks[3] :]
         return False
 
-    def _caller(self, step: Step) -> tuple[bool, _Object | None]:
+    def _caller(self, step: LoadStep) -> tuple[bool, _Object | None]:
         """(whether the step can run, the object that calls ``dlopen``; None: none)."""
         if step.reason == Reason.EXEC:
             return True, None
@@ -193,14 +193,14 @@ class _Process:
             return True, self.main
         known = self._mapped(step.caller)
         if known is None:
-            self.run(Step(step.caller, "", Reason.PATH, f"{step.label} (its caller)"))
+            self.run(LoadStep(step.caller, "", Reason.PATH, f"{step.label} (its caller)"))
             known = self._mapped(step.caller)
         return known is not None, known
 
     def _mapped(self, name: str) -> _Object | None:
         return next((o for o in self.objects if o.answers(name)), None)
 
-    def _tree(self, target: str, caller: _Object | None, step: Step) -> bool:
+    def _tree(self, target: str, caller: _Object | None, step: LoadStep) -> bool:
         first = self._map(target, caller, step)
         if not isinstance(first, _Object):
             return first is True
@@ -215,7 +215,7 @@ class _Process:
                     queue.append(mapped)
         return True
 
-    def _map(self, name: str, requester: _Object | None, step: Step) -> _Object | bool | None:
+    def _map(self, name: str, requester: _Object | None, step: LoadStep) -> _Object | bool | None:
         """The new object for ``name`` (True: already mapped, None: failed)."""
         who = requester.opened_as if requester else ""
         known = self._mapped(name)
@@ -234,7 +234,7 @@ class _Process:
             return True
         return self._add(name, hit, requester, step)
 
-    def _add(self, name: str, hit: Hit, requester: _Object | None, step: Step) -> _Object:
+    def _add(self, name: str, hit: Hit, requester: _Object | None, step: LoadStep) -> _Object:
         obj = _Object(hit.found, hit.opened_as, requester)
         obj.names.add(name)
         self.objects.append(obj)
@@ -247,7 +247,7 @@ class _Process:
             self.lazy.extend(self.opens(load))
         return obj
 
-    def _find(self, name: str, requester: _Object | None, step: Step) -> Hit | Miss:
+    def _find(self, name: str, requester: _Object | None, step: LoadStep) -> Hit | Miss:
         if "/" not in name:
             chain = []
             while requester is not None:
@@ -274,15 +274,15 @@ def run_process(
     view: FileSystemView,
     settings: LoaderSettings,
     executable: str,
-    phases: Sequence[Sequence[Step]],
-    opens: Callable[[Load], Sequence[Step]] | None = None,
-) -> Outcome:
+    phases: Sequence[Sequence[LoadStep]],
+    opens: Callable[[Load], Sequence[LoadStep]] | None = None,
+) -> ProcessOutcome:
     """The process that runs ``executable`` and then each phase's steps; after each phase, the
     lazy steps ``opens`` gives for what got mapped (the work that follows an import)."""
     process = _Process(view, settings, opens)
-    process.run(Step(executable, "", Reason.EXEC, "exec " + executable))
+    process.run(LoadStep(executable, "", Reason.EXEC, "exec " + executable))
     for steps in phases:
         for step in steps:
             process.run(step)
         process.drain()
-    return Outcome(tuple(process.loads), tuple(process.uses), tuple(process.failures))
+    return ProcessOutcome(tuple(process.loads), tuple(process.uses), tuple(process.failures))

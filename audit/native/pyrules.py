@@ -2,7 +2,7 @@
 
 PURE: standard library only, Python 3.9 syntax.
 
-Each rule reads a :class:`~audit.native.scene.Scene` and returns the :class:`Step` s that
+Each rule reads a :class:`~audit.native.scene.Scene` and returns the :class:`LoadStep` s that
 ``import`` plus one GPU operation run, in order. Every rule was read in the package's own
 source, as installed on the accelerator machine (torch 2.11.0+cu130, cupy-cuda13x 14.2.0 with
 cuda-pathfinder 1.8.1, jax 0.11.2 with jax-cuda13-plugin), and checked against its
@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from audit.native.catalog import stem, version_of
-from audit.native.process import Step, run_process
+from audit.native.process import LoadStep, run_process
 from audit.native.search import Reason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from audit.native.process import Load, Outcome
+    from audit.native.process import Load, ProcessOutcome
     from audit.native.scene import Scene
 
 # torch 2.11 torch/__init__.py _preload_cuda_deps: (folder, glob), in its order.
@@ -159,9 +159,9 @@ class _Site:
         only_if_maps: str = "",
         after_failure_of: str = "",
         unless_mapped: tuple[str, ...] = (),
-    ) -> Step:
+    ) -> LoadStep:
         """``ctypes.CDLL(path)``: the caller of ``dlopen`` is the ``_ctypes`` module."""
-        return Step(path, self.ctypes, Reason.PRELOAD, label, group=group,
+        return LoadStep(path, self.ctypes, Reason.PRELOAD, label, group=group,
                     only_if_maps=only_if_maps, after_failure_of=after_failure_of,
                     unless_mapped=unless_mapped)  # fmt: skip
 
@@ -180,7 +180,7 @@ def _cuda_major(site: _Site) -> str:
     return ""
 
 
-def torch_steps(scene: Scene) -> list[Step]:
+def torch_steps(scene: Scene) -> list[LoadStep]:
     """``import torch`` (torch 2.11), when torch is installed in one of the sites."""
     site = _Site(scene)
     deps = site.first("torch/lib/libtorch_global_deps.so")
@@ -192,14 +192,14 @@ def torch_steps(scene: Scene) -> list[Step]:
     steps.append(site.preload(deps, "torch: _load_global_deps (again)",
                               after_failure_of="torch: _load_global_deps"))  # fmt: skip
     extension = sorted(site.glob(torch, "_C.*.so")) or [f"{torch}/_C.so"]
-    steps.append(Step(extension[0], "", Reason.PATH, "torch: from torch._C import *"))
+    steps.append(LoadStep(extension[0], "", Reason.PATH, "torch: from torch._C import *"))
     linalg = f"{torch}/lib/libtorch_cuda.so"
-    steps.append(Step("libtorch_cuda_linalg.so", linalg, label="torch: linear algebra",
+    steps.append(LoadStep("libtorch_cuda_linalg.so", linalg, label="torch: linear algebra",
                       lazy=True, unless_mapped=("libtorch_cuda_linalg.so",)))  # fmt: skip
     return steps
 
 
-def _torch_preloads(site: _Site, major: str, label: str) -> list[Step]:
+def _torch_preloads(site: _Site, major: str, label: str) -> list[LoadStep]:
     steps = []
     for index, (folder, pattern) in enumerate(TORCH_CUDA_LIBS + TORCH_OPTIONAL):
         path = _torch_glob(site, folder, pattern, major)
@@ -226,7 +226,7 @@ def _torch_glob(site: _Site, folder: str, pattern: str, major: str) -> str:
 
 def pathfinder_steps(
     scene: Scene, name: str, label: str, seen: set[str] | None = None
-) -> list[Step]:
+) -> list[LoadStep]:
     """cuda-pathfinder's ``load_nvidia_dynamic_lib(name)`` (site-packages, then system search)."""
     site, lib, seen = _Site(scene), PATHFINDER[name], seen if seen is not None else set()
     if name in seen:
@@ -239,11 +239,11 @@ def pathfinder_steps(
     if found:
         return [*steps, site.preload(found, text, unless_mapped=lib.sonames)]
     first, *rest = lib.sonames
-    return [*steps, Step(first, site.ctypes, Reason.PATH, text, fallbacks=tuple(rest),
+    return [*steps, LoadStep(first, site.ctypes, Reason.PATH, text, fallbacks=tuple(rest),
                          unless_mapped=lib.sonames)]  # fmt: skip
 
 
-def cupy_steps(scene: Scene) -> list[Step]:
+def cupy_steps(scene: Scene) -> list[LoadStep]:
     """``import cupy`` and work that touches cuBLAS, cuFFT, cuRAND, cuSOLVER, cuSPARSE, NVRTC."""
     site = _Site(scene)
     root = next((s for s in site.sites if site.names(f"{s}/cupy_backends/cuda/libs")), "")
@@ -254,12 +254,12 @@ def cupy_steps(scene: Scene) -> list[Step]:
     for name, module in CUPY_MODULES:
         steps += pathfinder_steps(scene, name, "cupy", seen)
         folder, base = posixpath.split(f"{root}/{module}")
-        steps += [Step(path, "", Reason.PATH, f"cupy: import {module}")
+        steps += [LoadStep(path, "", Reason.PATH, f"cupy: import {module}")
                   for path in sorted(site.glob(folder, f"{base}.*.so"))[:1]]  # fmt: skip
     return steps
 
 
-def jax_steps(scene: Scene) -> list[Step]:
+def jax_steps(scene: Scene) -> list[LoadStep]:
     """``import jax`` with its CUDA plugin, and its registration."""
     site = _Site(scene)
     for root in site.sites:
@@ -270,32 +270,32 @@ def jax_steps(scene: Scene) -> list[Step]:
     return []
 
 
-def _jax(site: _Site, plugin: str, xla: str) -> list[Step]:
+def _jax(site: _Site, plugin: str, xla: str) -> list[LoadStep]:
     names = site.names(plugin)
     order = [n for e in JAX_EXTENSIONS for n in names if n == f"{e}.so" or n.startswith(f"{e}.")]
     steps = []
     for name in order:
-        steps.append(Step(f"{plugin}/{name}", "", Reason.PATH, f"jax: import {name}"))
-        steps += [Step(lib, f"{plugin}/{name}", Reason.PATH, f"jax: {name} opens {lib}")
+        steps.append(LoadStep(f"{plugin}/{name}", "", Reason.PATH, f"jax: import {name}"))
+        steps += [LoadStep(lib, f"{plugin}/{name}", Reason.PATH, f"jax: {name} opens {lib}")
                   for lib in JAX_STUB_OPENS.get(name.split(".")[0], ())]  # fmt: skip
     for module, libraries in JAX_LOADS:
         folder = next((f"{s}/nvidia/{module}" for s in site.sites
                        if site.scene.view.is_folder(f"{s}/nvidia/{module}")), "")  # fmt: skip
         steps += [site.preload(f"{folder}/lib/{lib}", f"jax: _load_nvidia_libraries {lib}")
                   for lib in libraries if folder]  # fmt: skip
-    steps.append(Step(f"{xla}/xla_cuda_plugin.so", "", Reason.PATH, "jax: register the plugin"))
+    steps.append(LoadStep(f"{xla}/xla_cuda_plugin.so", "", Reason.PATH, "jax: register the plugin"))
     return steps
 
 
-RULES: dict[str, Callable[[Scene], list[Step]]] = {
+RULES: dict[str, Callable[[Scene], list[LoadStep]]] = {
     "torch": torch_steps, "cupy": cupy_steps, "jax": jax_steps,
 }  # fmt: skip
 
 
-def library_opens(scene: Scene) -> Callable[[Load], Sequence[Step]]:
+def library_opens(scene: Scene) -> Callable[[Load], Sequence[LoadStep]]:
     """The lazy ``dlopen`` s a mapped CUDA library makes itself (cuDNN, NVRTC)."""
 
-    def opens(load: Load) -> Sequence[Step]:
+    def opens(load: Load) -> Sequence[LoadStep]:
         key = stem(load.soname or load.path)
         if key in CUDNN_SUBS:
             return _cudnn_opens(scene, load, CUDNN_SUBS[key])
@@ -306,32 +306,32 @@ def library_opens(scene: Scene) -> Callable[[Load], Sequence[Step]]:
     return opens
 
 
-def _cudnn_opens(scene: Scene, load: Load, subs: Sequence[str]) -> list[Step]:
+def _cudnn_opens(scene: Scene, load: Load, subs: Sequence[str]) -> list[LoadStep]:
     version = version_of(load.path, load.soname, scene.owners.get(load.path)).split(".")
     steps = []
     for sub in subs:
         base = f"libcudnn_{sub}.so"
         names = [f"{base}.{'.'.join(version[:n])}" for n in (3, 2) if len(version) >= n]
         major = f"{base}.{version[0]}" if version[0] else f"{base}.9"
-        steps.append(Step(names[0] if names else major, load.opened_as, Reason.PATH,
+        steps.append(LoadStep(names[0] if names else major, load.opened_as, Reason.PATH,
                           f"cuDNN opens {base}", lazy=True,
                           fallbacks=(*names[1:], major) if names else (),
                           unless_mapped=(major,)))  # fmt: skip
     return steps
 
 
-def _nvrtc_builtins(scene: Scene, load: Load) -> list[Step]:
+def _nvrtc_builtins(scene: Scene, load: Load) -> list[LoadStep]:
     """``libnvrtc-builtins.so.<major>.<minor>`` beside NVRTC, by path."""
     folder = posixpath.dirname(load.opened_as)
     version = version_of(load.path, load.soname, scene.owners.get(load.path)).split(".")
     if len(version) < 2:
         return []
     name = f"libnvrtc-builtins.so.{version[0]}.{version[1]}"
-    return [Step(f"{folder}/{name}", load.opened_as, Reason.PATH, f"NVRTC opens {name}",
+    return [LoadStep(f"{folder}/{name}", load.opened_as, Reason.PATH, f"NVRTC opens {name}",
                  lazy=True, unless_mapped=(name,))]  # fmt: skip
 
 
-def predict(scene: Scene, packages: Sequence[str]) -> Outcome:
+def predict(scene: Scene, packages: Sequence[str]) -> ProcessOutcome:
     """The process that imports ``packages`` in order (each followed by its work) in ``scene``'s
     interpreter."""
     if scene.python is None:

@@ -27,7 +27,7 @@ from audit.native.search import LoaderSettings
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from audit.native.process import Load, Outcome
+    from audit.native.process import Load, ProcessOutcome
 
 SCHEMA = "layer-audit.native-scene/1"
 
@@ -141,7 +141,9 @@ class Agreement:
         return len(self.right) + len(self.wrong) + len(self.missing)
 
 
-def agreement(outcome: Outcome, mapped: Iterable[str], soname_of: Mapping[str, str]) -> Agreement:
+def agreement(
+    outcome: ProcessOutcome, mapped: Iterable[str], soname_of: Mapping[str, str]
+) -> Agreement:
     """Compare on every CUDA-family file in ``mapped`` (real paths from /proc/self/maps);
     ``soname_of`` names each mapped path's SONAME (from the scene's facts)."""
     truth: dict[str, str] = {}

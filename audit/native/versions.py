@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from audit.native.elf import NeededVersion
     from audit.native.fsview import FileSystemView
-    from audit.native.process import Load, Outcome
+    from audit.native.process import Load, ProcessOutcome
 
 MISSING_SYMBOL = "missing-symbol"
 MISSING_VERSION = "missing-version"
@@ -63,7 +63,7 @@ class VersionFinding:
         return f"{text}: {why}{better}"
 
 
-def version_findings(outcome: Outcome, view: FileSystemView) -> list[VersionFinding]:
+def version_findings(outcome: ProcessOutcome, view: FileSystemView) -> list[VersionFinding]:
     """Every versioned need of every mapped object that the mapped copy does not meet."""
     loads = outcome.by_path()
     found: list[VersionFinding] = []
@@ -102,7 +102,7 @@ def _facts(view: FileSystemView, path: str) -> ElfFacts | None:
     return facts if isinstance(facts, ElfFacts) else None
 
 
-def _provider(outcome: Outcome, requirer: Load, file: str) -> Load | None:
+def _provider(outcome: ProcessOutcome, requirer: Load, file: str) -> Load | None:
     """The mapped object the requirer's DT_NEEDED ``file`` resolved to."""
     use = next(
         (u for u in outcome.uses if u.name == file and u.requirer == requirer.opened_as), None

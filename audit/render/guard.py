@@ -29,7 +29,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from audit.errors import RecipeError
 from audit.lock.files import base_relpath, parse_base
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.recipe.model import PipLayer, Recipe
 
 GUARD_DIR = "_guard"
@@ -74,15 +74,15 @@ def base_pythons(root: Path, recipe: Recipe) -> list[str]:
     return [env.python for env in parse_base(base.read_bytes(), base_relpath(recipe)).environments]
 
 
-def guard_config(recipe: Recipe) -> bytes:
+def guard_config(recipe: Recipe, front: FrontDoor) -> bytes:
     document = {
         "image": recipe.name,
         "interpreters": list(recipe.interpreters),
         "policy": recipe.policy.to_json(),
         "overrides": overrides_config(recipe),
         "commands": {  # what the guard's hints tell the user to run on the host
-            "lock": frontdoor.command("lock", recipe.name),
-            "record": frontdoor.command("lock", f"{recipe.name} --record-base"),
+            "lock": front.command("lock", recipe.name),
+            "record": front.command("lock", f"{recipe.name} --record-base"),
         },
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
@@ -125,7 +125,7 @@ def guard_files(root: Path, recipe: Recipe, copy: PackagingCopy) -> dict[str, by
     files = {
         "guard.py": (inimage / "guard.py").read_bytes(),
         "snapshot.py": (inimage / "snapshot.py").read_bytes(),
-        "guard.json": guard_config(recipe),
+        "guard.json": guard_config(recipe, FrontDoor.of(root)),
         "lib/audit/__init__.py": _VENDORED_INIT.encode(),
     }
     base = root / base_relpath(recipe)

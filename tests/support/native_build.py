@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from audit.native.process import Outcome
+    from audit.native.process import ProcessOutcome
     from audit.native.scene import Scene
 
 CC = shutil.which("gcc")
@@ -123,16 +123,18 @@ def scene_for(root: Path, env: dict[str, str] | None = None) -> Scene:
     return gather([str(root)], settings, [python.executable, python.ctypes], python)
 
 
-def predict_loads(scene: Scene, paths: Sequence[Path | str], opens_last: str = "") -> Outcome:
+def predict_loads(
+    scene: Scene, paths: Sequence[Path | str], opens_last: str = ""
+) -> ProcessOutcome:
     """The model's process for :func:`load_in_python` (``opens_last``: the name the last
     library's ``open_it`` passes to ``dlopen``)."""
-    from audit.native.process import Step, run_process
+    from audit.native.process import LoadStep, run_process
     from audit.native.search import Reason
 
     assert scene.python is not None
-    steps = [Step(str(p), scene.python.ctypes, Reason.PRELOAD, f"CDLL {p}") for p in paths]
+    steps = [LoadStep(str(p), scene.python.ctypes, Reason.PRELOAD, f"CDLL {p}") for p in paths]
     if opens_last:
-        steps.append(Step(opens_last, str(paths[-1]), Reason.PATH, "open_it"))
+        steps.append(LoadStep(opens_last, str(paths[-1]), Reason.PATH, "open_it"))
     return run_process(scene.view, scene.settings, scene.python.executable, [steps])
 
 

@@ -14,11 +14,11 @@ import pytest
 
 from audit.errors import AuditError, BadInput, ImageFormatError, UsageError
 from audit.history.walk import run
-from audit.policy.judge import judge_history
-from audit.policy.model import Policy
 from audit.history.walk.cache import VERSION
 from audit.history.walk.run import WalkContext, WalkResult, walk
 from audit.history.walk.spec import parse_registry_ref, parse_spec
+from audit.policy.judge import judge_history
+from audit.policy.model import Policy
 from tests.support.walk_images import (
     Layer,
     Platform,

@@ -98,7 +98,7 @@ def build_image(session: nox.Session) -> None:
 
 @nox.session(venv_backend=SHARED)
 def gate(session: nox.Session) -> None:
-    """Pull-request gate: nox -s gate -- --base origin/main [--head REF] [--markdown FILE]."""
+    """Pull-request gate: nox -s gate -- --base origin/main [--head REF] [--output FILE]."""
     _audit(session, "gate")
 
 
@@ -140,3 +140,10 @@ def lint(session: nox.Session) -> None:
     _in_env(session, bin_dir, "ruff", "check", ".")
     _in_env(session, bin_dir, "ruff", "format", "--check", ".")
     _in_env(session, bin_dir, "mypy")
+
+
+@nox.session(venv_backend=SHARED)
+def docs(session: nox.Session) -> None:
+    """docs/commands.md from the argument parser (tests/test_command_reference.py checks it)."""
+    bin_dir = _shared_env(session, "tools")
+    _in_env(session, bin_dir, "python", "-m", "audit.cli.reference", "docs/commands.md")

@@ -5,4 +5,7 @@ snapshot the Python environment after every layer and fail the build at the laye
 downgrades, skews or replaces what an earlier layer installed.
 """
 
-__version__ = "0.1.0"
+try:  # written by the build from the git tag (hatch-vcs; pyproject.toml)
+    from audit._version import __version__ as __version__  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # sources nobody built or installed (a copy of the folder): no tag to read
+    __version__ = "0+unknown"

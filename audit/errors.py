@@ -62,7 +62,8 @@ class ProjectFileError(BadInput):
 
 
 class SnapshotError(BadInput):
-    """A snapshot file is truncated, tampered with, or of an unknown schema."""
+    """A snapshot file is truncated, tampered with, of an unknown schema, or of another
+    platform than the recipe targets."""
 
 
 class LockError(BadInput):

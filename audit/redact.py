@@ -17,6 +17,10 @@ returns it with the secrets it may carry taken out:
 - the values of assignments whose name says it holds a secret (``HF_TOKEN=…``, ``--password=…``:
   a Dockerfile's ``ENV``/``ARG`` or a command line).
 
+A value that only names where a secret comes from is kept, for credential keys and assignments
+alike: a CI expression (``GITHUB_TOKEN: ${{ github.token }}``) or a whole shell variable
+(``HF_TOKEN=$HF_TOKEN``, ``${HF_TOKEN}``): hints that say how to pass a secret stay readable.
+
 A path to a netrc file or a credential helper's name carries no secret and is kept.
 
 Invariants: pure and idempotent (``redact(redact(t)) == redact(t)``); text without a secret
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -55,10 +58,18 @@ _NETRC = re.compile(r"(?P<key>\b(?:login|machine)\s+\S+\s+password\s+)(?P<value>
 _BARE_USERINFO = re.compile(
     r"(?<![\w/:.@%+~-])[A-Za-z0-9._~%+-]+:(?!\*\*\*@)[^\s@/:\"'<>]+@(?=[A-Za-z0-9])(?!sha\d+:)"
 )
+# A value that only names where a secret comes from is no secret: a CI expression
+# (``${{ github.token }}``, ``${{ secrets.X }}``) or a whole shell variable (``$HF_TOKEN``,
+# ``${HF_TOKEN}``; not ``${HF_TOKEN:-default}``, whose default may be one). A literal value
+# that merely starts with ``$`` (``$uper$ecret``) is not a whole variable, and is masked.
+_END = r"(?![^\s\"',;&}|])"
+_REFERENCE = (
+    r"(?:\$\{\{|\$\{[A-Za-z_][A-Za-z0-9_]*\}" + _END + r"|\$[A-Za-z_][A-Za-z0-9_]*" + _END + ")"
+)
 _CREDENTIAL_KEY = re.compile(
     r"(?P<key>(?<![\w.-])[\"']?(?:[A-Za-z0-9]+_)*(?:auth|password|passwd|token|identitytoken|registrytoken|"
     r"access_token|refresh_token|secret|client_secret|api_key|apikey)[\"']?\s*[:=](?!=)\s*[\"']?)"
-    r"(?P<value>(?!\*\*\*)[^\s\"',;&}]+)",
+    r"(?P<value>(?!\*\*\*)(?!" + _REFERENCE + r")[^\s\"',;&}]+)",
     re.IGNORECASE,
 )
 # NAME=value where a word of the name says it holds a secret: HF_TOKEN=…, --password=…
@@ -66,28 +77,15 @@ _CREDENTIAL_KEY = re.compile(
 _ASSIGNMENT = re.compile(
     r"(?P<key>(?<![\w-])-*(?:[A-Za-z0-9]+[_-])*"
     r"(?:token|password|passwd|secret|credentials?|api[_-]?key)s?(?:[_-][A-Za-z0-9]+)*=(?!=))"
-    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"'&;|]+)",
+    r"(?P<value>(?!" + _REFERENCE + r")(?:\"[^\"]*\"|'[^']*'|[^\s\"'&;|]+))",
     re.IGNORECASE,
 )
 
 
 def redact(text: str) -> str:
-    """``text`` without URL userinfo, known token shapes or secret query values.
-
-    Pure, so short texts are remembered (a report repeats package names, versions and rule
-    words thousands of times); a long text is redacted afresh each time."""
+    """``text`` without URL userinfo, known token shapes or secret query values."""
     if not text:
         return text
-    if len(text) <= _CACHED_LENGTH:
-        return _redact_cached(text)
-    return _redact(text)
-
-
-_CACHED_LENGTH = 200  # a log's long lines are not worth remembering
-
-
-@lru_cache(maxsize=1 << 14)
-def _redact_cached(text: str) -> str:
     return _redact(text)
 
 

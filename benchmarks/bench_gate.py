@@ -52,7 +52,6 @@ from bench_common import as_installed  # noqa: E402
 from audit.gate.compare import gate_result  # noqa: E402
 from audit.gate.markdown import gate_markdown  # noqa: E402
 from audit.host import process as commands  # noqa: E402
-from audit.lock.files import forget_parsed  # noqa: E402
 from audit.project.gitsource import GitSource  # noqa: E402
 from tests.support.project import (  # noqa: E402
     ProjectSpec,
@@ -200,9 +199,9 @@ def check(found: Counter[tuple[str, str]], code: int, shape: Shape, what: str) -
 
 def in_process(root: Path, shape: Shape) -> float:
     """The gate's whole work without the interpreter's start: git reads to Markdown."""
-    forget_parsed()  # every run parses every lock, as one command does
     start = time.perf_counter()
-    result = gate_result(GitSource(root, "main"), GitSource(root, "pr"), today=date.today())
+    base = GitSource(root, "main")  # the head shares its blobs and memo, as gate_refs does
+    result = gate_result(base, GitSource(root, "pr", share=base), today=date.today())
     gate_markdown(result.report, result.matrices)
     elapsed = time.perf_counter() - start
     found = Counter((f.rule, f.severity) for f in result.report.findings)

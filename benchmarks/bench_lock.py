@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from audit.cli import lock as cmd_lock  # noqa: E402
+from audit.cli.context import RunContext  # noqa: E402
 from audit.host import console  # noqa: E402
 from audit.host import process as commands  # noqa: E402
 from audit.lock import stamp as lock_stamp  # noqa: E402
-from audit.lock.files import forget_parsed  # noqa: E402
 from audit.lock.plan import (  # noqa: E402
     base_constraints,
     existing_pins,
@@ -94,10 +94,9 @@ def lock_args(image: str, host: bool) -> list[str]:
 
 def rerun_in_process(image: str, host: bool) -> None:
     parser = argparse.ArgumentParser()
-    cmd_lock.register(parser.add_subparsers())
-    args = parser.parse_args(["lock", *lock_args(image, host)])
-    forget_parsed()  # on a stamp miss, time what a fresh process does, not a second look
-    if args.handler(args) != 0:
+    cmd_lock.add_arguments(parser)
+    args = parser.parse_args(lock_args(image, host))
+    if cmd_lock.handle(args, RunContext()) != 0:
         raise SystemExit("lock failed")
 
 
@@ -138,7 +137,8 @@ def compile_first_layer(root: Path, image: str, host: bool) -> Callable[[], obje
     record, digest = found
     step = pip_steps(recipe)[0]
     inputs = layer_inputs(source, recipe, step, digest, {})
-    installed = {c.name: c for c in base_constraints(record, recipe.interpreters[0], "base")}
+    where, front = "base", source.front
+    installed = {c.name: c for c in base_constraints(record, recipe.interpreters[0], where, front)}
     job = CompileJob(inputs, existing_pins(installed), standin_wheels(installed))
     if host:
         target = host_target(recipe.platform, record, recipe.interpreters[0])

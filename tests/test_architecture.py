@@ -2,7 +2,7 @@
 
 ``audit/`` is sorted by subject: one package per part of the flow (recipe, render, lock,
 base, build, history, policy, gate, report, dockerfile, docker, index, host, project, cli,
-inimage), plus three loose modules every package shares (errors, redact, suggest). Inside
+inimage, native), plus three loose modules every package shares (errors, redact, suggest). Inside
 each package, its ``__init__`` docstring names the edge modules (``Edge: a, b``): they touch
 the world (processes, Docker, network, writes); every other module is pure and imports no
 edge module of any package. The policy, the history model and the lock format are vendored
@@ -24,10 +24,11 @@ import pytest
 from audit.render.guard import VENDORED
 
 PACKAGE = Path(__file__).resolve().parent.parent / "audit"
-LOOSE = {"__init__.py", "__main__.py", "errors.py", "redact.py", "suggest.py"}
+# _version.py: written by the build from the git tag (hatch-vcs), never committed
+LOOSE = {"__init__.py", "__main__.py", "_version.py", "errors.py", "redact.py", "suggest.py"}
 SUBJECTS = (
     "base", "build", "cli", "docker", "dockerfile", "gate", "history", "host", "index",
-    "inimage", "lock", "policy", "project", "recipe", "render", "report",
+    "inimage", "lock", "native", "policy", "project", "recipe", "render", "report",
 )  # fmt: skip
 # What a pure module never imports: it decides; the edge runs programs, talks to Docker or
 # the network, takes locks.

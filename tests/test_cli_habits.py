@@ -66,7 +66,8 @@ def test_bash_completes_commands_options_values_and_recipes(
     assert complete(bash_script, tmp_path, "au") == ["audit-deps"]
     assert complete(bash_script, tmp_path, "--project", "x", "ga") == ["gate"]
     assert complete(bash_script, tmp_path, "gate", "--for") == ["--format"]
-    assert complete(bash_script, tmp_path, "gate", "--format", "") == ["table", "json", "markdown"]
+    formats = ["terminal", "json", "markdown", "html"]  # the one convention: no old names
+    assert complete(bash_script, tmp_path, "gate", "--format", "") == formats
     assert complete(bash_script, tmp_path, "completion", "") == ["bash", "zsh"]
     assert sorted(complete(bash_script, inside, "render", "d")) == [
         "demo",
@@ -83,7 +84,7 @@ def test_bash_completes_commands_options_values_and_recipes(
 
 def test_every_command_is_completed(bash_script: Path, tmp_path: Path) -> None:
     offered = complete(bash_script, tmp_path, "")
-    commands = set(cli.COMMAND_MODULES)
+    commands = set(cli.COMMANDS)
     assert commands <= set(offered) and {"-V", "--version", "--project"} <= set(offered)
 
 
@@ -111,9 +112,10 @@ def test_zsh_loads_the_same_completion(tmp_path: Path, capsys: pytest.CaptureFix
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "_bash_complete -F _layer_audit",
-        "table",
+        "terminal",
         "json",
         "markdown",
+        "html",
     ]
 
 

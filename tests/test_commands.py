@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,8 +14,27 @@ from audit.host import process as commands
 
 
 @pytest.fixture
-def loud(monkeypatch: pytest.MonkeyPatch) -> None:
+def loud(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Commands echoed, as ``-v`` makes the command line echo them."""
     monkeypatch.delenv(commands.QUIET_ENV, raising=False)
+    with commands.echoing(True):
+        yield
+
+
+def test_commands_are_not_echoed_by_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(commands.QUIET_ENV, raising=False)
+    commands.run(["echo", "quiet"])
+    commands.stream(["echo", "quiet"], lambda line: None)
+    with commands.echoing(False):
+        commands.run(["echo", "quiet"])
+    assert capsys.readouterr().err == ""
+    with commands.echoing(True):
+        commands.run(["echo", "loud"])
+    assert "$ " in capsys.readouterr().err
+    commands.run(["echo", "quiet"])  # echoing ends with its block
+    assert capsys.readouterr().err == ""
 
 
 def test_the_printed_command_keeps_brackets(loud: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -78,7 +78,7 @@ def test_the_gate_hands_its_report_over_as_data(where: str) -> None:
     assert upload["with"]["name"] == download["with"]["name"] == "dependency-gate-report"
     assert upload["if"].startswith("always()")
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
-    assert any("--markdown gate-report/gate.md" in s.get("run", "") for s in gate_steps)
+    assert any("--output gate-report/gate.md" in s.get("run", "") for s in gate_steps)
 
 
 @pytest.mark.parametrize("where", ["repo", "init"])

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from audit.history.diff import Change, Comparison, diff, parse_version, shadowed
-from audit.history.snapshot import Distribution, Environment
+from audit.history.diff import Change, Comparison, diff, shadowed
+from audit.history.snapshot import Distribution, Environment, parse_version
 
 
 def dist(name: str, version: str, digest: str = "", location: str = "/site") -> Distribution:

@@ -12,6 +12,7 @@ from audit.cli.main import main
 from audit.errors import EXIT_VIOLATION
 from audit.project import frontdoor
 from audit.project.scaffold import skeleton
+from audit.project.sources import DirectorySource
 from tests.support.project import ProjectSpec, pip_recipe_toml, system_base, write_project
 
 NOXFILE = """import nox
@@ -39,15 +40,18 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_cli_alone_names_the_console_script(project: Path) -> None:
-    assert frontdoor.command("lock", "shop") == "layer-audit lock shop"
-    assert frontdoor.command("build") == "layer-audit build"
+    front = DirectorySource(project).front  # a project's sources carry its front door
+    assert front.command("lock", "shop") == "layer-audit lock shop"
+    assert front.command("build") == "layer-audit build"
+    assert frontdoor.CONSOLE_SCRIPT.command("lock", "shop") == "layer-audit lock shop"
 
 
 def test_a_nox_project_names_its_sessions(project: Path) -> None:
     (project / "noxfile.py").write_text(NOXFILE)
-    assert frontdoor.command("lock", "shop --record-base") == "nox -s lock -- shop --record-base"
-    assert frontdoor.command("build") == "nox -s build-image"
-    assert frontdoor.command("audit-deps") == "layer-audit audit-deps"  # no such session here
+    front = frontdoor.FrontDoor.of(project)
+    assert front.command("lock", "shop --record-base") == "nox -s lock -- shop --record-base"
+    assert front.command("build") == "nox -s build-image"
+    assert front.command("audit-deps") == "layer-audit audit-deps"  # no such session here
 
 
 def test_init_s_noxfile_is_a_nox_front_door(project: Path) -> None:
@@ -90,13 +94,13 @@ def test_the_guard_s_hints_name_the_project_s_front_door(
     from audit.history.snapshot import Distribution, Environment
     from audit.inimage import guard
     from audit.lock.format import parse_pins
-    from audit.project.sources import DirectorySource
     from audit.recipe.parse import load_recipe
     from audit.render.guard import guard_config
 
     if noxfile:
         (project / "noxfile.py").write_text(noxfile)
-    config = json.loads(guard_config(load_recipe(DirectorySource(project), "shop")))
+    source = DirectorySource(project)
+    config = json.loads(guard_config(load_recipe(source, "shop"), source.front))
     assert guard.host_command(config, "lock") == lock
     env = Environment("/usr/bin/python3", "3.11.2", {}, (), (Distribution("a", "1.0"),))
     (finding,) = guard.check_lock(

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main as cli
+from audit.cli.context import RunContext
 from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.gate.compare import gate
+from audit.gate.compare import gate_result
 from audit.gate.markdown import gate_markdown
 from audit.policy.findings import ERROR, INFO, Finding
 from audit.project.gitsource import GitSource
@@ -116,7 +117,7 @@ def test_each_side_reads_every_lock_and_its_base_record_once(
         return read_bytes(source, relpath)
 
     monkeypatch.setattr(GitSource, "read_bytes", counting)
-    report = gate(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    report = gate_result(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY).report
     locks = {key: n for key, n in reads.items() if key[1].startswith("locks/")}
     assert not report.failed
     assert {ref for ref, _ in locks} == {"main", "HEAD"} and set(locks.values()) == {1}
@@ -210,7 +211,7 @@ def test_an_output_that_cannot_be_a_file_fails_before_git_is_read(tmp_path: Path
     argv = ["gate", "--base", "main", "--repo", str(tmp_path), "--json", str(tmp_path)]
     args = cli.build_parser(argv).parse_args(argv)
     with pytest.raises(UsageError, match=r"--json .*: is a directory"):  # not "not a git repo"
-        args.handler(args)
+        args.handler(args, RunContext())
 
 
 def test_a_branch_name_full_of_shell_characters_changes_nothing(
@@ -232,11 +233,11 @@ def test_a_branch_name_full_of_shell_characters_changes_nothing(
 def test_added_and_removed_images_are_reported(repo: Path) -> None:
     write_project(repo, Project(), image="fresh")
     commit_files(repo, {}, "add fresh")
-    report = gate(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY)
+    report = gate_result(GitSource(repo, "main"), GitSource(repo, "HEAD"), today=TODAY).report
     titles = [section.title for section in report.sections]
     assert "fresh: v1" in titles and not any(t.startswith("demo") for t in titles)
     assert not report.failed
-    backwards = gate(GitSource(repo, "HEAD"), GitSource(repo, "main"), today=TODAY)
+    backwards = gate_result(GitSource(repo, "HEAD"), GitSource(repo, "main"), today=TODAY).report
     assert [s.title for s in backwards.sections] == ["fresh: image removed"]
 
 

@@ -3,6 +3,7 @@ a base snapshot one side lacks, and waivers a pull request adds or widens."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from audit.errors import EXIT_OK, EXIT_VIOLATION
@@ -117,3 +118,77 @@ def test_a_changed_base_reference_without_a_new_snapshot_is_a_stale_base(
     assert "example/base:2" in str(stale["message"]) and "example/base:1" in str(stale["message"])
     assert "--record-base" in str(stale["hint"])
     assert findings(report, "removed") == []
+
+
+def test_the_view_tells_new_and_widened_waivers_from_data_not_from_messages() -> None:
+    """The change view knows a waiver is new, widened or old from the two refs' waivers (and a
+    waived finding's waiver by its index), whatever the finding's message or waiver text says."""
+    from audit.gate.change_view import WAIVER_RULE, ImageInputs, image_view
+    from audit.policy.findings import INFO, WARNING, Finding
+    from audit.policy.model import Waiver
+
+    old = Waiver("alpha", "2.0", "1.5", "old reason")
+    widened = Waiver("alpha", "2.0", "1.0", "wider")
+    new = Waiver("beta", "1.0", "0.9", "fresh")
+    misleading = "waiver changed or widened by this pull request (added by this pull request)"
+    review = [
+        Finding(WAIVER_RULE, WARNING, w.package, w.from_version, w.to_version, misleading)
+        for w in (widened, new)
+    ]
+    waived = Finding(
+        "downgraded", INFO, "alpha", "2.0", "1.5", "alpha 2.0 -> 1.5: downgraded",
+        waiver="old reason (added by this pull request)", waiver_index=0, stage="v1",
+    )  # fmt: skip
+    inputs = ImageInputs(waivers=(old, widened, new), base_waivers=(old,))
+    view = image_view("demo", [*review, waived], inputs)
+    assert [row.note for row in view.review] == [
+        "changed or widened waiver: wider, no expiry",
+        "new waiver: fresh, no expiry",
+    ]
+    (stage,) = view.stages
+    assert [row.note for row in stage.rows] == ["waived: old reason, no expiry"]
+
+
+def test_a_refused_lock_shows_its_violation_not_only_missing_lock(
+    repo: Path, tmp_path: Path
+) -> None:
+    """``lock`` refused v1 (alpha 2.0 -> 1.0 asked for by gamma) and kept why beside the
+    missing lock: the gate and audit-deps show that violation, typed, after "missing lock";
+    a record of other inputs says nothing."""
+    from audit.cli import main as cli
+    from audit.lock.files import digest_inputs
+    from audit.lock.plan import survey_locks
+    from audit.lock.refusal import Refusal, refusal_relpath, render_refusal
+    from audit.policy.findings import ERROR, Finding
+    from audit.project.sources import DirectorySource
+    from audit.recipe.parse import load_recipe
+
+    (repo / "images/demo/requirements/v1.in").write_text("alpha\nbeta\ngamma\n")
+    (repo / "locks/demo/v1-01.txt").unlink()
+    recipe = load_recipe(DirectorySource(repo), "demo")
+    state = survey_locks(DirectorySource(repo), recipe).states[0]
+    downgrade = Finding(
+        "downgraded", ERROR, "alpha", "2.0", "1.0", "alpha 2.0 -> 1.0: downgraded",
+        where="demo v1 layer 1 (requirements/v1.in)", askers=("gamma 1.0 requires alpha<2",),
+    )  # fmt: skip
+    record = Refusal(state.step.label, digest_inputs(state.inputs), (downgrade,))
+    (repo / refusal_relpath(recipe, state.step)).write_text(render_refusal(record))
+    commit_files(repo, {}, "gamma, whose lock was refused")
+    code, markdown, report = run_gate(repo, tmp_path)
+    assert code == EXIT_VIOLATION
+    assert [f["rule"] for f in findings(report, "missing-lock")] == ["missing-lock"]
+    [shown] = findings(report, "downgraded")
+    assert (shown["severity"], shown["before"], shown["after"]) == ("error", "2.0", "1.0")
+    assert (shown["stage"], shown["layer"], shown["askers"]) == ("v1", 1, [downgrade.askers[0]])
+    assert "asked for by: gamma 1.0 requires alpha&lt;2" in markdown
+    audit = tmp_path / "audit.json"
+    assert (
+        cli.main(["--project", str(repo), "audit-deps", "--format", "json", "--output", str(audit)])
+        == 1
+    )
+    assert findings(json.loads(audit.read_text()), "downgraded") == [shown]
+
+    (repo / "images/demo/requirements/v1.in").write_text("alpha\nbeta\ngamma>=1\n")
+    commit_files(repo, {}, "other requirements: the record is of other inputs")
+    _, _, report = run_gate(repo, tmp_path)
+    assert findings(report, "downgraded") == [] and findings(report, "missing-lock")

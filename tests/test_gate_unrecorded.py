@@ -168,4 +168,5 @@ def test_this_repositorys_own_gate_passes_on_its_head(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert done.returncode == EXIT_OK, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "not audited" in done.stdout and "glm53-flash-sglang" in done.stdout
+    # every recipe of this repository is recorded (the seed's routes by their replicas)
+    assert "not audited" not in done.stdout + done.stderr, done.stdout[-3000:]

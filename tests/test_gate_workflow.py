@@ -66,7 +66,7 @@ def test_runs_the_gate_against_the_base_branch_passed_by_environment(
     assert len(gate) == 1
     assert gate[0]["run"].strip() == (
         'nox -s gate -- --base "origin/${BASE_REF#refs/heads/}" --strict-waivers '
-        "--markdown gate-report/gate.md"
+        "--format markdown --output gate-report/gate.md --format terminal"
     )
     assert gate[0]["env"] == {
         "BASE_REF": "${{ github.base_ref || github.event.merge_group.base_ref }}"

@@ -24,7 +24,7 @@ from audit.history.snapshot import Environment, canonical_name, parse_snapshot
 from audit.lock.files import BaseRecord, render_base
 from audit.policy.model import LockstepGroup, Policy, Waiver
 from audit.recipe.model import DEFAULT_LATEST_PATTERN, DEFAULT_TAG_PATTERN, PipLayer, Recipe, Stage
-from audit.render.guard import GUARD_DIR, check_vendored_python
+from audit.render.guard import GUARD_DIR, PackagingCopy, check_vendored_python
 from audit.render.write import write_guard_context
 from tests.support.fixtures import Wheelhouse
 
@@ -307,9 +307,10 @@ def base_json_of(python: str) -> bytes:
 def test_a_vendored_packaging_the_base_python_cannot_run_fails_the_render() -> None:
     recipe = make_recipe(Path("/opt/venv/bin/python"), Policy())
     base = base_json_of("3.9.2")
-    check_vendored_python(recipe, base, ">=3.8", "locks/g/base.json")
+    check_vendored_python(recipe, base, PackagingCopy("26.3", ">=3.9", {}), "locks/g/base.json")
     with pytest.raises(RecipeError) as caught:
-        check_vendored_python(recipe, base, ">=3.10", "locks/g/base.json")
+        copy = PackagingCopy("26.4", ">=3.10", {})
+        check_vendored_python(recipe, base, copy, "locks/g/base.json")
     message = str(caught.value)
     assert "image.base" in message and "3.9.2" in message and ">=3.10" in message
 

@@ -4,7 +4,8 @@ from the imported recipe starts the way the field-style Dockerfile's image did.
 The Dockerfile is the field chain's shape on the offline base image: an ARG default used in an
 ENV, WORKDIR, ``COPY --chmod=755`` of the launch script and ``COPY --chown`` of the patches
 (relative destinations under the WORKDIR), a patch run from the working folder, PATH extended
-from the base image's, a shell heredoc using a stage ARG, a Python heredoc, and the launch
+from the base image's, a shell heredoc using a stage ARG (a build argument of the recipe too),
+a Python heredoc, and the launch
 settings (LABEL, EXPOSE, STOPSIGNAL, HEALTHCHECK, USER, ENTRYPOINT, CMD). ``docker inspect``
 of the built image must show the Dockerfile's Cmd, Entrypoint, Env, WorkingDir, User and the
 rest, and the files must hold what the Dockerfile's steps wrote, with their modes and owners.
@@ -121,7 +122,9 @@ def test_the_imported_image_starts_like_the_dockerfiles(
     monkeypatch.chdir(project)
     argv = ["import", "docker/Dockerfile", "--image", "imported", "--interpreter", PYTHON]
     assert main(argv) == 0
-    assert "not mapped" not in capsys.readouterr().out  # every line has its recipe key
+    out = capsys.readouterr().out  # every line has its recipe key, but two take an ARG's value
+    assert "2 line(s) not kept" in out and "the image comes from BASE" in out
+    assert "--build-arg KV_DTYPE no longer changes it" in out  # the COPY <<EOF body
     toml = project / "images" / "imported" / "image.toml"
     repository = f"{TEST_REPOSITORY}/imported"
     toml.write_text(toml.read_text().replace('"local/imported"', f'"{repository}"'))

@@ -11,7 +11,6 @@ comes from.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from tests.support.gitrepo import git
 from tests.support.project import lock_body, write_fresh_locks
+from tests.support.release import tagged_sources
 
 pytestmark = [pytest.mark.slow]
 
@@ -57,12 +57,7 @@ def run(cwd: Path, argv: list[str], env: dict[str, str]) -> subprocess.Completed
 def runner(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A wheel built from these sources, and the ``bin/`` of an empty venv (setup-python)."""
     tmp = tmp_path_factory.mktemp("runner")
-    source = tmp / "src"
-    source.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "audit", source / "audit", ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
+    tagged_sources(tmp)  # tmp/src: the version comes from a tag, as in a release
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", "dist", "./src"]
     built = run(tmp, pip_wheel, clean)

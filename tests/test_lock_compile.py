@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from audit.cli import main as cli
 from audit.history.snapshot import Distribution
 from audit.host import atomic
 from audit.host import process as commands
@@ -152,6 +153,18 @@ def test_a_layer_that_needs_a_lower_version_fails_with_the_clear_message(
     assert "gamma 1.0 requires alpha<2" in err
     assert "Traceback" not in err
     assert not (project / "locks/t/v2-01.txt").exists()
+    # why is kept, typed, beside the missing lock: audit-deps (and the gate) show it
+    record = json.loads((project / "locks/t/v2-01.refused.json").read_text())
+    assert [(f["rule"], f["package"]) for f in record["findings"]] == [("downgraded", "alpha")]
+    assert cli.main(["audit-deps", "t", "--format", "json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    rules = [
+        f["rule"] for s in shown["sections"] for f in s["findings"] if f["severity"] == "error"
+    ]
+    assert sorted(rules) == ["downgraded", "missing-lock"]
+    (project / "images/t/requirements/v2.in").write_text("delta\n")
+    assert run_lock("t", "--host") == 0
+    assert not (project / "locks/t/v2-01.refused.json").exists()  # locked: the record goes
 
 
 @pytest.mark.slow

@@ -235,7 +235,7 @@ def test_an_unknown_stage_misses_and_gets_the_full_paths_error(
 
 def test_record_base_never_takes_the_quick_path(project: Path) -> None:
     assert lock("t") == 0
-    options = lock_workflow.LockOptions("t", base=BaseOptions(record=True))
+    options = lock_workflow.LockOptions(image="t", base=BaseOptions(record=True))
     assert lock_workflow._stamped_answer(project, options) is None
     assert lock_quick.quick_exit(["lock", "t", "--record-base"]) is None
 

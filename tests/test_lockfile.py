@@ -19,6 +19,7 @@ from audit.lock.files import (
     render_lock,
 )
 from audit.policy.model import Policy
+from audit.project.memo import Memo
 from audit.recipe.model import PipLayer, Recipe, Stage
 
 BODY = """\
@@ -148,22 +149,23 @@ def test_bad_pins_are_refused_even_with_a_matching_digest(line: str, problem: st
 
 
 def test_verified_bytes_are_parsed_once_and_damaged_ones_every_time() -> None:
-    data = lock_text().encode()
-    assert parse_lock(data, "a") is parse_lock(bytes(data), "b")
+    data, memo = lock_text().encode(), Memo()  # the command's memo: nothing module-wide
+    assert parse_lock(data, "a", memo) is parse_lock(bytes(data), "b", memo)
+    assert parse_lock(data, "a") is not parse_lock(data, "a")  # no memo, nothing kept
     damaged = data.replace(b"alpha==2.0", b"alpha==1.0")
     for where in ("c", "d"):
         with pytest.raises(LockError, match=f"^{where}: edited by hand"):
-            parse_lock(damaged, where)
+            parse_lock(damaged, where, memo)
 
 
 def test_two_images_locking_the_same_lines_share_one_parse_of_them() -> None:
     """Locks of two images with the same body under headers of their own (their inputs
     differ): the pins and metadata are parsed once, each lock keeps its own header; a body
     damaged under a matching digest still fails, every time."""
-    step = next(recipe().steps())
-    one = parse_lock(render_lock("a", step, "pip-tools==x", INPUTS, BODY).encode(), "a")
+    step, memo = next(recipe().steps()), Memo()
+    one = parse_lock(render_lock("a", step, "pip-tools==x", INPUTS, BODY).encode(), "a", memo)
     other = {**INPUTS, "base": "sha256:99"}
-    two = parse_lock(render_lock("b", step, "pip-tools==x", other, BODY).encode(), "b")
+    two = parse_lock(render_lock("b", step, "pip-tools==x", other, BODY).encode(), "b", memo)
     assert one.pins is two.pins and one.metadata is two.metadata
     copied = Lock("v1-01", one.inputs_digest, dict(one.pins), metadata=dict(one.metadata))
     assert one.effect_digest == two.effect_digest == copied.effect_digest  # made once, the same
@@ -172,19 +174,20 @@ def test_two_images_locking_the_same_lines_share_one_parse_of_them() -> None:
     bad = BODY.replace("alpha==2.0", "alpha>=2.0")
     for where in ("c", "d"):
         with pytest.raises(LockError, match=f"^{where}: "):
-            parse_lock(render_lock("c", step, "pip-tools==x", INPUTS, bad).encode(), where)
+            parse_lock(render_lock("c", step, "pip-tools==x", INPUTS, bad).encode(), where, memo)
 
 
 def test_a_known_body_under_a_header_naming_another_digest_is_refused_every_time() -> None:
     """A body verified before is not hashed again, and still must be the one its header names."""
-    good = lock_text()
-    parse_lock(good.encode(), "a")
+    good, memo = lock_text(), Memo()
+    parse_lock(good.encode(), "a", memo)
     content = next(line for line in good.splitlines() if line.startswith("# content: "))
     wrong = good.replace(content, "# content: sha256:" + "0" * 64)
     for where in ("b", "c"):
         with pytest.raises(LockError, match=f"^{where}: edited by hand: its content digest"):
-            parse_lock(wrong.encode(), where)
-    assert parse_lock(good.encode(), "d").content_digest == content.removeprefix("# content: ")
+            parse_lock(wrong.encode(), where, memo)
+    digest = parse_lock(good.encode(), "d", memo).content_digest
+    assert digest == content.removeprefix("# content: ")
 
 
 def environment(*pins: tuple[str, str]) -> Environment:
@@ -198,6 +201,7 @@ def test_base_record_round_trip_and_changes() -> None:
     assert parse_base(render_base(new).encode(), "base.json") == new
     assert base_changes(old, new) == [
         "image id sha256:1 -> sha256:2",
+        "/usr/bin/python3: 0 added, 0 removed, 1 changed (1 -> 1 distributions)",
         "/usr/bin/python3: pip 23.0 -> 24.0",
     ]
 
@@ -211,6 +215,7 @@ def test_a_tampered_base_record_is_refused() -> None:
 
 def test_a_base_record_is_parsed_once_per_content() -> None:
     data = render_base(BaseRecord("img", "i", None, (environment(("pip", "23.0")),))).encode()
-    assert parse_base(data, "a") is parse_base(bytes(data), "b")
+    memo = Memo()
+    assert parse_base(data, "a", memo=memo) is parse_base(bytes(data), "b", memo=memo)
     with pytest.raises(LockError):
-        parse_base(data.replace(b'"23.0"', b'"22.0"'), "c")
+        parse_base(data.replace(b'"23.0"', b'"22.0"'), "c", memo=memo)

@@ -27,6 +27,7 @@ from audit.gate.matrix import (
 )
 from audit.history.snapshot import Distribution
 from audit.host import process as commands
+from audit.project.memo import Memo
 from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report
@@ -52,10 +53,10 @@ def downgrade_project(root: Path) -> None:
     write_project(root, with_pins(v3={"rich": "14.0.0", "nvidia-nccl-cu13": "2.29.7"}))
 
 
-def matrix_of(root: Path, name: str = "vllm", **kwargs: bool):  # type: ignore[no-untyped-def]
+def matrix_of(root: Path, name: str = "vllm", *, all_rows: bool = False):  # type: ignore[no-untyped-def]
     source = DirectorySource(root)
     audit = audit_recipe(source, load_recipe(source, name), today=date(2026, 1, 1))
-    return audit, stage_matrix(audit, **kwargs)
+    return audit, stage_matrix(audit, all_rows=all_rows)
 
 
 def test_rows_are_packages_columns_are_stages_and_kinds_are_changes(root: Path) -> None:
@@ -225,9 +226,11 @@ def test_images_with_the_same_rows_share_them_and_a_rebuild_is_not_one_of_them()
         "v1": {"torch": torch},
         "v2": {"torch": Distribution("torch", "2.14.0")},
     }
-    one = columns_matrix("a", columns, {})
-    two = columns_matrix("b", {k: dict(v) for k, v in columns.items()}, {})
+    memo = Memo()  # the command's: rows are shared through it, never through the module
+    one = columns_matrix("a", columns, {}, memo=memo)
+    two = columns_matrix("b", {k: dict(v) for k, v in columns.items()}, {}, memo=memo)
     assert one.rows[0] is two.rows[0]
+    assert columns_matrix("a", columns, {}).rows[0] is not one.rows[0]  # no memo: made anew
     assert [c.kind for c in one.rows[0].cells] == ["", "added", "upgraded"]
     rebuilt = {**columns, "v2": {"torch": Distribution("torch", "2.13.0", digest="sha256:9")}}
     assert [c.kind for c in columns_matrix("c", rebuilt, {}).rows[0].cells] == [
@@ -235,7 +238,7 @@ def test_images_with_the_same_rows_share_them_and_a_rebuild_is_not_one_of_them()
         "added",
         "rebuilt",
     ]
-    waived = columns_matrix("d", columns, {("v2", "torch"): "waived"})
+    waived = columns_matrix("d", columns, {("v2", "torch"): "waived"}, memo=memo)
     assert [c.kind for c in waived.rows[0].cells] == ["", "added", "waived"]
     assert [c.kind for c in columns_matrix("e", columns, {}).rows[0].cells] == [
         "",

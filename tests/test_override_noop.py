@@ -78,6 +78,38 @@ def test_an_override_that_holds_a_package_back_is_still_reported_as_what_it_brea
     assert "torch 2.13.0 has requirement nvidia-nccl-cu13==2.29.7" in finding.message
 
 
+CUTLASS_SET = (
+    "nvidia-cutlass-dsl",
+    "nvidia-cutlass-dsl-libs-base",
+    "nvidia-cutlass-dsl-libs-core",
+    "nvidia-cutlass-dsl-libs-cu12",
+)
+
+
+def test_overrides_of_the_pins_a_held_back_package_brings_belong_to_its_re_pin() -> None:
+    """The field's re-pin of the cutlass-dsl set (the GLM-5.3-Flash routes): a nightly wants
+    nvidia-cutlass-dsl>=4.9, which would move it with the libs it pins ``==``; the override keeps
+    the whole set. Only the dsl breaks a requirement, but its libs' entries are not dead: each is
+    kept with the entry that pins it (followed through -libs-base to -libs-core)."""
+    before, _ = vendor()
+    nightly = Distribution(
+        "flashinfer-python", "0.8.0.dev1", requires_dist=("nvidia-cutlass-dsl>=4.9",)
+    )
+    after = {**before, "flashinfer-python": nightly}
+    found = {f.package: f.message for f in overrides(before, after, *CUTLASS_SET)}
+    assert set(found) == set(CUTLASS_SET)
+    assert "has requirement nvidia-cutlass-dsl>=4.9" in found["nvidia-cutlass-dsl"]
+    assert not [m for m in found.values() if "changes nothing" in m]
+    assert found["nvidia-cutlass-dsl-libs-core"] == (
+        "nvidia-cutlass-dsl-libs-core kept at 4.8.0 on purpose (override), with the override "
+        "it belongs to: nvidia-cutlass-dsl-libs-base 4.8.0 requires "
+        "nvidia-cutlass-dsl-libs-core==4.8.0"
+    )
+    # without the dsl's entry nothing holds the libs back: their entries change nothing
+    alone = overrides(before, after, *CUTLASS_SET[1:])
+    assert alone and all("the override changes nothing" in f.message for f in alone)
+
+
 def test_without_recorded_metadata_nothing_is_claimed() -> None:
     before, _ = vendor()
     blind = {**before, "rich-click": Distribution("rich-click", "1.9.0")}  # requires unknown

@@ -1,23 +1,28 @@
 """The installed package, as a user gets it: a wheel in a clean venv, run outside this checkout.
 
-Builds the wheel from a copy of the sources (nothing is written into the checkout), installs it
-into a fresh ``python -m venv`` (its dependencies from the machine's package index), and runs
-the ``layer-audit`` console script on scratch git repositories under the temporary folder:
-``--help``, ``render`` (from a subfolder and with ``--project``), ``lock --check``,
-``audit-deps``, ``gate``, and ``init`` followed by ``render`` and the scaffold's own noxfile.
+Builds the sdist and, from it, the wheel (``python -m build``, the release workflow's command)
+from a copy of the sources committed to a scratch git repository and tagged ``v9.8.7`` (nothing
+is written into the checkout; the version comes from the tag), installs the wheel into a fresh
+``python -m venv`` (its dependencies from the machine's package index), and runs the
+``layer-audit`` console script on scratch git repositories under the temporary folder:
+``--help``, ``--version``, ``render`` (from a subfolder and with ``--project``),
+``lock --check``, ``audit-deps``, ``gate``, and ``init`` followed by ``render`` and the
+scaffold's own noxfile. The venv resolves ``packaging`` to its newest release (26 and later),
+with which ``export`` validates its own PEP 751 output.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.gitrepo import git
+from tests.support.release import VERSION, tagged_sources
 from tests.support.vllm_project import CLEAN_PINS, Project, write_project
 
 pytestmark = [pytest.mark.slow]
@@ -37,24 +42,80 @@ def run(
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``dist/`` holding the sdist and the wheel built from it, as the release workflow does."""
+    tmp = tmp_path_factory.mktemp("release")
+    source = tagged_sources(tmp)
+    built = run(tmp, sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(source))
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return tmp / "dist"
+
+
+@pytest.fixture(scope="module")
+def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin/`` folder of a fresh venv holding the wheel built from these sources."""
     tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "src"
-    source.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "audit", source / "audit", ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    built = run(tmp, sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", "dist", "./src")
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp / "dist").glob("layer_audit-*.whl")
+    (wheel,) = dist.glob("layer_audit-*.whl")
     venv = tmp / "venv"
     made = run(tmp, sys.executable, "-m", "venv", str(venv))
     assert made.returncode == 0, made.stderr
     done = run(tmp, str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel))
     assert done.returncode == 0, done.stderr
     return venv / "bin"
+
+
+def test_the_tag_names_the_release(dist: Path, installed: Path, tmp_path: Path) -> None:
+    assert sorted(p.name for p in dist.iterdir()) == [
+        f"layer_audit-{VERSION}-py3-none-any.whl",
+        f"layer_audit-{VERSION}.tar.gz",
+    ]
+    done = run(tmp_path, str(installed / "layer-audit"), "--version")
+    assert (done.returncode, done.stdout) == (0, f"layer-audit {VERSION}\n"), done.stderr
+
+
+def test_the_wheel_holds_every_package_and_the_docs(dist: Path) -> None:
+    (wheel,) = dist.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = {
+        path.parent.relative_to(REPO).as_posix()
+        for path in (REPO / "audit").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert {f"{package}/__init__.py" for package in packages} <= names
+    docs = {
+        f"audit/docs/{p.relative_to(REPO / 'docs').as_posix()}"
+        for p in (REPO / "docs").rglob("*.md")
+    }
+    assert docs and docs <= names
+
+
+def test_newest_packaging_and_export_validates_its_own_pylock(installed: Path) -> None:
+    probe = (
+        "import packaging, tomllib; from pathlib import Path\n"
+        "from audit.report.pylock_export import validate\n"
+        'text = \'lock-version = "1.0"\\ncreated-by = "layer-audit"\\npackages = []\\n\'\n'
+        "print(packaging.__version__, validate(text, Path('pylock.toml')))\n"
+    )
+    done = run(installed, str(installed / "python"), "-c", probe)
+    assert done.returncode == 0, done.stderr
+    version, validated = done.stdout.split(" ", 1)
+    assert int(version.split(".")[0]) >= 26
+    assert validated.strip() == f"packaging {version}"
+
+
+PIPX = Path(sys.executable).parent / "pipx"  # the test extra's, beside this interpreter
+
+
+@pytest.mark.skipif(not PIPX.is_file(), reason="pipx is not installed beside this interpreter")
+def test_pipx_installs_the_wheel(dist: Path, tmp_path: Path) -> None:
+    (wheel,) = dist.glob("*.whl")
+    env = {"PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin")}
+    done = run(tmp_path, str(PIPX), "install", str(wheel), env=env)
+    assert done.returncode == 0, done.stderr
+    shown = run(tmp_path, str(tmp_path / "bin" / "layer-audit"), "--version", env=env)
+    assert shown.stdout == f"layer-audit {VERSION}\n"
+    helped = run(tmp_path, str(tmp_path / "bin" / "layer-audit"), "--help", env=env)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: layer-audit")
 
 
 @pytest.fixture
@@ -85,11 +146,14 @@ def test_the_wheel_ships_templates_scripts_and_skeleton(installed: Path) -> None
         assert (package / relpath).is_file(), relpath
 
 
-def test_help_names_the_console_script(installed: Path, tmp_path: Path) -> None:
+def test_help_names_the_console_script_and_the_reference(installed: Path, tmp_path: Path) -> None:
     done = run(tmp_path, str(installed / "layer-audit"), "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: layer-audit")
     assert "--project" in done.stdout and "init" in done.stdout and "import" in done.stdout
+    shown = " ".join(done.stdout.split())
+    folder = shown.split("reference: ", 1)[1].split(" ", 1)[0]
+    assert Path(folder).is_relative_to(installed.parent) and (Path(folder) / "recipes.md").is_file()
 
 
 def test_commands_run_from_a_subfolder_and_with_project(installed: Path, scratch: Path) -> None:

@@ -22,10 +22,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from audit.gate.plain_table import (
-    Cell,
     Column,
     Grid,
     Printer,
+    TextCell,
     cell,
     escape_markup,
     plain_console,
@@ -98,7 +98,9 @@ def gate_table(note: str) -> Grid:
         cell(("4.8.1 → 4.4.0", "yellow")),
         cell((note, "")),
     )
-    return Grid(Cell("dsl v2: 0 errors, 1 warning", "dsl v2: 0 errors, 1 warning"), heads, (row,))
+    return Grid(
+        TextCell("dsl v2: 0 errors, 1 warning", "dsl v2: 0 errors, 1 warning"), heads, (row,)
+    )
 
 
 def test_the_gate_tables_take_the_fast_path_at_80_and_100_columns() -> None:
@@ -130,7 +132,7 @@ def test_only_a_console_without_colour_takes_the_fast_path() -> None:
         assert isinstance(buffer, StringIO) and "nvidia-cutlass-dsl" in buffer.getvalue()
 
 
-def print_all(out: Printer, items: Sequence[Grid | Cell], *, flush: bool = True) -> None:
+def print_all(out: Printer, items: Sequence[Grid | TextCell], *, flush: bool = True) -> None:
     """Each table and line through ``out``, in order (then flushed, with ``flush``)."""
     for item in items:
         if isinstance(item, Grid):
@@ -158,7 +160,7 @@ class CountingConsole(Console):
     st.booleans(),
 )
 def test_a_printer_prints_what_rich_prints_for_each_table_and_line_in_turn(
-    items: list[Grid | Cell], width: int, soft_wrap: bool
+    items: list[Grid | TextCell], width: int, soft_wrap: bool
 ) -> None:
     """Gathered text (and rich's drawing of what the fast path declines, in its place) is
     the text rich prints for each table and line alone, in order."""
@@ -181,18 +183,18 @@ def test_a_printer_gathers_the_gate_tables_into_one_print() -> None:
     its place, after what was gathered before it."""
     console = CountingConsole(file=StringIO(), width=100, highlight=False, emoji=False)
     out = Printer(console)
-    items: list[Grid | Cell] = [
-        gate_table("a"), Cell("a line", "a line"), gate_table("b"), gate_table("中文 note")
+    items: list[Grid | TextCell] = [
+        gate_table("a"), TextCell("a line", "a line"), gate_table("b"), gate_table("中文 note")
     ]  # fmt: skip
     print_all(out, items, flush=False)
-    out.line(Cell("after", "after"))
+    out.line(TextCell("after", "after"))
     assert console.prints == 2  # what was gathered, then the declined table
     out.flush()
     assert console.prints == 3
     expected = [rich_text(t, 100, False) for t in (gate_table("a"),)]
-    expected += [rich_line(Cell("a line", "a line"), 100, False)]
+    expected += [rich_line(TextCell("a line", "a line"), 100, False)]
     expected += [rich_text(t, 100, False) for t in (gate_table("b"), gate_table("中文 note"))]
-    expected += [rich_line(Cell("after", "after"), 100, False)]
+    expected += [rich_line(TextCell("after", "after"), 100, False)]
     buffer = console.file
     assert isinstance(buffer, StringIO) and buffer.getvalue() == "".join(expected)
 

@@ -186,3 +186,18 @@ def test_bad_arguments_and_a_missing_token_touch_nothing(
     code = main([*base, *argv])
     assert code in (EXIT_BAD_INPUT, EXIT_ENVIRONMENT)
     assert github.requests == []
+
+
+def test_the_missing_token_hint_survives_redaction(
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "")
+    report = tmp_path / "gate.md"
+    report.write_text("report\n")
+    argv = ["pr-comment", "--markdown", str(report), "--repo", REPO, "--pr", "7"]
+    assert main(argv) == EXIT_ENVIRONMENT
+    hint = " ".join(capsys.readouterr().err.split())
+    assert "in the workflow: env: GITHUB_TOKEN: ${{ github.token }}" in hint

@@ -14,6 +14,8 @@ from audit.history.snapshot import Distribution, Environment
 from audit.lock.files import BaseRecord, Lock
 from audit.lock.format import Pin
 from audit.lock.plan import survey_locks
+from audit.project.frontdoor import CONSOLE_SCRIPT
+from audit.project.memo import Memo
 from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
@@ -109,6 +111,9 @@ def test_predict_without_a_base_snapshot_is_bad_input(tmp_path: Path) -> None:
 
 class _NoSource:
     """A Source with no files, for functions that only name paths in messages."""
+
+    memo = Memo()
+    front = CONSOLE_SCRIPT
 
     def read_bytes(self, relpath: str) -> bytes:
         raise FileNotFoundError(relpath)

@@ -110,6 +110,25 @@ def test_field_cutlass_skew_fails_with_the_preset_only() -> None:
     assert "nvidia-cutlass-dsl 4.4.0" in finding.message
     assert "nvidia-cutlass-dsl-libs-base 4.8.1" in finding.message
     assert 'preset_skip = ["lockstep cutlass-dsl"]' in finding.hint
+    assert finding.preset_rule == "lockstep cutlass-dsl"  # typed: the hint never reads the message
+
+
+def test_the_preset_hint_follows_the_typed_rule_not_the_message() -> None:
+    """The hint names the preset rule the finding carries; a recipe rule whose message merely
+    starts like a preset's gets no preset note."""
+    from dataclasses import replace
+
+    from audit.policy.verdict import apply_waivers
+
+    older = moved(vendor_env(), dict.fromkeys(CUTLASS, "4.4.0"))
+    nightly = moved(older, dict.fromkeys(CUTLASS[1:], "4.8.1"))
+    (finding,) = judge(older, nightly, cuda_ml())
+    bare = replace(finding, hint="")
+    (again,) = apply_waivers([bare], cuda_ml(), dt.date(2026, 6, 1))
+    assert 'preset_skip = ["lockstep cutlass-dsl"]' in again.hint
+    own = replace(bare, preset_rule=None)
+    (plain,) = apply_waivers([own], cuda_ml(), dt.date(2026, 6, 1))
+    assert "preset_skip" not in plain.hint
 
 
 def test_field_nccl_downgrade_fails_even_as_an_override() -> None:

@@ -58,8 +58,10 @@ def test_example_recipes_load() -> None:
     assert vllm.policy.cuda == "cu130" and vllm.tag("v8") == "v8-arm64-cu130"
     overrides = (
         "nvidia-nccl-cu13==2.30.7",
-        "nvidia-cutlass-dsl==4.3.1",
-        "nvidia-cutlass-dsl-libs-base==4.3.1",
+        "nvidia-cutlass-dsl==4.6.2",
+        "nvidia-cutlass-dsl-libs-base==4.6.2",
+        "nvidia-cutlass-dsl-libs-core==4.6.2",
+        "nvidia-cutlass-dsl-libs-cu12==4.6.2",
     )
     assert vllm.stage("v2").layers[0] == PipLayer(
         "requirements/v2-flashinfer-nightly.in", "flashinfer-nightly", True, override=overrides

@@ -70,6 +70,35 @@ def test_text_without_a_secret_is_unchanged(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        "in the workflow: env: GITHUB_TOKEN: ${{ github.token }}",
+        "api_key: ${{ secrets.INDEX_KEY }}",
+        "ENV HF_TOKEN=$HF_TOKEN A=1",
+        "--password=${REGISTRY_PASSWORD} --user=bot",
+        '{"token": "$TOKEN"}',
+    ],
+)
+def test_a_value_that_names_where_a_secret_comes_from_is_kept(text: str) -> None:
+    """A CI expression or a whole shell variable is a reference, not a secret: hints that say
+    how to pass one stay readable (the pr-comment hint read GITHUB_TOKEN: *** github.token }})."""
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("password: $3cr3t-v4lue", f"password: {MASK}"),  # starts with $, but no variable
+        ("HF_TOKEN=$uper$ecret", f"HF_TOKEN={MASK}"),
+        ("HF_TOKEN=${X:-hf_literal}", f"HF_TOKEN={MASK}"),  # a default may be the secret
+        ("GITHUB_TOKEN: ghp_abcdefghijklmnopqrstuvwxyz0123", f"GITHUB_TOKEN: {MASK}"),
+    ],
+)
+def test_a_literal_beside_a_reference_shape_is_still_masked(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(
     ("remote", "expected"),
     [
         (

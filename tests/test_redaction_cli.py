@@ -62,7 +62,7 @@ def test_reports_in_every_format_carry_no_secret() -> None:
     url = f"https://ci-token:{SECRET}@gitlab.example.com/team/images.git"
     finding = Finding("downgraded", ERROR, "alpha", "2.0", "1.0", f"from {url}", "where", url)
     report = Report("t", (Section(f"demo {url}", (finding,)),))
-    for fmt in ("json", "markdown", "table"):
+    for fmt in ("json", "markdown", "terminal"):
         text = render_text(report, fmt)
         assert SECRET not in text and "gitlab.example.com" in text, fmt
     assert SECRET not in json.dumps(render_text(report, "json"))

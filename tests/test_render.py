@@ -46,10 +46,10 @@ def test_field_recipe_renders_eight_stages_chained_by_from(tmp_path: Path) -> No
     result = render_image(root, "glm53-flash-vllm")
     text = result.dockerfile.read_text()
     chain = re.findall(r"^FROM (\S+) AS (v\d+)$", text, re.MULTILINE)
-    assert chain == [("vllm/vllm-openai:glm53-flash-arm64-cu130", "v1")] + [
+    assert chain == [("layer-audit/replica:vllm-glm53-day0-arm64", "v1")] + [
         (f"v{n - 1}", f"v{n}") for n in range(2, 9)
-    ]
-    assert "--extra-index-url https://flashinfer.ai/whl/nightly/" in text
+    ]  # the day-0 image's replica (docs/glm53-routes.md)
+    assert "--extra-index-url http://127.0.0.1:8647/simple/" in text  # the nightly's stand-in
     assert "syntax=" not in text  # BuildKit 20.10 parses RUN --mount natively: no registry pull
 
 

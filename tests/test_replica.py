@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ vllm==0.33.0  # the point of it all
 
 
 def test_a_compiled_lock_gives_its_pins_sorted_and_the_markers_applied() -> None:
-    found = replica.parse_pins(UV_LOCK, "vllm.txt", ARM64)
+    found = replica.parse_pin_list(UV_LOCK, "vllm.txt", ARM64)
     assert [(p.name, p.version) for p in found.pins] == [
         ("nvidia-cutlass-dsl", "4.8.0"),
         ("torch", "2.14.0"),
@@ -44,7 +45,7 @@ def test_a_freeze_keeps_local_versions_and_reports_what_it_cannot_replicate() ->
         "vllm==0.11.1.dev5+gabc1234.cu130\ntorch==2.9.0+cu130\n"
         "-e git+https://github.com/x/y@abc#egg=y\nflash_attn @ file:///tmp/flash_attn.whl\n"
     )
-    found = replica.parse_pins(freeze, "freeze.txt", ARM64)
+    found = replica.parse_pin_list(freeze, "freeze.txt", ARM64)
     assert [p.version for p in found.pins] == ["2.9.0+cu130", "0.11.1.dev5+gabc1234.cu130"]
     assert len(found.skipped) == 2 and "flash_attn @" in found.skipped[1]
 
@@ -60,7 +61,7 @@ def test_a_freeze_keeps_local_versions_and_reports_what_it_cannot_replicate() ->
 )
 def test_bad_lists_are_bad_input_naming_the_line(text: str, problem: str) -> None:
     with pytest.raises(UsageError, match=problem) as caught:
-        replica.parse_pins(text, "freeze.txt", ARM64)
+        replica.parse_pin_list(text, "freeze.txt", ARM64)
     assert "freeze.txt" in caught.value.message and caught.value.exit_code == 2
 
 
@@ -69,7 +70,7 @@ def _b64(data: bytes) -> str:
 
 
 def test_dist_info_keeps_the_published_metadata_and_records_every_file() -> None:
-    pin = replica.Pin("nvidia-cutlass-dsl", "nvidia-cutlass-dsl", "4.8.0")
+    pin = replica.ListedDistribution("nvidia-cutlass-dsl", "nvidia-cutlass-dsl", "4.8.0")
     published = b"Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.8.0\n\n"
     files = replica.dist_info_files(pin, published)
     folder = "nvidia_cutlass_dsl-4.8.0.dist-info"
@@ -83,7 +84,7 @@ def test_dist_info_keeps_the_published_metadata_and_records_every_file() -> None
 
 
 def test_a_pin_the_index_lacks_gets_observed_requirements_or_none() -> None:
-    pin = replica.Pin("vllm", "vllm", "0.11.1.dev5+gabc1234.cu130")
+    pin = replica.ListedDistribution("vllm", "vllm", "0.11.1.dev5+gabc1234.cu130")
     bare = replica.no_index_metadata(pin, None).decode()
     assert "Requires-Dist" not in bare and replica.NO_INDEX_SUMMARY in bare
     seen = Constraint("vllm", pin.version, "snapshot", ("torch==2.9.0+cu130",), ">=3.9", "vllm")
@@ -103,8 +104,8 @@ def test_the_dockerfile_only_copies_and_labels_the_replica() -> None:
 
 
 def test_the_manifest_and_list_digest_are_stable() -> None:
-    pins = replica.parse_pins(UV_LOCK, "vllm.txt", ARM64).pins
-    again = replica.parse_pins(
+    pins = replica.parse_pin_list(UV_LOCK, "vllm.txt", ARM64).pins
+    again = replica.parse_pin_list(
         UV_LOCK.replace("torch==2.14.0", "torch==2.14.0  # moved"), "x", ARM64
     )
     assert replica.list_digest(pins) == replica.list_digest(again.pins)
@@ -127,8 +128,6 @@ def test_a_replica_image_records_its_source_and_reports_name_it() -> None:
 
 
 def test_a_dry_build_tags_only_dry_references_and_never_latest() -> None:
-    from pathlib import Path
-
     from audit.build.plan import stage_tags
     from audit.project.sources import DirectorySource
     from audit.recipe.parse import load_recipe
@@ -142,10 +141,42 @@ def test_a_dry_build_tags_only_dry_references_and_never_latest() -> None:
 
 
 def test_the_base_venvs_own_metadata_of_pinned_names_is_replaced_not_doubled() -> None:
-    pins = replica.parse_pins("setuptools==84.2.1\ntorch==2.14.0\n", "x", ARM64).pins
+    pins = replica.parse_pin_list("setuptools==84.2.1\ntorch==2.14.0\n", "x", ARM64).pins
     present = ("pip-23.0.1.dist-info", "setuptools-66.1.1.dist-info")
     gone = replica.replaced(present, pins)
     assert gone == ("setuptools-66.1.1.dist-info",)
     text = replica.dockerfile("b", "/opt/venv/lib/python3.11/site-packages", {}, gone)
     assert "RUN rm -rf /opt/venv/lib/python3.11/site-packages/setuptools-66.1.1.dist-info\n" in text
     assert text.index("RUN rm") < text.index("COPY site-packages/")
+
+
+def test_a_replica_labels_its_standins_and_the_record_keeps_and_reports_them() -> None:
+    """The pins no index carried travel from the replica's labels to base.json, and every report
+    that names the route names them (the source text audit-deps, the gate and builds print)."""
+    from audit.base.replica import ReplicaOptions, _Interpreter, _labels, _standins
+    from audit.errors import LockError
+    from audit.history.snapshot import Environment
+    from audit.lock.files import BaseRecord, parse_base, render_base
+    from audit.lock.trust import REPLICA_STANDINS_LABEL, describe_source, replica_standins
+
+    pins = replica.parse_pins("torch==2.13.0\nvllm==0.28.1rc1.dev0+pr1.standin\n", "x", ARM64)
+    reads = {"torch": {"metadata": "range"}, "vllm": {"metadata": "snapshot"}}
+    assert _standins(pins, reads) == ("vllm==0.28.1rc1.dev0+pr1.standin",)
+    options, probed = ReplicaOptions(Path("l.txt")), _Interpreter("3.11.2", "/opt/venv", "2.36")
+    labels = _labels(options, pins, probed, _standins(pins, reads))
+    assert labels[REPLICA_STANDINS_LABEL] == "vllm==0.28.1rc1.dev0+pr1.standin"
+    assert replica_standins(labels) == ("vllm==0.28.1rc1.dev0+pr1.standin",)
+    assert replica_standins({REPLICA_STANDINS_LABEL: "x==1"}) == ()  # not a replica: nothing
+    assert REPLICA_STANDINS_LABEL not in _labels(options, pins, probed)
+    env = Environment("/opt/venv/bin/python", "3.11.2", dict(ARM64), (), ())
+    record = BaseRecord("r", "sha256:" + "1" * 64, None, (env,), REPLICA_SOURCE,
+                        replica_standins(labels))  # fmt: skip
+    text = render_base(record)
+    assert parse_base(text.encode(), "base.json") == record
+    assert "standins" not in render_base(BaseRecord("r", "i", None, (env,), REPLICA_SOURCE))
+    assert describe_source(record).endswith(
+        "; stand-ins (on no reachable index): vllm==0.28.1rc1.dev0+pr1.standin"
+    )
+    broken = json.loads(text) | {"standins": "vllm==1"}
+    with pytest.raises(LockError, match="standins"):
+        parse_base(json.dumps(broken).encode(), "base.json")

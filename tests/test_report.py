@@ -104,7 +104,7 @@ def test_table_fits_80_columns() -> None:
 def test_write_report_formats_to_file(tmp_path: Path) -> None:
     report = sample(DOWNGRADE)
     console = Console(file=StringIO())
-    for fmt in ("json", "markdown", "table"):
+    for fmt in ("json", "markdown", "terminal"):
         target = tmp_path / f"report.{fmt}"
         write_report(report, fmt, target, console)
         assert "nvidia-nccl-cu13" in target.read_text()

@@ -77,7 +77,7 @@ OUTPUTS: dict[str, Output] = {
     "cli-error": _error,
     "json-report": lambda shape, _: render_text(_finding(shape), "json"),
     "markdown-report": lambda shape, _: render_text(_finding(shape), "markdown"),
-    "table-report": lambda shape, _: render_text(_finding(shape), "table"),
+    "table-report": lambda shape, _: render_text(_finding(shape), "terminal"),
     "gate-markdown": lambda shape, _: gate_markdown(_finding(shape)),
     "oci-labels": _labels,
     "build-log-file": _build_log,

@@ -44,9 +44,14 @@ echo "broken index exit $?"
 def copy_sources(target: Path) -> None:
     """The checkout's files as a fresh clone has them (no .git, .nox, build or caches)."""
     skip = shutil.ignore_patterns(
-        ".git", ".nox", "build", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis"
+        ".git", ".nox", ".venv", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis"
     )
-    shutil.copytree(REPO, target, ignore=skip)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = {"build", "dist"} if Path(folder) == REPO else set()  # not audit/build
+        return set(skip(folder, names)) | (top & set(names))
+
+    shutil.copytree(REPO, target, ignore=ignore)
 
 
 def test_setup_machine_on_fresh_debian_12(base_image: BaseImageFactory, tmp_path: Path) -> None:

@@ -20,11 +20,12 @@ from audit.build.progress import Progress
 from audit.build.run import build_failure
 from audit.cli.main import main
 from audit.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, LockError
-from audit.gate.compare import gate
+from audit.gate.compare import gate_result
 from audit.history.snapshot import SCRIPT_PATH
 from audit.lock.files import BaseRecord, parse_base
 from audit.lock.trust import base_identity_drift, base_record_mismatch, recorded_platform
 from audit.policy.findings import ERROR
+from audit.project.frontdoor import CONSOLE_SCRIPT
 from audit.project.sources import DirectorySource
 from audit.recipe.model import PipLayer
 from audit.recipe.parse import load_recipe
@@ -84,10 +85,10 @@ def test_a_recipe_moved_off_its_base_record_stales_it_and_every_lock(
     demo: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, words: str
 ) -> None:
     recipe = load_recipe(DirectorySource(demo), "demo")
-    assert base_record_mismatch(recipe, record(demo)) is None
+    assert base_record_mismatch(recipe, record(demo), CONSOLE_SCRIPT) is None
     edit(demo, TOML, old, new)
     recipe = load_recipe(DirectorySource(demo), "demo")
-    reason = base_record_mismatch(recipe, record(demo))
+    reason = base_record_mismatch(recipe, record(demo), CONSOLE_SCRIPT)
     assert reason is not None and reason.startswith(f"{BASE} is stale: ") and words in reason
 
     assert main(["lock", "demo", "--check"]) == EXIT_VIOLATION
@@ -110,7 +111,7 @@ def test_a_digest_pin_matching_the_recorded_repo_digest_is_not_a_change(demo: Pa
         f'platform = "linux/amd64"\nbase_digest = "{DIGEST}"',
     )
     pinned = load_recipe(DirectorySource(demo), "demo")
-    assert base_record_mismatch(pinned, moved) is None
+    assert base_record_mismatch(pinned, moved, CONSOLE_SCRIPT) is None
 
 
 def test_base_identity_drift() -> None:
@@ -140,7 +141,9 @@ def test_audit_deps_and_the_gate_see_a_changed_base_as_stale(
         f["message"] for s in json.loads(output.read_text())["sections"] for f in s["findings"]
     ]
     assert sum("base.json is stale" in message for message in messages) == 3
-    report = gate(DirectorySource(before), DirectorySource(demo), today=date(2026, 1, 1))
+    report = gate_result(
+        DirectorySource(before), DirectorySource(demo), today=date(2026, 1, 1)
+    ).report
     stale = [f for f in report.findings if "base.json is stale" in f.message]
     assert stale and stale[0].severity == ERROR
 

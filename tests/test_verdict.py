@@ -303,3 +303,31 @@ def test_broken_requirements_honour_markers_and_extras() -> None:
     }
     broken = broken_requirements(env_, "b", {"python_version": "3.12"})
     assert broken == ["c 1.0 has requirement B<2, but you have b 2.0"]
+
+
+def test_asked_for_by_lists_only_requirements_that_pin_the_new_version() -> None:
+    """A downgrade's ``askers`` are typed (no renderer reads them out of the message) and hold
+    only requirements that allow the new version and refuse the old one: one that allows both
+    (``>=2.20``) or whose marker is false in this image asked for nothing."""
+    nccl = "nvidia-nccl-cu13"
+    before = {nccl: with_requires(nccl, "2.30.7")}
+    after = {
+        nccl: with_requires(nccl, "2.29.7"),
+        "torch": with_requires("torch", "2.13.0", f"{nccl}==2.29.7"),
+        "vllm": with_requires("vllm", "0.33.0", f"{nccl}>=2.20"),
+        "jax": with_requires("jax", "0.9.0", f"{nccl}<2.30; sys_platform == 'win32'"),
+        "cupy": with_requires("cupy", "14.0", f"{nccl}<2.30"),
+    }
+    found = evaluate(
+        before, after, Policy(), where="x v3", today=TODAY, markers={"sys_platform": "linux"}
+    )
+    downgrade = only(found, "downgraded")
+    assert downgrade.askers == (
+        f"cupy 14.0 requires {nccl}<2.30",
+        f"torch 2.13.0 requires {nccl}==2.29.7",
+    )
+    assert "asked for by" not in downgrade.message
+    assert downgrade.told == f"{downgrade.message} (asked for by: {'; '.join(downgrade.askers)})"
+    assert Finding.from_json(downgrade.to_json()) == downgrade  # the guard trail reads it back
+    older = {k: v for k, v in downgrade.to_json().items() if k != "askers"}
+    assert Finding.from_json(older).askers == ()  # a document from before askers existed

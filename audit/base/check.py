@@ -17,40 +17,43 @@ from audit.history.snapshot import Environment
 from audit.host import console
 from audit.lock.files import BaseRecord, base_changes
 from audit.lock.trust import base_identity_drift, drift_failure
+from audit.project.frontdoor import FrontDoor
 from audit.recipe.model import Recipe
 
 
-def verify_base(recipe: Recipe, record: BaseRecord | None) -> None:
-    """Raise "base drifted" (exit 1) when the local base is not the recorded one.
+def verify_base(recipe: Recipe, record: BaseRecord | None, front: FrontDoor) -> None:
+    """Raise "base drifted" (exit 1) when the local base is not the recorded one (for a base
+    without Python, the prelude stage just built: :attr:`Recipe.recorded_ref`).
 
     No base record: nothing to verify against (the lock check before it already refused a
     build that needs one).
     """
     if record is None:
         return
-    info = docker_host.image_info(recipe.base_ref)
+    info = docker_host.image_info(recipe.recorded_ref)
     differences = base_identity_drift(record, info.id, info.repo_digests)
     if differences:
         environments = actual_environments(recipe)
         if _rebuilt_alike(recipe, record, environments):
             console.stderr.print(
-                f"[yellow]note:[/] {recipe.base_ref} is image {info.id}, the record has "
+                f"[yellow]note:[/] {recipe.recorded_ref} is image {info.id}, the record has "
                 f"{record.image_id}; no digest pins it and its Python environments are the "
                 "recorded ones (a local base built again): building"
             )
             return
         # the recorded id, so the diff holds distributions only: the id is in ``differences``
         actual = BaseRecord(record.image, record.image_id, None, environments)
-        raise drift_failure(recipe, differences, base_changes(record, actual))
+        raise drift_failure(recipe, differences, base_changes(record, actual), front)
 
 
 def _rebuilt_alike(
     recipe: Recipe, record: BaseRecord, environments: tuple[Environment, ...]
 ) -> bool:
-    """A local base made again (the offline Debian base on another machine): no repository
-    digest anywhere, and every interpreter holds exactly the recorded distributions (names,
-    versions, locations and file digests)."""
-    if recipe.base_digest or record.repo_digest:
+    """A local base made again (the offline Debian base on another machine, a prelude built
+    again): no repository digest recorded (nor pinned, but a prelude's pin is its FROM's), and
+    every interpreter holds exactly the recorded distributions (names, versions, locations and
+    file digests)."""
+    if record.repo_digest or (recipe.base_digest and recipe.base_stage is None):
         return False
     return _distributions(record.environments) == _distributions(environments)
 
@@ -67,7 +70,7 @@ def _distributions(envs: tuple[Environment, ...]) -> list[tuple[str, object]]:
 
 def actual_environments(recipe: Recipe) -> tuple[Environment, ...]:
     """The snapshot of every recipe interpreter in the base as it is now, in recipe order."""
-    found = snapshot_image(ImageTarget(recipe.base_ref, recipe.interpreters))
+    found = snapshot_image(ImageTarget(recipe.recorded_ref, recipe.interpreters))
     by_path = {item.interpreter: item.environment for item in found}
     return tuple(
         dataclasses.replace(by_path[path], interpreter=path)

@@ -13,6 +13,9 @@ exit code) or lets ``lock`` go on (None):
 - recording from the image a base whose first interpreter (the one pip layers install with) is
   externally managed (PEP 668) while the recipe does not set ``break_system_packages``: exit 2
   naming the setting (one probe container, only when recording).
+- a base without Python (``base_stage``): the prelude is built first (:mod:`audit.build.prelude`)
+  and recorded in its place; the record names it ``<base>+<stage>`` and no repository digest
+  (the base's own digest pins the prelude's FROM, where BuildKit enforces it).
 
 Invariant: a refusal writes nothing.
 """
@@ -31,7 +34,8 @@ from audit.host import atomic, console
 from audit.lock.files import BaseRecord, base_changes, base_relpath, render_base
 from audit.lock.plan import read_base_digest
 from audit.lock.trust import base_record_mismatch, record_hint
-from audit.project import frontdoor, paths
+from audit.project import paths
+from audit.project.frontdoor import FrontDoor
 from audit.project.sources import Source
 from audit.recipe.model import Recipe
 
@@ -74,15 +78,19 @@ def before_lock(root: Path, source: Source, recipe: Recipe, options: BaseOptions
         return None
     base = read_base_digest(source, recipe)
     if base is not None and not options.record:
-        stale = base_record_mismatch(recipe, base[0])
+        stale = base_record_mismatch(recipe, base[0], source.front)
         if stale:
-            raise LockError(stale, record_hint(recipe.name))
+            raise LockError(stale, record_hint(recipe.name, source.front))
     if base is None or options.record:
         from audit.docker.registry import ensure_image  # printed, by digest when pinned
 
         ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
+        if recipe.base_stage is not None:
+            from audit.build.prelude import build_prelude
+
+            build_prelude(root, recipe, f"recording the base of {recipe.name}")
         if not recipe.break_system_packages:
-            refuse_externally_managed(recipe)
+            refuse_externally_managed(recipe, source.front)
     return None
 
 
@@ -93,7 +101,7 @@ def record_snapshot_file(
     if check:
         raise UsageError(
             "--from-snapshot records the base: it does not go with --check",
-            frontdoor.command(
+            source.front.command(
                 "lock", f"{recipe.name} --record-base --from-snapshot FILE --image-id ID"
             ),
         )
@@ -105,7 +113,7 @@ def record_snapshot_file(
     record = record_from_snapshot(recipe, data, str(path), snapshot.image_id, snapshot.repo_digest)
     write_record(root, source, recipe, record)
     console.stderr.print(
-        f"next: {frontdoor.command('lock', recipe.name)} (add --host where this machine matches "
+        f"next: {source.front.command('lock', recipe.name)} (add --host where this machine matches "
         f"{recipe.platform}); the build verifies the real image against this record"
     )
     return EXIT_OK
@@ -135,26 +143,39 @@ def record_base(root: Path, source: Source, recipe: Recipe) -> BaseRecord:
     file lock); print what changed."""
     from audit.docker import host as docker_host
     from audit.docker.registry import ensure_image, repository_digest
-    from audit.lock.trust import base_source
+    from audit.lock.trust import base_source, platform_refusal, replica_standins
 
-    ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
-    console.stderr.print(f"recording the base snapshot of {recipe.base_ref}")
-    info = docker_host.image_info(recipe.base_ref)
-    environments = tuple(_snapshot_in_image(recipe, i) for i in recipe.interpreters)
+    if recipe.base_stage is None:
+        ensure_image(recipe.base_ref, f"recording the base of {recipe.name}")
+    else:
+        from audit.build.prelude import ensure_prelude
+
+        ensure_prelude(root, recipe, f"recording the base of {recipe.name}")
+    console.stderr.print(f"recording the base snapshot of {recipe.recorded_ref}")
+    info = docker_host.image_info(recipe.recorded_ref)
+    environments = tuple(_snapshot_in_image(recipe, i, source.front) for i in recipe.interpreters)
     digest = recipe.base_digest or repository_digest(recipe.base, info.repo_digests)
-    record = BaseRecord(recipe.base, info.id, digest, environments, base_source(info.labels))
+    if recipe.base_stage is not None:
+        digest = None  # a local build: the base's digest pins the prelude's FROM instead
+    standins = replica_standins(info.labels)
+    record = BaseRecord(
+        recipe.recorded_base, info.id, digest, environments, base_source(info.labels), standins
+    )
+    refusal = platform_refusal(recipe, record, f"{recipe.base_ref} ({info.os}/{info.architecture})")
+    if refusal is not None:
+        raise refusal
     replace_record(root, source, recipe, record)
     return record
 
 
-def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
+def _snapshot_in_image(recipe: Recipe, interpreter: str, front: FrontDoor) -> Environment:
     from audit.docker import host as docker_host
     from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
 
     mount = docker_host.BindMount(SCRIPT_PATH, SNAPSHOT_TARGET)
     try:
         out = docker_host.run_in_image(
-            recipe.base_ref,
+            recipe.recorded_ref,
             [interpreter, SNAPSHOT_TARGET],
             mounts=[mount],
             network="none",
@@ -163,8 +184,8 @@ def _snapshot_in_image(recipe: Recipe, interpreter: str) -> Environment:
             labels=run_labels(),
         )
     except EnvironmentProblem as exc:
-        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
-    found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.base_ref}")
+        raise missing_interpreter(recipe, interpreter, exc, front) or exc from exc
+    found = parse_snapshot(out.encode(), f"snapshot of {interpreter} in {recipe.recorded_ref}")
     return dataclasses.replace(found[0], interpreter=interpreter)
 
 
@@ -172,20 +193,21 @@ _NOT_THERE = ("no such file or directory", "executable file not found", "not fou
 
 
 def missing_interpreter(
-    recipe: Recipe, interpreter: str, error: EnvironmentProblem
+    recipe: Recipe, interpreter: str, error: EnvironmentProblem, front: FrontDoor
 ) -> RecipeError | None:
     """A recipe interpreter the base image does not have is the recipe's mistake (exit 2)."""
     if not any(marker in error.message.lower() for marker in _NOT_THERE):
         return None
     return RecipeError(
         f"{recipe.source}: image.interpreters",
-        f"{interpreter} does not exist in {recipe.base_ref}",
-        "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python); "
-        f"{frontdoor.command('audit-deps', '--image REF')} lists the environments it finds",
+        f"{interpreter} does not exist in {recipe.recorded_ref}",
+        "name a Python the image has (e.g. /usr/bin/python3, /opt/venv/bin/python), or (a base "
+        "without Python) the stage that installs one as base_stage; "
+        f"{front.command('audit-deps', '--image REF')} lists the environments it finds",
     )
 
 
-def refuse_externally_managed(recipe: Recipe) -> None:
+def refuse_externally_managed(recipe: Recipe, front: FrontDoor) -> None:
     """Exit 2 naming ``break_system_packages`` when pip layers' interpreter (the first; the
     others are only audited) is externally managed."""
     from audit.docker import host as docker_host  # a Docker client only where a probe runs
@@ -193,18 +215,18 @@ def refuse_externally_managed(recipe: Recipe) -> None:
     interpreter = recipe.interpreters[0]
     try:
         out = docker_host.run_in_image(
-            recipe.base_ref,
+            recipe.recorded_ref,
             [interpreter, "-c", PEP668_PROBE],
             network="none",
             platform=recipe.platform,
             labels=run_labels(),
         )
     except EnvironmentProblem as exc:
-        raise missing_interpreter(recipe, interpreter, exc) or exc from exc
+        raise missing_interpreter(recipe, interpreter, exc, front) or exc from exc
     if out.strip() == "1":
         raise RecipeError(
             f"{recipe.source.as_posix()}: image.interpreters[1]",
-            f"{interpreter} in {recipe.base_ref} is externally managed (PEP 668): pip "
+            f"{interpreter} in {recipe.recorded_ref} is externally managed (PEP 668): pip "
             "layers would fail with externally-managed-environment",
             "set break_system_packages = true under [image] (pip layers then install with "
             "PIP_BREAK_SYSTEM_PACKAGES=1), or name a virtual environment's Python first",

@@ -42,7 +42,7 @@ from audit.host import process as commands
 from audit.index import wheel_metadata as wm
 from audit.lock.plan import Constraint
 from audit.lock.resolvers.job import cache_root
-from audit.lock.trust import REPLICA_LABEL
+from audit.lock.trust import REPLICA_LABEL, REPLICA_STANDINS_LABEL
 from audit.redact import redact
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -136,7 +136,7 @@ def _read_pins(options: ReplicaOptions, machine: str, python: str) -> plan.PinLi
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--replica {options.pins_file}: cannot read ({exc})") from exc
     markers = plan.target_markers(machine, python)
-    return plan.parse_pins(text, str(options.pins_file), markers)
+    return plan.parse_pin_list(text, str(options.pins_file), markers)
 
 
 def _files(
@@ -166,7 +166,9 @@ def _files(
     return files, reads
 
 
-def _no_index_warning(pin: plan.Pin, why: MetadataUnavailable, observed: bool) -> str:
+def _no_index_warning(
+    pin: plan.ListedDistribution, why: MetadataUnavailable, observed: bool
+) -> str:
     then = (
         "its requirements come from --metadata-from"
         if observed
@@ -223,7 +225,7 @@ def build_replica(options: ReplicaOptions) -> Replica:
         cache=options.cache,
     )
     files, reads = _files(pins, got, _observed(options.metadata_from), made.warnings)
-    labels = _labels(options, pins, interpreter)
+    labels = _labels(options, pins, interpreter, _standins(pins, reads))
     extra = {"list": options.pins_file.name, "list_digest": labels[f"{REPLICA_LABEL}.list"],
              "index": redact(options.index_url), "base": base, "python": interpreter.python,
              "platform": platform}  # fmt: skip
@@ -238,10 +240,21 @@ def build_replica(options: ReplicaOptions) -> Replica:
     return made
 
 
+def _standins(pins: plan.PinList, reads: Mapping[str, Mapping[str, str]]) -> tuple[str, ...]:
+    """``name==version`` of each pin whose METADATA no index gave (``snapshot`` or ``none``)."""
+    found = ("snapshot", "none")
+    return tuple(f"{p.name}=={p.version}" for p in pins.pins if reads[p.name]["metadata"] in found)
+
+
 def _labels(
-    options: ReplicaOptions, pins: plan.PinList, interpreter: _Interpreter
+    options: ReplicaOptions,
+    pins: plan.PinList,
+    interpreter: _Interpreter,
+    standins: tuple[str, ...] = (),
 ) -> dict[str, str]:
+    standin_label = {REPLICA_STANDINS_LABEL: ",".join(standins)} if standins else {}
     return {
+        **standin_label,
         REPLICA_LABEL: "true",
         f"{REPLICA_LABEL}.list": plan.list_digest(pins.pins),
         f"{REPLICA_LABEL}.index": redact(options.index_url),

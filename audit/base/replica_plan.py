@@ -39,7 +39,7 @@ _SKIPPED_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-link
 
 
 @dataclass(frozen=True)
-class Pin:
+class ListedDistribution:
     """One distribution of the list: canonical name, the name as written, exact version."""
 
     name: str
@@ -51,7 +51,7 @@ class Pin:
 class PinList:
     """The pins to replicate, and what was left out of the list and why."""
 
-    pins: tuple[Pin, ...]
+    pins: tuple[ListedDistribution, ...]
     skipped: tuple[str, ...]
 
 
@@ -73,7 +73,7 @@ def target_markers(machine: str, python: str) -> dict[str, str]:
     }
 
 
-def parse_pins(text: str, where: str, markers: Mapping[str, str]) -> PinList:
+def parse_pin_list(text: str, where: str, markers: Mapping[str, str]) -> PinList:
     """``name==version`` lines of a ``pip freeze`` or a compiled requirements file.
 
     Comments, ``# via`` lines, hash continuations and index options are ignored; a line whose
@@ -81,7 +81,7 @@ def parse_pins(text: str, where: str, markers: Mapping[str, str]) -> PinList:
     replicate) are left out and reported in ``skipped``. Anything else that is not an exact
     pin, or a name listed twice, is bad input (exit 2) naming ``where`` and the line.
     """
-    pins: dict[str, Pin] = {}
+    pins: dict[str, ListedDistribution] = {}
     skipped: list[str] = []
     for number, raw in enumerate(_logical_lines(text), start=1):
         line = raw.split(" #", 1)[0].strip()
@@ -107,7 +107,7 @@ def _logical_lines(text: str) -> list[str]:
     return [re.sub(r"\s--hash=\S+", "", line) for line in joined.splitlines()]
 
 
-def _pin(line: str, where: str, markers: Mapping[str, str]) -> Pin | None:
+def _pin(line: str, where: str, markers: Mapping[str, str]) -> ListedDistribution | None:
     try:
         requirement = Requirement(line)
     except InvalidRequirement as exc:
@@ -121,7 +121,7 @@ def _pin(line: str, where: str, markers: Mapping[str, str]) -> Pin | None:
         version = str(Version(specs[0].version))
     except InvalidVersion as exc:
         raise UsageError(f"{where}: {specs[0].version!r} is not a PEP 440 version") from exc
-    return Pin(canonicalize_name(requirement.name), requirement.name, version)
+    return ListedDistribution(canonicalize_name(requirement.name), requirement.name, version)
 
 
 def _marker_true(requirement: Requirement, markers: Mapping[str, str]) -> bool:
@@ -132,7 +132,7 @@ def _marker_true(requirement: Requirement, markers: Mapping[str, str]) -> bool:
         return True
 
 
-def list_digest(pins: Sequence[Pin]) -> str:
+def list_digest(pins: Sequence[ListedDistribution]) -> str:
     """``sha256:`` of the sorted ``name==version`` lines: what the replica replicates."""
     text = "".join(f"{pin.name}=={pin.version}\n" for pin in sorted(pins, key=lambda p: p.name))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
@@ -141,7 +141,7 @@ def list_digest(pins: Sequence[Pin]) -> str:
 # -- the installed files ---------------------------------------------------------------------
 
 
-def no_index_metadata(pin: Pin, observed: Constraint | None) -> bytes:
+def no_index_metadata(pin: ListedDistribution, observed: Constraint | None) -> bytes:
     """METADATA for a pin the index lacks: from an observed snapshot when given, else with
     no requirements (a warning the maker prints)."""
     if observed is not None:
@@ -160,7 +160,7 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest},{len(data)}"
 
 
-def dist_info_files(pin: Pin, metadata: bytes) -> dict[str, bytes]:
+def dist_info_files(pin: ListedDistribution, metadata: bytes) -> dict[str, bytes]:
     """``<name>-<version>.dist-info/{METADATA,INSTALLER,RECORD}`` relative to site-packages.
 
     Invariant: the folder name follows the binary distribution format (``-``, ``.`` in the
@@ -173,7 +173,7 @@ def dist_info_files(pin: Pin, metadata: bytes) -> dict[str, bytes]:
     return files
 
 
-def replaced(present: Sequence[str], pins: Sequence[Pin]) -> tuple[str, ...]:
+def replaced(present: Sequence[str], pins: Sequence[ListedDistribution]) -> tuple[str, ...]:
     """The base venv's own dist-info folders (``setuptools-66.1.1.dist-info``) of pinned names:
     the list's version replaces them, or the name would be installed twice."""
     pinned = {pin.name for pin in pins}
@@ -200,7 +200,9 @@ def dockerfile(
 
 
 def manifest(
-    pins: Sequence[Pin], reads: Mapping[str, Mapping[str, str]], extra: Mapping[str, str]
+    pins: Sequence[ListedDistribution],
+    reads: Mapping[str, Mapping[str, str]],
+    extra: Mapping[str, str],
 ) -> str:
     """``replica.json``: what was replicated and where each METADATA came from."""
     document = {

@@ -7,7 +7,8 @@ that has the base image, one sealed document per interpreter, one per line::
 
 Invariant: the record holds exactly the recipe's interpreters, in recipe order, each as the
 file's sealed snapshot saw it (the same environments ``--record-base`` takes in the image), so
-the two ways of recording one image give the same snapshot digest. Pure: bytes in, record out.
+the two ways of recording one image give the same snapshot digest; a snapshot of another
+platform than the recipe's is refused (exit 2, naming both). Pure: bytes in, record out.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from audit.errors import UsageError
 from audit.history.snapshot import Environment, parse_snapshot
 from audit.lock.files import BaseRecord
-from audit.lock.trust import SNAPSHOT_SOURCE, digest_part
+from audit.lock.trust import SNAPSHOT_SOURCE, digest_part, platform_refusal
 from audit.recipe.model import Recipe
 
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
@@ -127,4 +128,8 @@ def record_from_snapshot(
     """The base record ``--record-base`` would write, from a snapshot file and given identity."""
     identity, digest = checked_identity(recipe, image_id, repo_digest)
     environments = match_interpreters(recipe, parse_documents(data, where), where)
-    return BaseRecord(recipe.base, identity, digest, environments, SNAPSHOT_SOURCE)
+    record = BaseRecord(recipe.base, identity, digest, environments, SNAPSHOT_SOURCE)
+    refusal = platform_refusal(recipe, record, f"--from-snapshot {where}")
+    if refusal is not None:
+        raise refusal
+    return record

@@ -4,10 +4,16 @@ Nothing here touches Docker, the network or the clock: the executor (:mod:`audit
 gathers facts (the docker client, provenance, secret files, a unique token) and hands them in,
 so every decision (targets, argv, tags, labels, secrets, network) is unit-tested.
 
-Order of builds: the target stage first (one build that runs every guarded layer up to it),
-then each earlier stage when building all stages, which BuildKit answers from its cache in
-seconds. Each build gets a temporary unique tag; final tags move only after every build of the
-run succeeded, so a failed build moves no tag.
+Order of builds: for a base without Python, first the prelude up to ``base_stage`` (tagged as
+the image the base record describes, so it can be checked before any guarded layer); then the
+target stage (one build that runs every guarded layer it needs), then each other stage when
+building all stages (the ones it shares come from BuildKit's cache in seconds, the branches
+beside it build). Each build gets a temporary unique tag; final tags move only after every
+build of the run succeeded, so a failed build moves no tag.
+
+A recipe's build arguments (``--build-arg NAME=VALUE``), its secrets (``--secret
+id=ID,src=FILE``: what a layer's secret mount reads) and SSH agents (``--ssh``) reach BuildKit
+as BuildKit's own options, never as a label, an ENV or a file of the context.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from urllib.parse import urlsplit
 
 from audit import __version__
 from audit.errors import UsageError
-from audit.redact import redact
 from audit.recipe.model import PipLayer, Recipe, RunLayer
+from audit.redact import redact
+from audit.render.stages import BuildArgs, check_build_args
 
 TRAIL_DIR = "/var/lib/layer-audit/trail"
 # BuildKit secret ids (names, not secrets): RUNs mount them at /run/secrets/<id>.
@@ -78,6 +85,9 @@ class BuildOptions:
     cache_from: tuple[str, ...] = ()  # image references whose inline cache the build may use
     cache_to: str | None = None  # push the target's image here, with its inline cache
     dry: bool = False  # the base is a replica: real layers, real guard, no runnable tag
+    build_args: BuildArgs = ()  # --build-arg NAME=VALUE: the recipe's [args] and arg layers
+    secrets: tuple[str, ...] = ()  # --secret id=ID,src=FILE (or env=VAR): a secret mount's value
+    ssh: tuple[str, ...] = ()  # --ssh default[=SOCKET]: an ssh mount's agent
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,7 @@ class BuildPlan:
     guard: bool
     cache_to: str | None = None
     multi_platform: bool = False  # buildx pushes the final tags itself; no local image
+    prelude: StageBuild | None = None  # base_stage built first, tagged as the recorded base
 
     @property
     def target(self) -> str:
@@ -147,16 +158,43 @@ class BuildPlan:
 
 
 def target_stages(recipe: Recipe, stage: str | None) -> tuple[str, ...]:
-    """The stages to build, target first: ``stage`` alone, or every stage when none is named."""
+    """The stages to build, target first: ``stage`` (a name ``vK`` or a stage's ``target``)
+    alone, or every stage when none is named."""
     names = [s.name for s in recipe.stages]
     if stage is None:
         return (names[-1], *names[:-1])
-    if stage not in names:
+    try:
+        return (recipe.stage(stage).name,)
+    except KeyError:
+        known = names + [s.target for s in recipe.stages if s.target]
         raise UsageError(
             f"--stage {stage}: {recipe.source} has no such stage",
-            f"choose one of: {', '.join(names)}",
-        )
-    return (stage,)
+            f"choose one of: {', '.join(known)}",
+        ) from None
+
+
+SECRET_SPEC = ("id", "src", "source", "env", "type", "required")
+
+
+def check_passthrough(options: BuildOptions) -> None:
+    """``--secret`` and ``--ssh`` as BuildKit reads them; a secret never takes the id of the
+    build's own pip secrets (exit 2 otherwise, naming the option, never its value)."""
+    for spec in options.secrets:
+        keys = dict(part.partition("=")[::2] for part in spec.split(","))
+        if not keys.get("id") or any(key not in SECRET_SPEC for key in keys):
+            raise UsageError(
+                "--secret: expected id=ID,src=FILE (or id=ID,env=VAR)",
+                "name the id a secret mount of the recipe reads, and where its value is",
+            )
+        if keys["id"] in (SECRET_CA, SECRET_NETRC):
+            raise UsageError(
+                f"--secret id={keys['id']}: the build's own secret for pip",
+                "give pip's CA bundle with --ca-bundle and index credentials with "
+                f"${CREDENTIALS_ENV} or a netrc file",
+            )
+    for spec in options.ssh:
+        if not spec or any(c.isspace() or c == "," for c in spec):
+            raise UsageError(f"--ssh {spec!r}: expected ID[=SOCKET|KEY]", "e.g. --ssh default")
 
 
 def effective_platform(recipe: Recipe, platform: str | None) -> tuple[str, str]:
@@ -374,6 +412,7 @@ class _Common:
     context: Path
     recipe: Recipe
     cache: tuple[str, ...] = ()
+    passthrough: tuple[str, ...] = ()  # --build-arg, --secret, --ssh as the user gave them
 
     def stage_labels(self, stage: str) -> tuple[tuple[str, str], ...]:
         return stage_labels(self.recipe, stage)
@@ -386,6 +425,7 @@ class _Common:
         argv += self.cache
         for secret in self.secrets:
             argv += ["--secret", secret.flag]
+        argv += self.passthrough
         if self.network:
             argv += ["--network", self.network]
         for key, value in (*self.labels, *self.stage_labels(stage)):
@@ -415,6 +455,8 @@ def plan_build(
     platform, arch = effective_platform(recipe, options.platform)
     multi = check_multi_platform(client, options, platform)
     stages = target_stages(recipe, options.stage)
+    check_build_args(recipe, options.build_args)
+    check_passthrough(options)
     common = _Common(
         prefix=tuple(client_flags(client, options.builder, push=multi)),
         platform=platform,
@@ -425,6 +467,7 @@ def plan_build(
         context=context,
         recipe=recipe,
         cache=cache_flags(options),
+        passthrough=passthrough_flags(options),
     )
     builds = tuple(
         _stage_build(
@@ -446,7 +489,31 @@ def plan_build(
         guard=options.guard,
         cache_to=options.cache_to,
         multi_platform=multi,
+        prelude=_prelude_build(recipe, common, token) if not multi else None,
     )
+
+
+def passthrough_flags(options: BuildOptions) -> tuple[str, ...]:
+    """``--build-arg``, ``--secret`` and ``--ssh`` for BuildKit, in the order given."""
+    flags: list[str] = []
+    for name, value in options.build_args:
+        flags += ["--build-arg", f"{name}={value}"]
+    for spec in options.secrets:
+        flags += ["--secret", spec]
+    for spec in options.ssh:
+        flags += ["--ssh", spec]
+    return tuple(flags)
+
+
+def _prelude_build(recipe: Recipe, common: _Common, token: str) -> StageBuild | None:
+    """For a base without Python: ``base_stage`` built first (it has no guard) and tagged as
+    the image the base record describes, so the build can check it before any guarded layer."""
+    if recipe.base_stage is None:
+        return None
+    stage = recipe.base_stage
+    temp_ref = f"{recipe.repository}:layer-audit-build-{token}-prelude"
+    argv = common.argv(stage, (temp_ref,), no_cache=False)
+    return StageBuild(stage, argv, temp_ref, (recipe.recorded_ref,), None)
 
 
 def _stage_build(

@@ -36,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from audit.redact import redact
-from audit.recipe.model import EnvLayer, Recipe
+from audit.recipe.model import ArgLayer, EnvLayer, Recipe
 
 VIOLATION = "LAYER-AUDIT-VIOLATION"
 GUARD_ERROR = "LAYER-AUDIT-GUARD-ERROR"
@@ -164,18 +164,20 @@ def parse(lines: Iterable[str]) -> Progress:
 def step_labels(recipe: Recipe) -> dict[tuple[str, str], str]:
     """(stage, BuildKit step number) -> the recipe layer it builds, e.g. ``v2 layer 1 (...)``.
 
-    BuildKit numbers a stage's steps from its FROM when that pulls an image (only v1's does:
-    ``FROM v1 AS v2`` makes no step), then each RUN and COPY; ENV and ARG make no step, so env
-    layers are skipped when counting.
+    BuildKit numbers a stage's steps from its FROM when that pulls an image (a stage built on
+    an image does; ``FROM v1 AS v2`` makes no step), then each RUN and COPY; ENV and ARG make
+    no step, so env and arg layers are skipped when counting.
     """
     labels: dict[tuple[str, str], str] = {}
     number = 0
     for step in recipe.steps():
         if step.position == 1:  # a new stage: count its steps afresh
-            number = 1 if step.stage_number == 1 else 0
+            on_image = recipe.parent(step.stage) is None
+            number = 1 if on_image else 0
             if number:
-                labels[(step.stage.name, "1")] = f"{step.stage.name} FROM {recipe.base_ref}"
-        if not isinstance(step.layer, EnvLayer):
+                source = recipe.from_ref(step.stage)
+                labels[(step.stage.name, "1")] = f"{step.stage.name} FROM {source}"
+        if not isinstance(step.layer, EnvLayer | ArgLayer):
             number += 1
             labels[(step.stage.name, str(number))] = step.label
     return labels

@@ -65,6 +65,7 @@ from audit.build.plan import (
 )
 from audit.lock.plan import survey_locks
 from audit.lock.files import BaseRecord, base_relpath, read_base
+from audit.project.frontdoor import FrontDoor
 from audit.project.paths import build_dir
 from audit.recipe.model import PipLayer, Recipe
 from audit.recipe.parse import load_recipe
@@ -74,6 +75,7 @@ from audit.lock.trust import (
     EXTERNALLY_MANAGED,
     REPLICA_SOURCE,
     externally_managed_failure,
+    source_finding,
     stale_locks_failure,
 )
 
@@ -296,16 +298,39 @@ def move_and_push(root: Path, client: DockerClient, plan: BuildPlan) -> tuple[re
 
 
 def remove_temporary(plan: BuildPlan) -> None:
-    for build in plan.builds:
+    for build in [*plan.builds, *([plan.prelude] if plan.prelude else [])]:
         with contextlib.suppress(EnvironmentProblem):
             docker_host.remove_image(build.temp_ref)
 
 
-def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -> BuildOutcome:
+def build_prelude(
+    recipe: Recipe, plan: BuildPlan, env: Mapping[str, str], log: BuildLog
+) -> None:
+    """A base without Python: build ``base_stage`` (no guard: nothing to audit yet), tag it
+    as the image the base record describes, and check it against the record before any guarded
+    layer (the prelude built again is the same base when its Python environments are)."""
+    prelude = plan.prelude
+    assert prelude is not None
+    run_stage_build(recipe, prelude, env, log)
+    image = docker_host.daemon().images.get(prelude.temp_ref)
+    repository, _, tag = recipe.recorded_ref.rpartition(":")
+    image.tag(repository, tag)
+
+
+def execute(
+    root: Path,
+    recipe: Recipe,
+    plan: BuildPlan,
+    client: DockerClient,
+    record: BaseRecord | None = None,
+) -> BuildOutcome:
     env = docker_host.client_env(client)
     log = BuildLog(root / "build" / "reports" / recipe.name / "build.log", [])
     outcome = BuildOutcome(recipe.name, plan.platform, log.path, [], [], [])
     try:
+        if plan.prelude is not None:
+            build_prelude(recipe, plan, env, log)
+            verify_base(recipe, record, FrontDoor.of(root))  # before the first guarded layer
         for build in plan.builds:
             run_stage_build(recipe, build, env, log)
         if plan.multi_platform:
@@ -318,8 +343,8 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
             return outcome
         for build in plan.builds:
             run_smoke(plan, build)
-        if plan.guard:  # one read: the target's trail holds every earlier stage's
-            outcome.reports += _guard_reports(root, recipe, plan)
+        if plan.guard:  # each audited stage's own trail
+            outcome.reports += _guard_reports(root, recipe, plan, record)
         outcome.stages += _stage_images(plan)
         pushed = move_and_push(root, client, plan)
         outcome.pushed += [{"tag": p.tag, "digest": p.digest} for p in pushed if p.pushed]
@@ -330,13 +355,18 @@ def execute(root: Path, recipe: Recipe, plan: BuildPlan, client: DockerClient) -
     return outcome
 
 
-def _guard_reports(root: Path, recipe: Recipe, plan: BuildPlan) -> list[dict[str, str]]:
-    """Each built stage's guard report and SBOM, written from the target's trail."""
-    trail = read_trail(plan.builds[0])
-    built = {build.stage for build in plan.builds}
+def _guard_reports(
+    root: Path, recipe: Recipe, plan: BuildPlan, record: BaseRecord | None = None
+) -> list[dict[str, str]]:
+    """Each built audited stage's guard report and SBOM, written from its own image's trail
+    (a stage beside the target, on another branch of the stage graph, has a trail of its own;
+    a stage the guard does not audit has none)."""
+    trails = {b.stage: b for b in plan.builds if recipe.audited(recipe.stage(b.stage))}
+    base = source_finding(recipe.name, recipe.base_ref, record)
     written = []
-    for stage in (s.name for s in recipe.stages if s.name in built):
-        folder, report = write_trail_reports(root, recipe, stage, trail)
+    for stage in (s.name for s in recipe.stages if s.name in trails):
+        trail = read_trail(trails[stage])
+        folder, report = write_trail_reports(root, recipe, stage, trail, base)
         console.stderr.print(f"{summary_line(report)}: {folder}/report.md", markup=False)
         write_sbom(root, recipe, stage, trail, dict(plan.labels)[CREATED_LABEL])
         verdict = "fail" if report.failed else "pass"
@@ -357,11 +387,11 @@ def check_locks(source: Source, recipe: Recipe, options: BuildOptions) -> BaseRe
     """Before any Docker work: every lock up to the target is fresh (the ``lock --check`` rule,
     a base record of another base included), else exit 1; the guard needs the base snapshot.
     Returns the base record the survey read (None when there is none): the build's one read."""
-    last = target_stages(recipe, options.stage)[0]
-    wanted = {s.slug for s in recipe.steps(until=last) if isinstance(s.layer, PipLayer)}
+    until = target_stages(recipe, options.stage)[0] if options.stage else None
+    wanted = {s.slug for s in recipe.steps(until=until) if isinstance(s.layer, PipLayer)}
     survey = survey_locks(source, recipe)
     states = [state for state in survey.states if state.step.slug in wanted]
-    failure = stale_locks_failure(recipe, states)
+    failure = stale_locks_failure(recipe, states, source.front)
     if failure is not None:
         raise failure
     if survey.base is None and options.guard:
@@ -375,7 +405,7 @@ def build_image(root: Path, options: BuildOptions) -> BuildOutcome:
     recipe = load_recipe(source, options.image)
     record = check_locks(source, recipe, options)
     options = dry_if_replica(record, recipe, options)
-    render(root, recipe, stage=options.stage)
+    render(root, recipe, stage=options.stage)  # build arguments reach BuildKit as flags
     return run_build(root, recipe, options, build_dir(root, recipe.name), record)
 
 
@@ -395,6 +425,8 @@ def dry_if_replica(
         f"dry build: the base of {recipe.name} is a replica (metadata-only stand-ins): every "
         f"layer installs and the guard judges it; tags end in {DRY_SUFFIX}, latest is not moved"
     )
+    if record.standins:
+        console.stderr.print(f"stand-ins (on no reachable index): {', '.join(record.standins)}")
     return dataclasses.replace(options, dry=True)
 
 
@@ -419,5 +451,6 @@ def run_build(
         )
         if not plan.multi_platform:  # buildx pulls each platform's base itself
             check_base(recipe, plan.arch, client)
-            verify_base(recipe, record)  # before layer 1: the base is the one base.json recorded
-        return execute(root, recipe, plan, client)
+            if plan.prelude is None:  # else after the prelude is built, in execute
+                verify_base(recipe, record, FrontDoor.of(root))  # the base is the recorded one
+        return execute(root, recipe, plan, client, record)

@@ -23,11 +23,14 @@ from audit.report.findings import Report, Section, report_json, report_markdown
 FINDINGS_SUFFIX = ".findings.json"
 
 
-def trail_report(recipe: Recipe, stage: str, files: dict[str, bytes]) -> Report:
+def trail_report(
+    recipe: Recipe, stage: str, files: dict[str, bytes], base: Finding | None = None
+) -> Report:
     """One section per guarded layer up to ``stage``, in build order; each finding located
-    (image, stage, layer) by the layer whose trail file it came from."""
+    (image, stage, layer) by the layer whose trail file it came from. ``base``: where the base
+    record came from (a replica and its stand-ins), first, as every report says it."""
     steps = {step.slug: step for step in recipe.steps(until=stage)}
-    sections = []
+    sections = [Section(f"{recipe.name} base image", (base,))] if base else []
     for slug in [s for s in steps if f"{s}{FINDINGS_SUFFIX}" in files]:
         document: dict[str, Any] = json.loads(files[f"{slug}{FINDINGS_SUFFIX}"])
         step = steps[slug]
@@ -50,7 +53,7 @@ def read_trail(build: StageBuild) -> dict[str, bytes]:
 
 
 def write_trail_reports(
-    root: Path, recipe: Recipe, stage: str, files: dict[str, bytes]
+    root: Path, recipe: Recipe, stage: str, files: dict[str, bytes], base: Finding | None = None
 ) -> tuple[Path, Report]:
     """Copy ``stage``'s part of the trail into its reports folder and render it there."""
     folder = reports_dir(root, recipe.name, stage)
@@ -58,7 +61,7 @@ def write_trail_reports(
     for name, data in sorted(files.items()):
         if name.split(".", 1)[0] in slugs:
             atomic.write_bytes(folder / "trail" / name, data)
-    report = trail_report(recipe, stage, files)
+    report = trail_report(recipe, stage, files, base)
     atomic.write_text(folder / "report.json", json.dumps(report_json(report), indent=1) + "\n")
     atomic.write_text(folder / "report.md", report_markdown(report))
     return folder, report

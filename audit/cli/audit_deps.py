@@ -14,11 +14,11 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
-from typing import Any
 
 from audit.build.plan import created_time
-from audit.cli.options import add_report_arguments
+from audit.cli.context import RunContext
+from audit.cli.options import HTML, JSON, MARKDOWN, TERMINAL, add_report_arguments
+from audit.cli.output import Output, command_reports
 from audit.errors import UsageError
 from audit.gate.audit_deps import audit_report, recipe_audits
 from audit.gate.matrix import (
@@ -29,17 +29,20 @@ from audit.gate.matrix import (
     stage_matrix,
 )
 from audit.history.image_audit import ImageTarget, audit_images, load_named_recipe
-from audit.host import atomic, console
-from audit.report.findings import (
-    FORMATS,
-    Report,
-    check_output,
-    render_text,
-    report_exit_code,
-)
+from audit.host import console
+from audit.project.sources import Source
+from audit.recipe.model import Recipe
+from audit.report.findings import Report, render_text, report_exit_code
 from audit.report.output import write_report
 
-CYCLONEDX = "cyclonedx"
+CYCLONEDX = "cyclonedx"  # an image's SBOM, with --image (not a report of findings)
+FORMATS = (TERMINAL, JSON, MARKDOWN, HTML, CYCLONEDX)
+HELP = "audit recipes (predicted from locks, no Docker) or existing images"
+DESCRIPTION = (
+    "Audit recipes before a build: the environment after every layer is predicted from "
+    "locks/IMAGE/ (base snapshot and locks) and checked by the policy; no Docker. With "
+    "--image, audit an existing image instead (needs Docker)."
+)
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,7 @@ class AuditDepsOptions:
     against: str | None
     recipe: str | None
     interpreters: tuple[str, ...]
-    fmt: str
-    output: Path | None
+    output: Output  # checked writable before any work: an image audit runs containers
     all_packages: bool = False
     strict: bool = False
 
@@ -64,14 +66,16 @@ class AuditDepsOptions:
             against=args.against,
             recipe=args.recipe,
             interpreters=tuple(args.interpreter),
-            fmt=args.fmt,
-            output=args.output,
+            output=command_reports(args, FORMATS),
             all_packages=args.all_packages,
             strict=args.strict,
         )
         options.validate()
-        check_output(options.output)  # before any work: an image audit runs containers
         return options
+
+    @property
+    def fmt(self) -> str:
+        return self.output.fmt
 
     def validate(self) -> None:
         if self.against and not self.image:
@@ -88,14 +92,7 @@ class AuditDepsOptions:
             )
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "audit-deps",
-        help="audit recipes (predicted from locks, no Docker) or existing images",
-        description="Audit recipes before a build: the environment after every layer is "
-        "predicted from locks/IMAGE/ (base snapshot and locks) and checked by the policy; no "
-        "Docker. With --image, audit an existing image instead (needs Docker).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "images",
         nargs="*",
@@ -132,77 +129,70 @@ def register(subparsers: Any) -> None:
         help="fail (exit 1) on every recipe that is not audited (no base record); without it "
         "such a recipe is a warning unless it is named",
     )
-    add_report_arguments(parser, extra_formats=("html",))
-    for action in parser._actions:  # one more format here: an image's CycloneDX SBOM
-        if action.dest == "fmt":
-            action.choices = (*(action.choices or FORMATS), CYCLONEDX)
-            action.help = f"report format (default: table); {CYCLONEDX}: an SBOM, with --image"
-    parser.set_defaults(handler=handle)
+    add_report_arguments(parser, FORMATS, what=f"the report ({CYCLONEDX}: an SBOM, with --image)")
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     options = AuditDepsOptions.from_args(args)
+    recipe = _named_recipe(context, options.recipe)
     if options.fmt == CYCLONEDX:
-        return write_image_sbom(options)
+        return write_image_sbom(options, recipe)
     matrices: list[StageMatrix] = []
     if options.image:
         report = audit_images(
             options.image,
             options.against,
-            recipe=options.recipe,
+            recipe=recipe,
             interpreters=options.interpreters,
             today=date.today(),
         )
     else:
-        audits = recipe_audits(options.images, today=date.today(), strict=options.strict)
+        audits = recipe_audits(
+            options.images, today=date.today(), source=context.source(), strict=options.strict
+        )
         report = audit_report(audits)
         matrices = [
-            stage_matrix(audit, all_rows=options.all_packages)
+            stage_matrix(audit, all_rows=options.all_packages, memo=context.memo)
             for audit in audits
             if audit.recorded  # an image never recorded has no predicted stages to show
         ]
-    write_output(report, matrices, options)
+    write_output(report, matrices, options.output)
     return report_exit_code(report)
 
 
-def write_output(report: Report, matrices: list[StageMatrix], options: AuditDepsOptions) -> None:
+def _named_recipe(context: RunContext, name: str | None) -> Recipe | None:
+    """``--recipe NAME`` (``images/NAME`` accepted too) of the command's project."""
+    if name is None:
+        return None
+    source: Source = context.source()
+    return load_named_recipe(source, name)
+
+
+def write_output(report: Report, matrices: list[StageMatrix], output: Output) -> None:
     """The stage matrix leads (HTML page, Markdown, terminal table), then the findings."""
-    if options.fmt == "html":
-        _write_text(matrix_html(matrices, report), options.output)
-    elif options.fmt == "markdown":
+    if output.fmt == HTML:
+        output.write(matrix_html(matrices, report))
+    elif output.fmt == MARKDOWN:
         lead = "".join(matrix_markdown(matrix) + "\n" for matrix in matrices)
-        _write_text(lead + render_text(report, "markdown"), options.output)
+        output.write(lead + render_text(report, MARKDOWN))
     else:
-        if options.fmt == "table" and options.output is None:
+        if output.fmt == TERMINAL and output.path is None:
             for matrix in matrices:
                 for table in matrix_tables(matrix, console.stdout.width):
                     console.stdout.print(table)
-        write_report(report, options.fmt, options.output, console.stdout)
+        write_report(report, output.fmt, output.path, console.stdout)
 
 
-def _write_text(text: str, output: Path | None) -> None:
-    """Atomically to ``output``, or to stdout as it is."""
-    if output is not None:
-        atomic.write_text(output, text)
-    else:
-        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
-
-
-def write_image_sbom(options: AuditDepsOptions) -> int:
+def write_image_sbom(options: AuditDepsOptions, recipe: Recipe | None) -> int:
     """``--image REF --format cyclonedx``: the image's SBOM to ``--output`` or stdout; exit 0."""
-    from audit.report.sbom import image_sbom
+    from audit.report.sbom import image_sbom  # cyclonedx-python-lib: only an SBOM needs it
 
     if not options.image or options.against:
         raise UsageError(
             f"--format {CYCLONEDX} describes one existing image",
             "use it with --image REF (without --against)",
         )
-    recipe = load_named_recipe(options.recipe) if options.recipe else None
     interpreters = (*(recipe.interpreters if recipe else ()), *options.interpreters)
     created = created_time(os.environ, _dt.datetime.now(_dt.UTC))
-    text = image_sbom(ImageTarget(options.image, interpreters), created)
-    if options.output is not None:
-        atomic.write_text(options.output, text)
-    else:
-        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
+    options.output.write(image_sbom(ImageTarget(options.image, interpreters), created))
     return 0

@@ -5,25 +5,25 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
 from audit.base import make as baseimage
 from audit.base import offline as base_image
 from audit.base import replica
+from audit.cli.context import RunContext
 from audit.cli.options import add_client_option
 from audit.errors import EXIT_OK, UsageError
 from audit.host import console
 
+HELP = "make an offline Debian base image with python3 and a venv at /opt/venv"
+DESCRIPTION = (
+    "Make an offline Python base image from Debian packages with debootstrap (as root; no "
+    "registry needed): python3 plus a virtual environment at /opt/venv."
+)
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "base-image",
-        help="make an offline Debian base image with python3 and a venv at /opt/venv",
-        description="Make an offline Python base image from Debian packages with debootstrap "
-        "(as root; no registry needed): python3 plus a virtual environment at /opt/venv.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--suite",
         default=base_image.DEFAULT_SUITE,
@@ -67,7 +67,6 @@ def register(subparsers: Any) -> None:
         "distributions the index does not carry (vendor builds, +cu130 local versions)",
     )
     add_client_option(parser)
-    parser.set_defaults(handler=handle)
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ class BaseImageCommandOptions:
         return cls(base_image.validate(make))
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     options = BaseImageCommandOptions.from_args(args)
     if args.replica is not None:
         return _replica(args, options.make)

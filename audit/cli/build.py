@@ -11,28 +11,29 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from audit.build.plan import NETWORK_AUTO, BuildOptions
 from audit.build.run import build_image
-from audit.cli.options import add_client_option
+from audit.cli.context import RunContext
+from audit.cli.options import JSON, TERMINAL, add_client_option, add_report_arguments
+from audit.cli.output import Output, command_reports
 from audit.errors import EXIT_OK
-from audit.host import console
-from audit.project import paths
 from audit.redact import redact_json
+from audit.render.stages import parse_build_arg
 
 DEFAULT_IMAGE = "demo"
-FORMATS = ("table", "json")
+FORMATS = (TERMINAL, JSON)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "build",
-        help="render and build an image's stages with the guard, then tag them",
-        description="Render the recipe, build its stages with BuildKit and the guard after "
-        "every pip and run layer, then tag them. Needs the locks (nox -s lock) and Docker; a "
-        "failed build moves no tag.",
-    )
+HELP = "render and build an image's stages with the guard, then tag them"
+DESCRIPTION = (
+    "Render the recipe, build its stages with BuildKit and the guard after every pip and run "
+    "layer, then tag them. Needs the locks (nox -s lock) and Docker; a failed build moves no "
+    "tag."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "image",
         nargs="?",
@@ -41,8 +42,33 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--stage",
+        "--target",
         metavar="vK",
-        help="build stages v1 up to vK and tag vK only (default: every stage, each tagged)",
+        help="build what stage vK (or the Dockerfile stage name its target gives) needs and "
+        "tag vK only (default: every stage, each tagged)",
+    )
+    parser.add_argument(
+        "--build-arg",
+        dest="build_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value for one of the recipe's build arguments ([args], arg layers; repeatable)",
+    )
+    parser.add_argument(
+        "--secret",
+        dest="secrets",
+        action="append",
+        default=[],
+        metavar="id=ID,src=FILE",
+        help="a secret a layer's secret mount reads, passed to BuildKit as it is (repeatable)",
+    )
+    parser.add_argument(
+        "--ssh",
+        action="append",
+        default=[],
+        metavar="ID[=SOCKET]",
+        help="an SSH agent for a layer's ssh mount, passed to BuildKit (repeatable)",
     )
     parser.add_argument(
         "--platform",
@@ -96,15 +122,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-cache", action="store_true", help="rebuild every layer (no BuildKit cache)"
     )
-    parser.add_argument(
-        "--format",
-        dest="fmt",
-        choices=FORMATS,
-        default="table",
-        help="json: print the stages' image ids and tags, pushed digests, the guard's reports "
-        "and the log path on stdout (progress stays on stderr); default: table",
+    add_report_arguments(
+        parser,
+        FORMATS,
+        what="the outcome (json: the stages' image ids and tags, pushed digests, the guard's "
+        "reports and the log path; progress stays on stderr)",
     )
-    parser.set_defaults(handler=handle)
 
 
 @dataclass(frozen=True)
@@ -113,9 +136,11 @@ class BuildCommandOptions:
 
     root: Path  # the project around the working folder
     build: BuildOptions
+    output: Output
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> BuildCommandOptions:
+    def from_args(cls, args: argparse.Namespace, context: RunContext) -> BuildCommandOptions:
+        output = command_reports(args, FORMATS, file_formats=(JSON,))  # before a long build
         build = BuildOptions(
             image=args.image,
             stage=args.stage,
@@ -129,14 +154,17 @@ class BuildCommandOptions:
             no_cache=args.no_cache,
             cache_from=tuple(args.cache_from),
             cache_to=args.cache_to,
+            build_args=tuple(parse_build_arg(a) for a in args.build_args),
+            secrets=tuple(args.secrets),
+            ssh=tuple(args.ssh),
         )
-        return cls(paths.find_root(), build)
+        return cls(context.root(), build, output)
 
 
-def handle(args: argparse.Namespace) -> int:
-    options = BuildCommandOptions.from_args(args)
+def handle(args: argparse.Namespace, context: RunContext) -> int:
+    options = BuildCommandOptions.from_args(args, context)
     outcome = build_image(options.root, options.build)
-    if args.fmt == "json":
+    if options.output.fmt == JSON:
         text = json.dumps(redact_json(outcome.to_json(options.root)), indent=2, sort_keys=True)
-        console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+        options.output.write(text + "\n")
     return EXIT_OK

@@ -14,9 +14,9 @@ completed without editing this module; the same parser gives byte-identical scri
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
-from typing import Any
 
+from audit.cli.context import RunContext
+from audit.cli.main import PROG, build_parser
 from audit.errors import EXIT_OK
 from audit.host import console
 
@@ -27,21 +27,20 @@ RECIPE_OPTIONS = ("recipe",)  # options whose value is a recipe name
 PATH_TYPES = ("Path",)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "completion",
-        help="print a shell completion script (bash or zsh)",
-        description="Print a completion script for layer-audit. bash: save it as "
-        "~/.local/share/bash-completion/completions/layer-audit (or source it from ~/.bashrc); "
-        "zsh: save it as _layer-audit in a folder of your $fpath (or source it from ~/.zshrc).",
-    )
+NEEDS_PROJECT = False
+HELP = "print a shell completion script (bash or zsh)"
+DESCRIPTION = (
+    "Print a completion script for layer-audit. bash: save it as "
+    "~/.local/share/bash-completion/completions/layer-audit (or source it from ~/.bashrc); "
+    "zsh: save it as _layer-audit in a folder of your $fpath (or source it from ~/.zshrc)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
-    parser.set_defaults(handler=handle, needs_project=False)
 
 
-def handle(args: argparse.Namespace) -> int:
-    from audit.cli.main import PROG, build_parser
-
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     script = completion_script(build_parser(), args.shell, PROG)
     console.stdout.print(script, markup=False, highlight=False, end="", soft_wrap=True)
     return EXIT_OK
@@ -158,8 +157,3 @@ def _bash(parser: argparse.ArgumentParser, prog: str) -> str:
             "",
         ]
     )
-
-
-def commands_of(parser: argparse.ArgumentParser) -> Iterable[str]:
-    """The command names the script completes (for tests and docs)."""
-    return _subcommands(parser)

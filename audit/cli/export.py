@@ -17,10 +17,10 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from audit.cli.context import RunContext
+from audit.cli.output import check_output
 from audit.errors import EXIT_OK
 from audit.host import console
-from audit.project.paths import find_root
-from audit.report.findings import check_output
 from audit.report.pylock_export import Exported, export_pylock
 
 FORMATS = ("pylock",)
@@ -39,22 +39,23 @@ class ExportOptions:
     json: bool
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ExportOptions:
-        root = find_root()
+    def from_args(cls, args: argparse.Namespace, context: RunContext) -> ExportOptions:
+        root = context.root()
         output = args.output or root / "build" / "export" / args.image
         if output.exists() and not output.is_dir():
             check_output(output / "pylock.toml", "--output")  # names the file in the way
         return cls(root, args.image, args.stage, output, args.format, args.print_json)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "export",
-        help="export each stage's predicted environment as a PEP 751 pylock.toml",
-        description="Write pylock.<stage>.toml (PEP 751) for every stage (or --stage vK): the "
-        "packages the locks install with their index and hashes, and what the base image "
-        "provides. Needs fresh locks and the index (to name each file a lock allows).",
-    )
+HELP = "export each stage's predicted environment as a PEP 751 pylock.toml"
+DESCRIPTION = (
+    "Write pylock.<stage>.toml (PEP 751) for every stage (or --stage vK): the packages the "
+    "locks install with their index and hashes, and what the base image provides. Needs fresh "
+    "locks and the index (to name each file a lock allows)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("image", help="a recipe: the folder name under images/")
     parser.add_argument("--stage", metavar="vK", help="export this stage only (default: every)")
     parser.add_argument(
@@ -72,11 +73,10 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print what was written as JSON instead of a table",
     )
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace) -> int:
-    options = ExportOptions.from_args(args)
+def handle(args: argparse.Namespace, context: RunContext) -> int:
+    options = ExportOptions.from_args(args, context)
     written = export_pylock(options.root, options.image, options.stage, options.output)
     if options.json:
         text = json.dumps(export_json(options, written), indent=2, sort_keys=True)

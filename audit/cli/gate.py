@@ -4,78 +4,89 @@
 compares every image stage by stage and applies the head's policy (see :mod:`audit.gate.compare`).
 An image with no base record is "not audited" (a warning, counted; an error where the pull
 request touches it, and for every such image with ``--strict``).
-Prints the change view (``--format``: a terminal table with the change matrices, Markdown or
-JSON), writes Markdown to ``--markdown FILE`` and to ``$GITHUB_STEP_SUMMARY`` when set, JSON to
-``--json FILE`` and a self-contained HTML page to ``--html FILE``. Exit 0 pass, 1 a policy
-violation, 2 bad input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
+Writes the change view (``--format``: a terminal table with the change matrices, Markdown, JSON,
+or a self-contained HTML page) on stdout or to ``--output FILE``, several at once when repeated,
+and the Markdown to ``$GITHUB_STEP_SUMMARY`` when set. Exit 0 pass, 1 a policy violation, 2 bad
+input (a ref that does not resolve, an unreadable file), 3 git missing or failing.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 from dataclasses import dataclass
 from datetime import date
+from io import StringIO
 from pathlib import Path
-from typing import Any
 
+from rich.console import Console
+
+from audit.cli.context import RunContext
+from audit.cli.options import HTML, JSON, MARKDOWN, TERMINAL, add_report_arguments
+from audit.cli.output import FILE_WIDTH, check_output, checked_reports
 from audit.errors import EnvironmentProblem
 from audit.gate.change_render import gate_html, gate_json, print_views
 from audit.gate.compare import GateResult
 from audit.gate.markdown import gate_markdown
 from audit.gate.matrix import StageMatrix
 from audit.host import atomic, console
-from audit.project import frontdoor
 from audit.project.gitsource import gate_refs
-from audit.report.findings import FORMATS, check_output, report_exit_code
+from audit.redact import redact
+from audit.report.findings import report_exit_code
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+FORMATS = (TERMINAL, JSON, MARKDOWN, HTML)
+OLD_OPTIONS = ("--markdown", "--json", "--html")  # deprecated: --format F --output FILE
+HELP = "pull-request gate: compare every image's dependencies between two git refs"
+DESCRIPTION = (
+    "What a pull request does to every image's dependencies: reads both refs straight from "
+    "git (no checkout), compares every image stage by stage and applies the head's policy. "
+    "Markdown is also appended to $GITHUB_STEP_SUMMARY when it is set."
+)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GateOptions:
     """The command line, parsed once."""
 
     base: str
     head: str
     repo: Path
-    fmt: str
-    markdown: Path | None
-    json: Path | None
-    html: Path | None
+    stdout: str | None  # the format printed on stdout (None: nothing)
+    files: tuple[tuple[str, Path], ...]  # (format, file) for every report written
     summary: Path | None  # GitHub's job summary file, appended to
     strict_waivers: bool = False
     strict: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GateOptions:
-        check_output(args.markdown, "--markdown")  # before reading two commits
-        check_output(args.json, "--json")
-        check_output(args.html, "--html")
+        old = [(option, getattr(args, option[2:])) for option in OLD_OPTIONS]
+        given = [(option, path) for option, path in old if path is not None]
+        for option, path in given:
+            check_output(path, option)  # before reading two commits
+        reports = checked_reports(
+            args, TERMINAL, several=True, old_options=[option for option, _ in given]
+        )
         summary = os.environ.get(SUMMARY_ENV)
         return cls(
             base=args.base,
             head=args.head,
             repo=args.repo,
-            fmt=args.format,
-            markdown=args.markdown,
-            json=args.json,
-            html=args.html,
+            stdout=reports.stdout,
+            files=(*reports.files, *((option[2:], path) for option, path in given)),
             summary=Path(summary) if summary else None,
             strict_waivers=args.strict_waivers,
             strict=args.strict,
         )
 
+    @property
+    def markdown(self) -> bool:
+        """Whether the Markdown (and the head stage matrices only it shows) is wanted."""
+        formats = [self.stdout, *(fmt for fmt, _ in self.files)]
+        return MARKDOWN in formats or self.summary is not None
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "gate",
-        help="pull-request gate: compare every image's dependencies between two git refs",
-        description="What a pull request does to every image's dependencies: reads both refs "
-        "straight from git (no checkout), compares every image stage by stage and applies the "
-        "head's policy. Markdown is also appended to $GITHUB_STEP_SUMMARY when it is set.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base", required=True, metavar="REF", help="the ref to compare with, e.g. origin/main"
     )
@@ -89,24 +100,9 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         help="the git repository (default: the current folder)",
     )
-    parser.add_argument(
-        "--markdown", type=Path, metavar="FILE", help="also write the report as Markdown to FILE"
-    )
-    parser.add_argument(
-        "--json", type=Path, metavar="FILE", help="also write the report as JSON to FILE"
-    )
-    parser.add_argument(
-        "--html",
-        type=Path,
-        metavar="FILE",
-        help="also write the change view as a self-contained HTML page to FILE",
-    )
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="table",
-        help="report format on stdout (default: table)",
-    )
+    add_report_arguments(parser, FORMATS, what="the change view", several=True)
+    for option in OLD_OPTIONS:  # one more release, with a warning
+        parser.add_argument(option, type=Path, metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument(
         "--strict-waivers",
         action="store_true",
@@ -119,44 +115,29 @@ def register(subparsers: Any) -> None:
         help="fail (exit 1) on every image that is not audited (no base record), not only on "
         "those the pull request touches",
     )
-    parser.set_defaults(handler=handle)
 
 
-# The gate over a fleet makes millions of small objects and hardly a reference cycle: the
-# collector's default (a young-generation pass every 700 new objects, a full pass now and then
-# over everything alive) costs it a few percent for nothing, so it runs less often meanwhile.
-GC_THRESHOLD = (10_000, 10, 10)
-
-
-def handle(args: argparse.Namespace) -> int:
-    threshold = gc.get_threshold()
-    gc.set_threshold(*GC_THRESHOLD)
-    try:
-        return _handle(args)
-    finally:
-        gc.set_threshold(*threshold)
-
-
-def _handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     options = GateOptions.from_args(args)
-    # the Markdown (and the head stage matrices only it shows) when something prints or keeps it
-    wanted = bool(options.fmt == "markdown" or options.markdown or options.summary)
-    frontdoor.use_root(options.repo.resolve())  # hints name the commands of the gated repo
-    try:
-        result = gate_refs(
-            options.repo,
-            options.base,
-            options.head,
-            today=date.today(),
-            strict_waivers=options.strict_waivers,
-            strict=options.strict,
-            head_matrices=wanted,
-        )
-    finally:
-        frontdoor.use_root(None)
-    markdown = gate_markdown(result.report, result.matrices, result.views) if wanted else ""
-    _print(result, options.fmt, markdown)
-    _write_files(result, options, markdown)
+    result = gate_refs(
+        options.repo,
+        options.base,
+        options.head,
+        today=date.today(),
+        strict_waivers=options.strict_waivers,
+        strict=options.strict,
+        head_matrices=options.markdown,
+        memo=context.memo,
+    )
+    markdown = (
+        gate_markdown(result.report, result.matrices, result.views) if options.markdown else ""
+    )
+    if options.stdout is not None:
+        _print(result, options.stdout, markdown)
+    for fmt, path in options.files:
+        atomic.write_text(path, _text(result, fmt, markdown))
+    if options.summary:
+        _append_summary(options.summary, markdown)
     return report_exit_code(result.report)
 
 
@@ -165,26 +146,27 @@ def _changes(result: GateResult) -> list[StageMatrix]:
 
 
 def _print(result: GateResult, fmt: str, markdown: str) -> None:
-    """The change view on stdout: as a terminal table with the change matrices, Markdown or
-    JSON (the report document with the view as ``changes``)."""
-    if fmt == "markdown":
-        console.stdout.print(markdown, markup=False, highlight=False, end="")
-    elif fmt == "json":
-        text = gate_json(result.report, result.views)
-        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
-    else:
+    """The change view on stdout: a terminal table with the change matrices, or the text of
+    another format."""
+    if fmt == TERMINAL:
         print_views(result.report, result.views, _changes(result), console.stdout)
+    else:
+        text = _text(result, fmt, markdown)
+        console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
 
 
-def _write_files(result: GateResult, options: GateOptions, markdown: str) -> None:
-    if options.markdown:
-        atomic.write_text(options.markdown, markdown)
-    if options.json:
-        atomic.write_text(options.json, gate_json(result.report, result.views))
-    if options.html:
-        atomic.write_text(options.html, gate_html(result.report, result.views, _changes(result)))
-    if options.summary:
-        _append_summary(options.summary, markdown)
+def _text(result: GateResult, fmt: str, markdown: str) -> str:
+    """The change view in ``fmt`` as text (the terminal table without colour, for a file)."""
+    if fmt == MARKDOWN:
+        return markdown
+    if fmt == JSON:
+        return gate_json(result.report, result.views)
+    if fmt == HTML:
+        return gate_html(result.report, result.views, _changes(result))
+    buffer = StringIO()
+    drawn = Console(file=buffer, width=FILE_WIDTH, no_color=True, highlight=False, emoji=False)
+    print_views(result.report, result.views, _changes(result), drawn)
+    return redact(buffer.getvalue())
 
 
 def _append_summary(path: Path, markdown: str) -> None:

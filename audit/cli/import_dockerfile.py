@@ -1,10 +1,14 @@
 """``layer-audit import DOCKERFILE``: write a recipe folder from a multi-stage Dockerfile.
 
 The mapping is :func:`audit.dockerfile.importer.plan_import`. This module reads the
-Dockerfile, copies the files its ``COPY`` layers name from the build context, and writes the
-recipe into a temporary project first: it is loaded with the recipe parser (so what lands in
-``images/`` is a recipe that validates) and only then renamed into ``images/<image>/``. An
-existing recipe folder is never touched.
+Dockerfile, copies the files its ``COPY`` layers and bind mounts name from the build context,
+and writes the recipe into a temporary project first: it is loaded with the recipe parser (so
+what lands in ``images/`` is a recipe that validates) and only then renamed into
+``images/<image>/``. An existing recipe folder is never touched.
+
+Exit codes: 0 written (what it could not keep listed, each with its Dockerfile line); 1 with
+``--strict`` when it could not keep something (the recipe is written all the same, so it can
+be reviewed); 2 bad input; 3 an unwritable project or unreadable context.
 
 Hostile input ends in exit 2 or 3 with the path named, nothing half-written: a Dockerfile over
 ``MAX_DOCKERFILE`` bytes, binary or not a regular file; a link in a copied folder that leaves
@@ -24,16 +28,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
+from audit.cli.context import RunContext
 from audit.dockerfile import dockerignore
 from audit.dockerfile.dockerignore import Ignored
-from audit.dockerfile.importer import ImportPlan, plan_import, unmapped_lines
+from audit.dockerfile.importer import ImportOptions, ImportPlan, plan_import, unmapped_lines
 from audit.errors import (
     EXIT_OK,
-    AuditError,
+    EXIT_VIOLATION,
     BadInput,
     EnvironmentProblem,
     RecipeError,
@@ -44,23 +48,28 @@ from audit.project import paths
 from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from audit.redact import redact
+from audit.render.stages import parse_build_arg
 
 NAME_PART = re.compile(r"[^a-z0-9._-]+")
 MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear
+MAX_SCRIPT = 1 << 20  # a script a RUN runs, read to see whether it installs packages
 PROJECT_FOLDERS = ("images", "build", "locks")  # never copied into a recipe by COPY .
 CONTEXT_SKIPPED = (".git", ".nox")
 LINK_HINT = "replace the link by the file it names, or leave it out of the COPY"
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "import",
-        help="turn a multi-stage Dockerfile into a recipe under images/",
-        description="Read DOCKERFILE and write images/IMAGE/: image.toml (FROM of the first "
-        "stage as the base, one recipe stage per Dockerfile stage), one requirements file per "
-        "pip install, and the files its COPY lines bring in. Lines with no recipe equivalent "
-        "are listed with their line numbers and kept as run layers.",
-    )
+NEEDS_PROJECT = False
+HELP = "turn a multi-stage Dockerfile into a recipe under images/"
+DESCRIPTION = (
+    "Read DOCKERFILE and write images/IMAGE/: image.toml (one recipe stage per Dockerfile "
+    "stage, each starting where its FROM says; the image the last stage ships from as the "
+    "base), one requirements file per pip install it can lock, and the files its COPY lines "
+    "and bind mounts bring in. What it cannot keep is listed with its line and reason (exit 1 "
+    "with --strict); installs kept as run layers are listed as not locked. See docs/import.md."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dockerfile", type=Path, help="the Dockerfile to read")
     parser.add_argument("--image", help="the recipe's name (default: from the Dockerfile's folder)")
     parser.add_argument(
@@ -69,12 +78,35 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--platform", help="linux/amd64 unless FROM --platform says otherwise")
     parser.add_argument("--cuda", help="cuNNN or cpu (default: from the base image's tag)")
     parser.add_argument(
-        "--interpreter", help="the Python pip layers install with (default: /usr/bin/python3)"
+        "--interpreter",
+        help="the Python pip layers install with (default: one a RUN names, else where the "
+        "base usually has it: /usr/bin/python3)",
     )
-    parser.set_defaults(handler=handle, needs_project=False)
+    parser.add_argument(
+        "--build-arg",
+        dest="build_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="import as built with this argument: the value FROM, paths and locked "
+        "requirements take (repeatable)",
+    )
+    parser.add_argument(
+        "--base-without-python",
+        dest="base_has_python",
+        action="store_const",
+        const=False,
+        help="the base has no Python (known for nvidia/cuda, ubuntu, debian …): the base record "
+        "is taken after the step that installs one (base_stage)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a line could not be kept (the recipe is still written, for review)",
+    )
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, run: RunContext) -> int:
     dockerfile: Path = args.dockerfile
     data = read_dockerfile(dockerfile)
     context = (args.context or dockerfile.parent).resolve()
@@ -82,7 +114,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--context {args.context}: not a folder", "give the build context")
     image = args.image or default_image_name(dockerfile)
     check_image_name(image)
-    root = project_root(args)
+    root = project_root(args, run)
     target = paths.image_dir(root, image)
     if target.exists():
         raise UsageError(
@@ -90,21 +122,27 @@ def handle(args: argparse.Namespace) -> int:
             "choose another name with --image, or move that folder away first",
         )
     leaves_out = dockerignore.ignored(context, dockerfile)
-    plan = plan_import(
-        data,
-        image,
-        lambda relpath: _in_context(context, relpath, leaves_out),
+    options = ImportOptions(
         where=str(dockerfile),
         platform=args.platform,
         cuda=args.cuda,
         interpreter=args.interpreter,
+        base_has_python=args.base_has_python,
+        build_args=tuple(parse_build_arg(text) for text in args.build_args),
+    )
+    plan = plan_import(
+        data,
+        image,
+        lambda relpath: _in_context(context, relpath, leaves_out),
+        options,
+        lambda relpath: _read_script(context, relpath, leaves_out),
     )
     skip = frozenset((root / name).resolve() for name in PROJECT_FOLDERS)
     seen = _Context(context, skip, leaves_out)
     copies = {relpath: list(_files(seen, source)) for relpath, source in plan.copies.items()}
     write_recipe(root, plan, copies, dockerfile)
     show(root, dockerfile, plan)
-    return EXIT_OK
+    return EXIT_VIOLATION if args.strict and plan.unmapped else EXIT_OK
 
 
 def read_dockerfile(dockerfile: Path) -> bytes:
@@ -149,20 +187,33 @@ def check_image_name(image: str) -> None:
         )
 
 
-def project_root(args: argparse.Namespace) -> Path:
+def project_root(args: argparse.Namespace, run: RunContext) -> Path:
     """--project, else the project around the working folder, else the working folder."""
     if getattr(args, "project", None):
         return Path(args.project).resolve()
-    try:
-        return paths.find_root()
-    except AuditError:
-        return Path.cwd().resolve()
+    return run.root_or_none() or run.cwd.resolve()
 
 
 def _in_context(context: Path, relpath: str, ignored: Ignored) -> bool:
     """Whether ``relpath`` names an entry Docker would send in the context (one its ignore
     file leaves out is not there for COPY either; a link is judged when copied)."""
     return os.path.lexists(context / relpath) and not ignored(os.path.normpath(relpath))
+
+
+def _read_script(context: Path, relpath: str, ignored: Ignored) -> str | None:
+    """A small text file of the context (a script a RUN runs), or None: missing, left out by
+    the ignore file, a link out of the context, not a regular file, large or not text."""
+    path = context / relpath
+    try:
+        real = path.resolve(strict=True)
+        if not real.is_relative_to(context) or ignored(os.path.normpath(relpath)):
+            return None
+        info = real.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SCRIPT:
+            return None
+        return real.read_bytes().decode("utf-8")
+    except (OSError, RuntimeError, UnicodeDecodeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -239,19 +290,20 @@ def write_recipe(
 
 
 def _write(folder: Path, plan: ImportPlan, copies: dict[str, list[tuple[str, Path]]]) -> None:
-    (folder / "requirements").mkdir(parents=True)
+    folder.mkdir(parents=True)  # requirements/ only with a pip layer's file: none stays empty
     atomic.write_text(folder / "image.toml", plan.recipe_toml())
     for relpath, data in [*plan.requirements.items(), *plan.files.items()]:
         (folder / relpath).parent.mkdir(parents=True, exist_ok=True)
         atomic.write_bytes(folder / relpath, redact(data.decode()).encode())
     for relpath, files in copies.items():
-        (folder / relpath).mkdir(parents=True, exist_ok=True)  # an empty folder stays one
+        if not (len(files) == 1 and files[0][0] == ""):  # a folder (an empty one stays one)
+            (folder / relpath).mkdir(parents=True, exist_ok=True)
         for inner, real in files:
+            # COPY . . and then COPY sub/path: both name the same context file, written once
             target = folder / relpath / inner if inner else folder / relpath
             target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_dir():
-                target.rmdir()
-            shutil.copy2(real, target)
+            if not target.is_file():
+                shutil.copy2(real, target)
 
 
 def _validate(scratch: Path, plan: ImportPlan, dockerfile: Path) -> None:
@@ -279,7 +331,7 @@ def _unwritable(images: Path, exc: OSError) -> EnvironmentProblem:
 
 
 def show(root: Path, dockerfile: Path, plan: ImportPlan) -> None:
-    """What was written, every unmapped line with its number, and what to do next."""
+    """What was written, every listed line with its number, and what to do next."""
     folder = paths.image_dir(root, plan.image)
     layers = sum(len(stage.layers) for stage in plan.stages)
     console.stdout.print(
@@ -290,18 +342,24 @@ def show(root: Path, dockerfile: Path, plan: ImportPlan) -> None:
     console.stdout.print(
         f"  base {escape(plan.base)}, platform {plan.platform}, cuda {plan.cuda}, "
         f"interpreter {escape(plan.interpreter)}"
+        + (f", base_stage {plan.base_stage}" if plan.base_stage else "")
     )
-    for note in plan.notes:
-        where = f"line {note.line}: " if note.line else ""
-        text = escape(redact(f"{where}{note.instruction}: {note.reason}"))
-        console.stdout.print(f"  [dim]note: {text}[/]")
+    for line in unmapped_lines(plan.notes):
+        console.stdout.print(f"  [dim]note: {escape(line)}[/]")
+    if plan.unlocked:
+        console.stdout.print(
+            f"{len(plan.unlocked)} install(s) not locked (kept as run layers; the build guard "
+            "and the layer walk audit them):"
+        )
+        for line in unmapped_lines(plan.unlocked):
+            console.stdout.print(f"  {escape(line)}")
     if plan.unmapped:
         console.stdout.print(
-            f"[yellow]{len(plan.unmapped)} line(s) not mapped[/] (kept as run layers marked "
-            "UNMAPPED in image.toml):"
+            f"[yellow]{len(plan.unmapped)} line(s) not kept as written[/] (marked UNMAPPED in "
+            "image.toml where they stand):"
         )
-        for line in unmapped_lines(plan):
-            console.stdout.print(f"  [yellow]{escape(redact(line))}[/]")
+        for line in unmapped_lines(plan.unmapped):
+            console.stdout.print(f"  [yellow]{escape(line)}[/]")
     console.stdout.print(
         f"next: layer-audit render {plan.image}, review image.toml, "
         f"then layer-audit lock {plan.image}"

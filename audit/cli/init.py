@@ -13,25 +13,25 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
+from audit.cli.context import RunContext
 from audit.errors import EXIT_OK, AuditError, EnvironmentProblem, UsageError
 from audit.host import atomic, console
 from audit.project.scaffold import DEFAULT_IMAGE, Action, PlannedFile, plan_scaffold
 from audit.project.self_spec import self_spec
 
+NEEDS_PROJECT = False
+HELP = "scaffold a repository: noxfile, an example recipe, the gate workflow, hooks"
+DESCRIPTION = (
+    "Write noxfile.py, images/IMAGE/ (an example recipe), .github/workflows/dependency-gate.yml, "
+    ".pre-commit-config.yaml and .gitignore entries into DIR. Idempotent: files already there "
+    "are kept (unless --force); .gitignore only gets its missing entries appended."
+)
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "init",
-        help="scaffold a repository: noxfile, an example recipe, the gate workflow, hooks",
-        description="Write noxfile.py, images/IMAGE/ (an example recipe), "
-        ".github/workflows/dependency-gate.yml, .pre-commit-config.yaml and .gitignore entries "
-        "into DIR. Idempotent: files already there are kept (unless --force); .gitignore only "
-        "gets its missing entries appended.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "directory", nargs="?", type=Path, help="the repository (default: --project or here)"
     )
@@ -48,17 +48,16 @@ def register(subparsers: Any) -> None:
         "a version your index serves (default: where this layer-audit was installed from)",
     )
     parser.add_argument("--force", action="store_true", help="replace files that differ")
-    parser.set_defaults(handler=handle, needs_project=False)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     root = (args.directory or getattr(args, "project", None) or Path.cwd()).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: no such folder", "create it first (and `git init` it)")
     spec = args.spec or _default_spec()
     plan = plan_scaffold(read_tree(root), args.image, spec, force=args.force)
     write_plan(root, plan)
-    show(root, plan)
+    show(root, plan, args.image)
     return EXIT_OK
 
 
@@ -91,9 +90,12 @@ def write_plan(root: Path, plan: list[PlannedFile]) -> None:
                 atomic.write_bytes(path, planned.data)
     except (OSError, AuditError) as exc:
         _remove(created)
+        why = exc.message if isinstance(exc, AuditError) else str(exc)
         raise EnvironmentProblem(
-            f"{root}: layer-audit init could not write its files ({exc}); nothing was changed",
-            "run it in a folder you can write to (a clone of your repository)",
+            f"{root}: layer-audit init could not write its files ({why}); nothing was changed",
+            exc.hint
+            if isinstance(exc, AuditError) and exc.hint
+            else "run it in a folder you can write to (a clone of your repository)",
         ) from exc
 
 
@@ -133,8 +135,9 @@ def read_tree(root: Path) -> Callable[[str], bytes | None]:
     return read
 
 
-def show(root: Path, plan: list[PlannedFile]) -> None:
-    """One line per file: what init did with it, then what to run next."""
+def show(root: Path, plan: list[PlannedFile], image: str) -> None:
+    """One line per file: what init did with it, then what to run next (for ``image``, the
+    recipe it wrote)."""
     colour = {Action.CREATE: "green", Action.OVERWRITE: "yellow", Action.APPEND: "green"}
     for planned in plan:
         style = colour.get(planned.action, "dim")
@@ -145,5 +148,6 @@ def show(root: Path, plan: list[PlannedFile]) -> None:
             f"[yellow]{len(kept)} file(s) kept as they were[/]: --force replaces them"
         )
     console.stdout.print(
-        f"next: cd {escape(str(root))} && layer-audit render <image> && layer-audit lock <image>"
+        f"next: cd {escape(str(root))} && layer-audit render {escape(image)} && "
+        f"layer-audit lock {escape(image)}"
     )

@@ -1,23 +1,32 @@
 """``layer-audit lock IMAGE``: the command line of :func:`audit.lock.workflow.run_lock`.
 
-One parser, two uses: :func:`register` adds it to the full command line, and
-:func:`audit.cli.lock_quick.quick_exit` parses with the same :func:`add_arguments` before anything
-heavy is imported, to answer a ``lock`` on unchanged inputs from its verified-fresh stamp. This
-module imports only argparse at the top: the workflow comes in with :func:`handle`.
+One parser, two uses: the command table (:mod:`audit.cli.main`) adds it to the full command
+line, and :func:`audit.cli.lock_quick.quick_exit` parses with the same :func:`add_arguments`
+before anything heavy is imported, to answer a ``lock`` on unchanged inputs from its
+verified-fresh stamp. This module imports only argparse at the top: the workflow comes in with
+:func:`handle`.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from audit.cli.options import add_client_option
+from audit.cli.options import (
+    JSON,
+    OLD_TEXT,
+    TERMINAL,
+    add_client_option,
+    add_report_arguments,
+)
 
 TYPE_CHECKING = False  # typing costs import time the quick path exists to avoid
 if TYPE_CHECKING:
     from typing import Any
 
+    from audit.cli.context import RunContext
     from audit.lock.workflow import LockOptions
 
+FORMATS = (TERMINAL, JSON)
 HELP = "compile one hermetic lock per pip layer (only the stale ones)"
 DESCRIPTION = (
     "Record the base image's snapshot (locks/IMAGE/base.json) when missing, then compile a "
@@ -57,6 +66,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its platform and Python version match the base)",
     )
     add(
+        "--build-on-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="allow this package's source distribution to be built on this machine (its build "
+        "code runs here) when no wheel fits the target; without it, uv and --host take wheels "
+        "only and refuse such a package by name; repeatable",
+    )
+    add(
         "--upgrade",
         action="store_true",
         help="move every layer's own pins to the newest versions allowed (what the base and "
@@ -76,12 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="accepted only when it is image.toml's [image] resolver (a lock records its "
         'resolver): to switch, set resolver = "uv" there',
     )
-    add(
-        "--format",
-        dest="fmt",
-        choices=("text", "json"),
-        default="text",
-        help="json: one document on stdout (what is stale, what was written, what moved, findings)",
+    add_report_arguments(
+        parser,
+        FORMATS,
+        what="the summary (json: one document: what is stale, what was written, what moved, "
+        "findings)",
+        old_names=OLD_TEXT,
     )
     add_client_option(parser)
     add(
@@ -105,19 +123,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("lock", help=HELP, description=DESCRIPTION)
-    add_arguments(parser)
-    parser.set_defaults(handler=handle)
-
-
 def options_from(args: argparse.Namespace) -> LockOptions:
     """The typed options of a parsed command line (nothing below cli/ sees the Namespace)."""
     from pathlib import Path
 
     from audit.base.record import BaseOptions, SnapshotFile
+    from audit.cli.output import command_reports
+    from audit.lock.host_builds import HostBuilds
     from audit.lock.plan import Upgrade, parse_upgrade_package
     from audit.lock.workflow import LockOptions
+
+    output = command_reports(args, FORMATS, file_formats=(JSON,))
 
     snapshot = None
     if args.from_snapshot is not None:
@@ -126,13 +142,21 @@ def options_from(args: argparse.Namespace) -> LockOptions:
     base = BaseOptions(args.check, bool(args.record_base), snapshot, identity)
     packages = dict(parse_upgrade_package(text) for text in args.upgrade_package)
     return LockOptions(
-        args.image, args.stage, args.check, args.host, args.docker, args.resolver,
-        Upgrade(args.upgrade, packages), base, args.fmt,
-    )  # fmt: skip
+        image=args.image,
+        stage=args.stage,
+        check=args.check,
+        host=args.host,
+        docker=args.docker,
+        resolver=args.resolver,
+        upgrade=Upgrade(args.upgrade, packages),
+        base=base,
+        fmt=output.fmt,
+        output=output.path,
+        builds=HostBuilds.of(args.build_on_host),
+    )
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     from audit.lock.workflow import run_lock
-    from audit.project import paths
 
-    return run_lock(paths.find_root(), options_from(args))
+    return run_lock(context.root(), options_from(args))

@@ -42,7 +42,7 @@ def quick_exit(argv: list[str]) -> int | None:
         return None
     if args.record_base or args.upgrade or args.upgrade_package or args.resolver:
         return None
-    if args.fmt != "text":
+    if args.outputs or args.formats not in (None, ["terminal"]):  # a report, or an old name
         return None
     return _stamp_answer(args, project)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
+from audit.cli.context import RunContext
 from audit.errors import EXIT_OK, EnvironmentProblem, UsageError
 from audit.gate.github_comment import DEFAULT_API, Target, post_or_update
 from audit.host import console
@@ -25,14 +25,16 @@ API_ENV = "GITHUB_API_URL"
 MARKDOWN_LIMIT = 4 * 1024 * 1024
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "pr-comment",
-        help="post or update the one pull-request comment holding the gate's Markdown",
-        description="Post the gate's Markdown (gate --markdown FILE) as one comment on a pull "
-        "request, or update the comment an earlier run posted (found by a hidden marker). "
-        f"The token comes from ${TOKEN_ENV}, the API from ${API_ENV} (default {DEFAULT_API}).",
-    )
+NEEDS_PROJECT = False
+HELP = "post or update the one pull-request comment holding the gate's Markdown"
+DESCRIPTION = (
+    "Post the gate's Markdown (gate --format markdown --output FILE) as one comment on a pull "
+    "request, or update the comment an earlier run posted (found by a hidden marker). The "
+    f"token comes from ${TOKEN_ENV}, the API from ${API_ENV} (default {DEFAULT_API})."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", type=Path, required=True, metavar="FILE")
     parser.add_argument("--repo", required=True, metavar="OWNER/NAME")
     parser.add_argument("--pr", required=True, metavar="N", help="the pull request's number")
@@ -43,10 +45,9 @@ def register(subparsers: Any) -> None:
         help="post only if the pull request's head is still this commit (the one the gate "
         "judged; in the workflow: github.event.workflow_run.head_sha)",
     )
-    parser.set_defaults(handler=handle, needs_project=False)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     target = Target.parse(args.repo, args.pr, os.environ.get(API_ENV) or DEFAULT_API)
     token = os.environ.get(TOKEN_ENV, "")
     if not token.strip():

@@ -11,14 +11,21 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from audit.cli.context import RunContext
+from audit.cli.options import JSON, TERMINAL, add_report_arguments
+from audit.cli.output import Output, command_reports
 from audit.errors import EXIT_OK
-from audit.host import console
-from audit.project.paths import find_root
 from audit.render.plan import RenderResult
+from audit.render.stages import BuildArgs, parse_build_arg
 from audit.render.write import render_image
 
-FORMATS = ("table", "json")
+FORMATS = (TERMINAL, JSON)
 RENDER_SCHEMA = "layer-audit.render/1"
+HELP = "render an image's Dockerfile and build context into build/<image>/"
+DESCRIPTION = (
+    "Validate images/IMAGE/image.toml and render build/IMAGE/: the Dockerfile (stages v1 ... "
+    "vN), the requirements, locks, copied files, policy.json and recipe.json."
+)
 
 
 @dataclass(frozen=True)
@@ -28,42 +35,50 @@ class RenderOptions:
     root: Path  # the project around the working folder
     image: str
     stage: str | None
-    fmt: str = "table"
+    output: Output
+    build_args: BuildArgs = ()
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RenderOptions:
-        return cls(find_root(), args.image, args.stage, args.fmt)
+    def from_args(cls, args: argparse.Namespace, context: RunContext) -> RenderOptions:
+        return cls(
+            context.root(),
+            args.image,
+            args.stage,
+            command_reports(args, FORMATS),
+            tuple(parse_build_arg(text) for text in args.build_args),
+        )
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "render",
-        help="render an image's Dockerfile and build context into build/<image>/",
-        description="Validate images/IMAGE/image.toml and render build/IMAGE/: the Dockerfile "
-        "(stages v1 ... vN), the requirements, locks, copied files, policy.json and recipe.json.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("image", help="a recipe: the folder name under images/")
     parser.add_argument(
-        "--stage", metavar="vK", help="render stages v1 up to vK only (default: every stage)"
+        "--stage",
+        "--target",
+        metavar="vK",
+        help="render what stage vK (or the Dockerfile stage name its target gives) needs: for "
+        "a chain, v1 up to vK (default: every stage)",
     )
     parser.add_argument(
-        "--format",
-        dest="fmt",
-        choices=FORMATS,
-        default="table",
-        help="json: print what was written, left unchanged and removed (default: table)",
+        "--build-arg",
+        dest="build_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="write this value as the build argument's default in the Dockerfile (repeatable)",
     )
-    parser.set_defaults(handler=handle)
+    add_report_arguments(parser, FORMATS, what="what was written, left unchanged and removed")
 
 
-def handle(args: argparse.Namespace) -> int:
-    options = RenderOptions.from_args(args)
-    result = render_image(options.root, options.image, stage=options.stage)
-    if options.fmt == "json":
+def handle(args: argparse.Namespace, context: RunContext) -> int:
+    options = RenderOptions.from_args(args, context)
+    result = render_image(
+        options.root, options.image, stage=options.stage, build_args=options.build_args
+    )
+    if options.output.fmt == JSON:
         text = json.dumps(render_json(options.image, result, options.root), indent=2)
-        console.stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+        options.output.write(text + "\n")
     else:
-        show(result, options.root)
+        options.output.print(*show(result, options.root))
     return EXIT_OK
 
 
@@ -86,8 +101,8 @@ def render_json(image: str, result: RenderResult, root: Path) -> dict[str, Any]:
     }
 
 
-def show(result: RenderResult, root: Path) -> None:
-    """A table of the context's files: written, unchanged or removed."""
+def show(result: RenderResult, root: Path) -> tuple[Table, str]:
+    """A table of the context's files (written, unchanged or removed), and a summary line."""
     changed = set(result.changed)
     table = Table(title=f"{result.context.relative_to(root)}/", title_justify="left")
     table.add_column("file")
@@ -97,8 +112,8 @@ def show(result: RenderResult, root: Path) -> None:
         table.add_row(escape(path.relative_to(result.context).as_posix()), status)
     for path in result.removed:
         table.add_row(escape(path.relative_to(result.context).as_posix()), "[yellow]removed[/]")
-    console.stdout.print(table)
-    console.stdout.print(
+    summary = (
         f"{len(result.changed)} written, {len(result.files) - len(result.changed)} unchanged, "
         f"{len(result.removed)} removed: {escape(str(result.dockerfile.relative_to(root)))}"
     )
+    return table, summary

@@ -6,12 +6,12 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from audit.cli.context import RunContext
+from audit.cli.output import check_output
 from audit.errors import EXIT_OK
 from audit.history.host_snapshot import take_snapshot
 from audit.host import atomic, console
-from audit.report.findings import check_output
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,14 @@ class SnapshotOptions:
         return cls(python=args.python, output=args.output)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "snapshot",
-        help="record the distributions an interpreter sees (JSON)",
-        description="Record every distribution an interpreter on this machine sees, as sealed "
-        "JSON (schema layer-audit.snapshot/1).",
-    )
+HELP = "record the distributions an interpreter sees (JSON)"
+DESCRIPTION = (
+    "Record every distribution an interpreter on this machine sees, as sealed JSON (schema "
+    "layer-audit.snapshot/1)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
         metavar="PATH",
@@ -46,10 +47,9 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="write the snapshot to FILE (atomically) instead of stdout",
     )
-    parser.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace, context: RunContext) -> int:
     options = SnapshotOptions.from_args(args)
     data = take_snapshot(options.python)
     if options.output is None:

@@ -1,6 +1,7 @@
-"""The final image's configuration of a Dockerfile (``CMD``, ``ENTRYPOINT``, ``USER``,
-``EXPOSE``, ``LABEL``, ``HEALTHCHECK``, ``STOPSIGNAL``, ``SHELL``) gathered into the recipe's
-``[config]`` table, as Docker would leave it after the last stage.
+"""A Dockerfile stage's image configuration (``CMD``, ``ENTRYPOINT``, ``USER``, ``EXPOSE``,
+``LABEL``, ``HEALTHCHECK``, ``STOPSIGNAL``, ``SHELL``) gathered into its recipe stage's
+``config`` table (the last stage's is ``[config]``): rendered after the stage's layers, and
+inherited by the stages built on it, as Docker's is.
 
 Invariants: each value written is one the recipe parser accepts (the same patterns); what does
 not fit is returned as a reason, never written. Docker's own rules are kept: the last
@@ -123,13 +124,14 @@ class FinalConfig:
         problem, command = _command(words[1])
         return problem, "healthcheck", "{ " + ", ".join([f"cmd = {command}", *parts]) + " }"
 
-    def toml(self) -> list[str]:
-        """The ``[config]`` table (empty list when the Dockerfile set nothing)."""
+    def toml(self, header: str = "[config]", indent: str = "") -> list[str]:
+        """The table under ``header`` (empty list when the stage set nothing)."""
         if not self.values:
             return []
-        rows = ["", "[config]  # the final image: rendered after the last stage's layers"]
+        rows = ["", f"{indent}{header}  # rendered after the stage's layers"]
         for key in sorted(self.values, key=lambda k: self.lines[k]):
-            rows += [f"# Dockerfile line {self.lines[key]}", f"{key} = {self.values[key]}"]
+            rows += [f"{indent}# Dockerfile line {self.lines[key]}"]
+            rows += [f"{indent}{key} = {self.values[key]}"]
         return rows
 
 

@@ -1,33 +1,22 @@
-"""``layer-audit import``: a multi-stage Dockerfile turned into a recipe folder, decided in memory.
+"""``layer-audit import``: a Dockerfile turned into a recipe that does what it did, decided in
+memory.
 
 The Dockerfile is read with ``dockerfile-parse`` (heredoc bodies found in the text:
-:mod:`audit.dockerfile.heredoc`); each instruction is mapped on its own (``RUN`` in
-:mod:`audit.dockerfile.run`, ``ENV``/``COPY``/``ADD`` in :mod:`audit.dockerfile.files`,
-the walk's state in :mod:`audit.dockerfile.state`), so that the rendered recipe does what
-the Dockerfile did:
+:mod:`audit.dockerfile.heredoc`); its stages are laid out as recipe stages first
+(:mod:`audit.dockerfile.layout`: each FROM resolved, the image the last stage ships from as
+``[image] base``, a prelude up to ``base_stage`` when that base has no Python); then each
+instruction is mapped on its own: ``RUN`` in :mod:`audit.dockerfile.run` (pip installs in
+:mod:`audit.dockerfile.pip`, flags in :mod:`audit.dockerfile.flags`), ``ENV``/``COPY``/``ADD``
+in :mod:`audit.dockerfile.files`, ``ARG`` in :mod:`audit.dockerfile.args`, the image
+configuration in :mod:`audit.dockerfile.config`; the CUDA of the base from
+:mod:`audit.dockerfile.bases`. :mod:`audit.dockerfile.plan` holds the result and writes
+``image.toml``.
 
-- the first stage's ``FROM`` is the recipe's base (``@sha256:`` becomes ``base_digest``); every
-  stage is a recipe stage ``v1`` … ``vN`` (its Dockerfile name goes into the description);
-- ``RUN pip install …`` / ``python3 -m pip install …`` / ``uv pip install …`` is a pip layer
-  whose ``requirements/vK-NN.in`` holds the requirements; ``--index-url`` becomes the image's
-  index (or a declared index when layers disagree), ``--extra-index-url`` a declared index named
-  after its host and path, ``--pre`` ``pre = true``, ``--no-deps`` with exact pins
-  ``no_deps = true`` (the field's re-pin, which the lock then applies as an override);
-- a ``RUN`` of several commands joined by ``&&`` is split, so a pip install among them still
-  becomes a pip layer; ``RUN`` otherwise is a run layer (a heredoc body becomes a file of the
-  recipe fed to the command's standard input), ``COPY``/``ADD`` of context files a copy layer
-  (``--chmod``/``--chown`` kept), ``ENV`` an env layer (``expand = true`` when it names a
-  variable the base image sets), ``WORKDIR`` a workdir layer;
-- ``ARG`` defaults are substituted where Docker would use them (the ``ARG`` itself leaves
-  nothing in an image); ``CMD``, ``ENTRYPOINT``, ``USER``, ``EXPOSE``, ``LABEL``,
-  ``HEALTHCHECK``, ``STOPSIGNAL``, ``SHELL`` become the recipe's ``[config]`` (the final image's
-  configuration: :mod:`audit.dockerfile.config`).
-
-Invariant: no instruction is dropped. What cannot be mapped (a ``FROM`` that does not continue
-the previous stage, ``COPY --from``, ``ADD`` of a URL, a pip install inside ``||`` or a subshell …)
-is listed in :attr:`ImportPlan.unmapped` with its line number and a true reason and kept in the
-recipe as a run layer: the original command, or a shell no-op ``: '<instruction>'`` naming it.
-No credential is written: every text the plan holds passes :func:`audit.redact.redact`.
+Invariants: no instruction is dropped and nothing the Dockerfile does changes without a line
+in :attr:`ImportPlan.unmapped` (the Dockerfile line and a true reason; kept in the recipe as a
+run layer, the original command or a no-op naming it); an install the recipe keeps as a run
+layer is in :attr:`ImportPlan.unlocked`; no credential is written (every text passes
+:func:`audit.redact.redact`).
 """
 
 from __future__ import annotations
@@ -35,104 +24,54 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from dockerfile_parse import DockerfileParser
 
 from audit.dockerfile import heredoc as dockerfile_heredoc
+from audit.dockerfile.args import args_table, global_arg, stage_arg
+from audit.dockerfile.bases import cuda_of, interpreter_of
 from audit.dockerfile.config import CONFIG_KINDS, EXPANDED_KINDS
 from audit.dockerfile.files import add, copy, copy_heredoc, env
 from audit.dockerfile.heredoc import Heredoc
+from audit.dockerfile.layout import DockerStage, Layout, lay_out, read_stages
+from audit.dockerfile.plan import ImportPlan, policy_preset
 from audit.dockerfile.run import run
 from audit.dockerfile.state import (
-    Layer,
+    Scope,
     StagePlan,
     State,
     Unmapped,
     add_layer,
+    from_args,
     keep,
     q,
     substitute,
-    unquote,
     variables,
 )
 from audit.errors import UsageError
-from audit.policy.presets import CUDA_ML
-from audit.recipe.parse import CONTAINER_PATH
+from audit.recipe.context import STAGE_NAME
+from audit.recipe.parse import CONTAINER_PATH, DIGEST, IMAGE_REF
 from audit.redact import redact
 
 DEFAULT_INDEX = "https://pypi.org/simple"
-DEFAULT_INTERPRETER = "/usr/bin/python3"
-CUDA_TAG = re.compile(r"(?:^|[-_.:])(cu\d{2,4})(?:$|[-_.])")
+ABSOLUTE_PIP = re.compile(r"(?:^|[\s;&|])(/\S*/python(?:3(?:\.\d+)?)?)\s+-m\s+pip\s+install\b")
+VIRTUAL_ENV = re.compile(r"\bVIRTUAL_ENV=[\"']?(/[^\s\"']+)")
+__all__ = ["ImportPlan", "parse_dockerfile", "plan_import", "policy_preset", "unmapped_lines"]
 
 
-@dataclass
-class ImportPlan:
-    """Everything ``import`` writes, by recipe-relative path, plus what it could not map."""
+@dataclass(frozen=True)
+class ImportOptions:
+    """What the command line adds to the Dockerfile: settings it cannot say itself."""
 
-    image: str
-    base: str
-    base_digest: str | None
-    platform: str
-    cuda: str
-    interpreter: str
-    index_url: str
-    indexes: dict[str, str]
-    stages: list[StagePlan]
-    requirements: dict[str, bytes]  # recipe-relative path -> bytes
-    copies: dict[str, str]  # recipe-relative path -> build-context-relative source
-    unmapped: list[Unmapped]
-    notes: list[Unmapped]
-    files: dict[str, bytes] = field(default_factory=dict)  # heredoc bodies, by recipe path
-    config: list[str] = field(default_factory=list)  # the [config] table's TOML lines
-
-    def recipe_toml(self) -> str:
-        """``image.toml``: deterministic, every layer preceded by its Dockerfile line."""
-        lines = [
-            "# Imported by `layer-audit import` from a Dockerfile: review every stage, then run",
-            f"# `layer-audit lock {self.image}`. Lines it could not map are run layers below",
-            "# marked UNMAPPED; each names its Dockerfile line.",
-            "",
-            "[image]",
-            f"base = {q(self.base)}",
-        ]
-        if self.base_digest:
-            lines.append(f"base_digest = {q(self.base_digest)}")
-        lines += [
-            f"platform = {q(self.platform)}",
-            f"cuda = {q(self.cuda)}",
-            f"interpreters = [{q(self.interpreter)}]",
-            f"repository = {q('local/' + self.image)}",
-        ]
-        if self.index_url != DEFAULT_INDEX:
-            lines.append(f"index_url = {q(self.index_url)}")
-        if self.indexes:
-            lines += ["", "[indexes]"]
-            lines += [f"{name} = {q(url)}" for name, url in sorted(self.indexes.items())]
-        lines += self.config
-        lines += _policy_lines(self.cuda)
-        for stage in self.stages:
-            lines += ["", "[[stage]]", f"name = {q(stage.name)}"]
-            lines.append(f"description = {q(stage.description)}")
-            for layer in stage.layers:
-                lines.append("")
-                if layer.note:
-                    lines.append(f"  # {layer.note}")
-                lines += ["  [[stage.layer]]", *(f"  {row}" for row in layer.toml.splitlines())]
-        return redact("\n".join(lines) + "\n")
-
-
-def policy_preset(cuda: str) -> str | None:
-    """The policy preset an imported recipe turns on: the field's CUDA ML rules
-    (:data:`audit.policy.presets.CUDA_ML`) for a CUDA image, none for ``cpu``."""
-    return CUDA_ML if cuda != "cpu" else None
-
-
-def _policy_lines(cuda: str) -> list[str]:
-    preset = policy_preset(cuda)
-    return ["", "[policy]", f"preset = {q(preset)}"] if preset else []
+    where: str = "Dockerfile"
+    platform: str | None = None
+    cuda: str | None = None
+    interpreter: str | None = None
+    base_has_python: bool | None = None  # None: known from the base's name
+    build_args: tuple[tuple[str, str], ...] = ()  # values to import with (what gets locked)
 
 
 def parse_dockerfile(data: bytes) -> list[dict[str, Any]]:
@@ -152,130 +91,224 @@ def plan_import(
     data: bytes,
     image: str,
     context_has: Callable[[str], bool],
-    *,
-    where: str = "Dockerfile",
-    platform: str | None = None,
-    cuda: str | None = None,
-    interpreter: str | None = None,
+    options: ImportOptions | None = None,
+    context_read: Callable[[str], str | None] | None = None,
 ) -> ImportPlan:
     """The recipe for the Dockerfile ``data``; ``context_has`` answers whether a build-context
-    path (POSIX, relative) is a file or folder. Raises :class:`UsageError` (exit 2) when the
-    text has no ``FROM`` or the first ``FROM`` names no image."""
+    path (POSIX, relative) is a file or folder, ``context_read`` gives a small text file of it
+    (the scripts a RUN runs). Raises :class:`UsageError` (exit 2) when the text has no ``FROM``
+    or the recorded base is no image reference."""
+    options = options or ImportOptions()
     instructions = parse_dockerfile(data)
-    state = State(context_has, interpreter, platform)
-    base, digest = _walk(instructions, state, where)
-    found_cuda = cuda or _guess_cuda(base)
-    return ImportPlan(
-        image=image,
-        base=base,
-        base_digest=digest,
-        platform=state.platform or _guess_platform(base),
-        cuda=found_cuda,
-        interpreter=state.interpreter or _first(state.seen_interpreters) or DEFAULT_INTERPRETER,
-        index_url=state.index_url or DEFAULT_INDEX,
-        indexes=state.indexes,
-        stages=state.stages,
-        requirements=state.requirements,
-        copies=state.copies,
-        unmapped=state.unmapped,
-        notes=state.notes,
-        files=state.files,
-        config=state.config.toml(),
-    )
-
-
-def _first(items: list[str]) -> str | None:
-    return items[0] if items else None
-
-
-def _guess_platform(base: str) -> str:
-    """``linux/arm64`` when the base image's tag names arm64 (or aarch64), else linux/amd64."""
-    tag = base.rpartition(":")[2] if ":" in base.rpartition("/")[2] else ""
-    return "linux/arm64" if re.search(r"arm64|aarch64", tag) else "linux/amd64"
-
-
-def _guess_cuda(base: str) -> str:
-    """``cu130`` when the base image's tag says so, else ``cpu``."""
-    tag = base.rpartition(":")[2] if ":" in base.rpartition("/")[2] else ""
-    match = CUDA_TAG.search(tag)
-    return match.group(1) if match else "cpu"
-
-
-def _walk(instructions: list[dict[str, Any]], state: State, where: str) -> tuple[str, str | None]:
-    """Map every instruction; returns the base reference and its digest."""
-    base: tuple[str, str | None] | None = None
-    for item in instructions:
-        line = int(item["startline"]) + 1
-        kind = str(item["instruction"]).upper()
-        value = str(item["value"])
-        if kind == "FROM":
-            reference = _from(value, line, state, where)
-            if base is None:
-                base = reference
-            continue
-        if not state.stages:
-            _before_first_stage(kind, value, line, state)
-            continue
-        _instruction(kind, value, line, state, item.get("heredocs", []))
-    if base is None:
+    state = State(context_has, context_read or (lambda _: None), options.interpreter, None)
+    state.where = options.where
+    _globals(instructions, state, options)
+    stages = read_stages(instructions, _resolved_globals(state))
+    if not stages:
         raise UsageError(
-            f"{where}: no FROM instruction",
+            f"{options.where}: no FROM instruction",
             "import reads a Dockerfile whose first stage starts with FROM <image>",
         )
-    for stage in state.stages:
-        if not stage.layers:
-            state.notes.append(Unmapped(0, f"stage {stage.name}", "had no layers: a no-op added"))
-            stage.layers.append(Layer(0, f"run = {q(': empty stage')}", "an empty stage"))
-    return base
+    state.interpreter = _interpreter(stages, state)
+    layout = lay_out(stages, state.interpreter or "", base_has_python=options.base_has_python)
+    base, digest = _base_reference(layout.base, stages[-1], options.where)
+    _python_less(layout, state)
+    for stage in stages:
+        _walk_stage(stage, layout, state)
+    return _plan(image, (base, digest), layout, state, options)
 
 
-def _before_first_stage(kind: str, value: str, line: int, state: State) -> None:
-    """Global ``ARG``s feed ``FROM``; anything else before the first FROM is listed."""
-    if kind == "ARG":
-        name, equals, default = value.partition("=")
-        if equals:
-            state.args[name.strip()] = unquote(substitute(default.strip(), state.args))
-            return
-    state.unmapped.append(Unmapped(line, redact(f"{kind} {value}"), "before the first FROM"))
+def _globals(instructions: list[dict[str, Any]], state: State, options: ImportOptions) -> None:
+    """ARGs before the first FROM (with ``--build-arg`` values); anything else there is listed."""
+    for item in instructions:
+        kind, value = str(item["instruction"]).upper(), str(item["value"])
+        if kind == "FROM":
+            break
+        if kind == "ARG":
+            global_arg(value, int(item["startline"]) + 1, state)
+        else:
+            line = int(item["startline"]) + 1
+            state.list_unmapped(line, f"{kind} {value}", "before the first FROM")
+    for name, value in options.build_args:
+        state.global_args[name] = state.global_text[name] = value
+    state.overrides = dict(options.build_args)
 
 
-def _from(value: str, line: int, state: State, where: str) -> tuple[str, str | None]:
-    """A new stage; the first FROM gives the base, later ones must continue the previous."""
-    words = substitute(value, state.args).split()
-    for word in [w for w in words if w.startswith("--")]:
-        if word.startswith("--platform=") and state.platform is None:
-            state.platform = word.partition("=")[2]
-        words.remove(word)
-    if not words or "$" in words[0]:
-        raise UsageError(
-            f"{where}:{line}: FROM {value!r} names no image this import can resolve",
-            "give the base image literally (or as a global ARG with a default)",
-        )
-    reference = words[0]
-    alias = words[2] if len(words) >= 3 and words[1].lower() == "as" else ""
-    number = len(state.stages) + 1
-    description = f"Dockerfile stage {alias or number} (line {line})"
-    if state.stages and reference != (state.aliases[-1] or str(number - 2)):
-        reason = (
-            f"FROM {reference}, not the stage before it: the recipe builds every stage on the "
-            f"one before, so v{number} starts from v{number - 1} instead"
-        )
-        state.unmapped.append(Unmapped(line, f"FROM {value}", reason))
-        description += f"; UNMAPPED Dockerfile line {line}: built FROM {reference}"
-    state.stages.append(StagePlan(f"v{number}", description))
-    state.aliases.append(alias)
-    state.stage_args = {}  # ARGs are scoped to their stage
+def _resolved_globals(state: State) -> dict[str, str]:
+    return {name: text for name, text in state.global_args.items() if text is not None}
+
+
+def _base_reference(reference: str, stage: DockerStage, where: str) -> tuple[str, str | None]:
+    """``(image, digest)`` of what a stage's FROM names; exit 2 when it is no image."""
     name, _, digest = reference.partition("@")
+    if (
+        "$" in reference
+        or not IMAGE_REF.fullmatch(name)
+        or (digest and not DIGEST.fullmatch(digest))
+    ):
+        raise UsageError(
+            f"{where}:{stage.line}: FROM {reference!r} names no image this import can resolve",
+            "give the base image literally (or as a global ARG with a default), or pass "
+            "--build-arg NAME=IMAGE",
+        )
     return name, digest or None
 
 
-def _instruction(kind: str, value: str, line: int, state: State, heredocs: list[Heredoc]) -> None:
+def _python_less(layout: Layout, state: State) -> None:
+    """Say what the import did about a base without Python."""
+    if not layout.no_python:
+        return
+    if layout.base_stage:
+        state.note(
+            0,
+            f"base {layout.base}",
+            f"has no Python: the base record is {layout.base_stage} built (base_stage)",
+        )
+    else:
+        state.list_unmapped(
+            0,
+            f"base {layout.base}",
+            f"has no Python and {layout.problem}: set base_stage in image.toml to the stage "
+            "that installs one",
+        )
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def _walk_stage(stage: DockerStage, layout: Layout, state: State) -> None:
+    """Open the stage's recipe stage(s) and map its instructions, cutting at the prelude."""
+    names = layout.names[stage.index]
+    _open(stage, layout, state, part=0)
+    _from_listing(stage, layout, state)
+    for position, item in enumerate(stage.items):
+        if len(names) == 2 and layout.cut == (stage.index, position):
+            _split(stage, layout, state)
+        _instruction(item, state)
+    state.ends[names[-1]] = state.scope
+
+
+def _open(stage: DockerStage, layout: Layout, state: State, part: int) -> None:
+    names = layout.names[stage.index]
+    name = names[part]
+    plan = StagePlan(name, _description(stage, part, len(names)))
+    previous = state.stages[-1].name if state.stages else None
+    parent = names[0] if part else _parent_name(stage, layout)
+    if parent is not None:
+        plan.parent = parent if parent != previous else None
+        state.scope = state.ends[parent].inherit() if not part else state.scope
+    else:
+        state.scope = Scope()
+        if stage.reference != layout.base or state.stages:
+            plan.base, plan.base_digest = _base_reference(stage.reference, stage, state.where)
+    if part == len(names) - 1:
+        plan.target = _target(stage, name, state)
+        state.aliases[str(stage.index)] = name
+        if stage.alias:
+            state.aliases[stage.alias] = name
+    state.stages.append(plan)
+    plan.unaudited = _unaudited(plan, stage, layout, state)
+
+
+def _parent_name(stage: DockerStage, layout: Layout) -> str | None:
+    return layout.names[stage.parent][-1] if stage.parent is not None else None
+
+
+def _description(stage: DockerStage, part: int, parts: int) -> str:
+    text = f"Dockerfile stage {stage.alias or stage.index} (line {stage.line})"
+    if parts == 2:
+        text += ": up to the step that installs Python" if part == 0 else ": after it"
+    return text
+
+
+def _target(stage: DockerStage, name: str, state: State) -> str | None:
+    """The Dockerfile's stage name as the recipe stage's ``target`` (not a ``vN`` name, which
+    the recipe's own names already are)."""
+    if not stage.alias or STAGE_NAME.fullmatch(stage.alias):
+        if stage.alias and stage.alias != name:
+            state.note(stage.line, f"AS {stage.alias}", f"is recipe stage {name}")
+        return None
+    return stage.alias
+
+
+def _unaudited(plan: StagePlan, stage: DockerStage, layout: Layout, state: State) -> str:
+    """Why the guard cannot audit this recipe stage ('' when it builds on the record)."""
+    root = layout.root(stage.index).reference
+    if root != layout.base:
+        return f"it builds on {root}, which no base record describes (the record is {layout.base})"
+    if not layout.no_python:
+        return ""
+    if layout.base_stage is None:
+        return f"{layout.base} has no Python and no base_stage says where one appears"
+    chain = _recipe_chain(plan.name, state)
+    if layout.base_stage in chain and plan.name != layout.base_stage:
+        return ""
+    return f"the prelude: {layout.base} has no Python before {layout.base_stage}"
+
+
+def _recipe_chain(name: str, state: State) -> list[str]:
+    """The recipe stages ``name`` builds on, itself included."""
+    by_name = {s.name: s for s in state.stages}
+    found = [name]
+    while True:
+        stage = by_name[found[-1]]
+        index = state.stages.index(stage)
+        parent = stage.parent or (
+            None if stage.base or index == 0 else state.stages[index - 1].name
+        )
+        if parent is None:
+            return found
+        found.append(parent)
+
+
+def _split(stage: DockerStage, layout: Layout, state: State) -> None:
+    """End the prelude inside this Dockerfile stage: the rest is a recipe stage built on it,
+    declaring the ARGs in scope again (a recipe stage declares its own)."""
+    state.ends[layout.names[stage.index][0]] = state.scope
+    _open(stage, layout, state, part=1)
+    names = list(state.scope.args)
+    if names:
+        rows = q(names[0]) if len(names) == 1 else "[" + ", ".join(q(n) for n in names) + "]"
+        note = "the ARGs of this Dockerfile stage, in scope here too"
+        add_layer(state, stage.line, f"arg = {rows}", note)
+
+
+def _from_listing(stage: DockerStage, layout: Layout, state: State) -> None:
+    """What a FROM says that the recipe cannot: a base fixed at an ARG's default, a
+    --platform of its own."""
+    if stage.used_args and stage.parent is None:
+        names = ", ".join(stage.used_args)
+        state.list_unmapped(
+            stage.line,
+            f"FROM {stage.reference}",
+            f"the image comes from {names}: the recipe names it literally, so --build-arg "
+            f"{stage.used_args[0]} no longer changes it",
+        )
+    if stage.platform and (state.platform or "") != stage.platform:
+        if state.platform is None and "$" not in stage.platform and stage.reference == layout.base:
+            state.platform = stage.platform
+        else:
+            state.list_unmapped(
+                stage.line,
+                f"FROM --platform={stage.platform}",
+                "the recipe builds every stage for its one platform",
+            )
+
+
+# --- instructions --------------------------------------------------------------------------
+
+
+def _instruction(item: dict[str, Any], state: State) -> None:
+    kind = str(item["instruction"]).upper()
+    value = str(item["value"])
+    line = int(item["startline"]) + 1
+    heredocs: list[Heredoc] = item.get("heredocs", [])
     if heredocs and kind != "RUN":
         copy_heredoc(kind, value, line, state, heredocs)
         return
     handlers: dict[str, Callable[[str, int, State], None]] = {
         "RUN": lambda v, n, s: run(v, n, s, heredocs), "ENV": env, "COPY": copy,
-        "ADD": add, "ARG": _arg, "WORKDIR": _workdir,
+        "ADD": add, "ARG": stage_arg, "WORKDIR": _workdir,
     }  # fmt: skip
     if kind in handlers:
         handlers[kind](value, line, state)
@@ -288,55 +321,131 @@ def _instruction(kind: str, value: str, line: int, state: State, heredocs: list[
         keep(line, f"{kind} {value}", reason, state)
 
 
-# --- ARG, WORKDIR, the final image's configuration ------------------------------------------
-
-
-def _arg(value: str, line: int, state: State) -> None:
-    """``ARG NAME=default`` (or a global ARG redeclared): its value is substituted where the
-    stage uses it, as Docker would; an ARG without any value is a build argument."""
-    name, equals, default = value.strip().partition("=")
-    name = name.strip()
-    if equals:
-        state.stage_args[name] = unquote(substitute(default.strip(), variables(state)))
-    elif name in state.args:
-        state.stage_args[name] = state.args[name]
-    else:
-        reason = f"ARG {name} without a default: a build argument (a recipe takes none)"
-        state.unmapped.append(Unmapped(line, f"ARG {name}", reason + "; its uses stay empty"))
-        return
-    state.notes.append(Unmapped(line, f"ARG {name}", "substituted where it is used"))
-
-
 def _workdir(value: str, line: int, state: State) -> None:
     path = substitute(value.strip(), variables(state))
-    if not path.startswith("/") and state.workdir:
-        path = str(PurePosixPath(state.workdir) / path)
+    if not path.startswith("/") and state.scope.workdir:
+        path = str(PurePosixPath(state.scope.workdir) / path)
     if not CONTAINER_PATH.fullmatch(path):
         keep(line, f"WORKDIR {value}", "WORKDIR that is not an absolute plain path", state)
         return
-    state.workdir = path
+    frozen = from_args(value, state)
+    if frozen:
+        state.list_unmapped(line, f"WORKDIR {value}", f"takes the value of {frozen[0]} here: "
+                            f"--build-arg {frozen[0]} no longer changes it")  # fmt: skip
+    state.scope.workdir = path
     add_layer(state, line, f"workdir = {q(path)}")
 
 
 def _config(kind: str, value: str, line: int, state: State) -> None:
-    """A final-image setting into ``[config]``; a USER or SHELL also changes how later RUNs
-    run in the Dockerfile, which the recipe does not (noted when such a RUN follows)."""
+    """A setting into the stage's configuration; a USER or SHELL also changes how later RUNs
+    run in the Dockerfile, which the recipe does not (listed when such a RUN follows)."""
     if kind in EXPANDED_KINDS:
         value = substitute(value, variables(state))
     unresolved = kind in EXPANDED_KINDS and "$" in value
     problem = "a variable the import cannot resolve" if unresolved else ""
-    problem = problem or state.config.apply(kind, value, line, len(state.stages))
+    problem = problem or state.stage.config.apply(kind, value, line, len(state.stages))
     if problem:
         keep(line, f"{kind} {value}", problem, state)
         return
-    state.notes.append(Unmapped(line, kind, "kept in [config]: set after the last stage"))
+    state.note(line, kind, "kept in the stage's config: set after its layers")
     if kind == "USER":
-        state.user_line = 0 if value.strip().split(":")[0] in ("root", "0") else line
+        state.scope.user_line = 0 if value.strip().split(":")[0] in ("root", "0") else line
     if kind == "SHELL":
-        state.shell_line = line
+        state.scope.shell_line = line
 
 
-def unmapped_lines(plan: ImportPlan) -> Iterator[str]:
-    """The report's lines: one per unmapped instruction, with its Dockerfile line."""
-    for item in plan.unmapped:
-        yield f"line {item.line}: {item.instruction[:120]}: {item.reason}"
+# --- the plan ------------------------------------------------------------------------------
+
+
+def _plan(
+    image: str,
+    reference: tuple[str, str | None],
+    layout: Layout,
+    state: State,
+    options: ImportOptions,
+) -> ImportPlan:
+    base, digest = reference
+    cuda = options.cuda or _cuda(base, state)
+    index_url = _hoist_index(state)
+    return ImportPlan(
+        image=image,
+        base=base,
+        base_digest=digest,
+        platform=options.platform or state.platform or _guess_platform(base),
+        cuda=cuda,
+        interpreter=state.interpreter or interpreter_of(base),
+        index_url=index_url,
+        indexes=state.indexes,
+        stages=state.stages,
+        requirements=state.requirements,
+        copies=state.copies,
+        unmapped=state.unmapped,
+        notes=state.notes,
+        unlocked=state.unlocked,
+        files=state.files,
+        args=args_table(state),
+        base_stage=layout.base_stage,
+        break_system_packages=state.break_system_packages,
+    )
+
+
+def _cuda(base: str, state: State) -> str:
+    found, known = cuda_of(base)
+    if not known:
+        state.list_unmapped(
+            0,
+            f"base {base}",
+            "an NGC release whose CUDA import does not know: the recipe says cpu and the CUDA "
+            "rules are off; set cuda in image.toml (or import with --cuda cuNNN)",
+        )
+    return found or "cpu"
+
+
+def _guess_platform(base: str) -> str:
+    """``linux/arm64`` when the base image's tag names arm64 (or aarch64), else linux/amd64."""
+    tag = base.rpartition(":")[2] if ":" in base.rpartition("/")[2] else ""
+    return "linux/arm64" if re.search(r"arm64|aarch64", tag) else "linux/amd64"
+
+
+def _interpreter(stages: list[DockerStage], state: State) -> str | None:
+    """``--interpreter``, else the Python a ``RUN /x/python -m pip`` names, else the virtual
+    environment an ENV of the last stage's chain names (``VIRTUAL_ENV=/opt/venv``); None:
+    where the recorded base usually has it."""
+    if state.interpreter:
+        return state.interpreter
+    named = [m.group(1) for stage in stages for item in stage.items
+             if str(item["instruction"]).upper() == "RUN"
+             for m in [ABSOLUTE_PIP.search(str(item["value"]))] if m]  # fmt: skip
+    if named:
+        return named[0]
+    for item in (i for s in stages for i in s.items if str(i["instruction"]).upper() == "ENV"):
+        venv = VIRTUAL_ENV.search(str(item["value"]))
+        if venv and CONTAINER_PATH.fullmatch(venv.group(1)):
+            return f"{venv.group(1).rstrip('/')}/bin/python"
+    return None
+
+
+def _hoist_index(state: State) -> str:
+    """The image's index_url: the one every pip layer names with --index-url (then no layer
+    needs ``primary_index``), else the default."""
+    pips = [
+        layer for stage in state.stages for layer in stage.layers if layer.toml.startswith("pip =")
+    ]
+    named = {layer.primary for layer in pips}
+    if len(named) != 1 or None in named:
+        return DEFAULT_INDEX
+    name = named.pop()
+    assert name is not None
+    url = state.indexes[name]
+    for layer in pips:
+        layer.primary = None
+    if not any(f"index = {q(name)}" in layer.toml for layer in pips):
+        del state.indexes[name]
+    return url
+
+
+def unmapped_lines(items: list[Unmapped]) -> Iterator[str]:
+    """The report's lines: one per listed instruction, with its Dockerfile line."""
+    for item in items:
+        where = f"line {item.line}: " if item.line else ""
+        yield redact(f"{where}{item.instruction[:120]}: {item.reason}")

@@ -1,6 +1,15 @@
-"""``RUN`` of a Dockerfile as recipe layers: ``&&`` chains split, pip installs as pip layers
-(their indexes declared, ``--no-deps`` re-pins as ``no_deps = true``), heredocs as files fed to
-the command, ARG defaults written into the command where that keeps its meaning.
+"""``RUN`` of a Dockerfile as recipe layers.
+
+A ``RUN`` is one run layer holding the command as written, with its ``--mount``s, except
+where the recipe can lock it: a ``pip install`` (``python -m pip``, ``uv pip``) of requirement
+lines in an audited stage is a pip layer, and an ``&&`` chain of such installs only is split
+into one pip layer per install (each part then runs alone, as in the chain: nothing between
+them). Any other chain stays whole: ``apt-get install … && rm -rf /var/lib/apt/lists/*`` in
+one layer still shrinks it. An install the recipe keeps as a run layer (in a chain, behind an
+``if``, inside a script the Dockerfile copied in, with an option a pip layer cannot say, in a
+stage no base record describes) is listed as not locked: the build guard (in audited stages)
+and the layer walk audit it. Build arguments stay ``$NAME`` in the command: the stage declares
+them, and BuildKit hands them to the shell.
 """
 
 from __future__ import annotations
@@ -9,173 +18,234 @@ import contextlib
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import PurePosixPath
 
-from packaging.requirements import InvalidRequirement, Requirement
-
+from audit.dockerfile.flags import MountSpec, mount_toml, read_flags, split_flags
 from audit.dockerfile.heredoc import Heredoc
+from audit.dockerfile.pip import PipPlan, add_pip_layer, pip_plan
 from audit.dockerfile.state import (
     Layer,
     State,
-    Unmapped,
-    add_layer,
     keep,
     q,
     runnable,
-    substitute,
 )
 from audit.redact import redact
 
-SHELL_SEPARATORS = {"&&"}
 SHELL_UNSAFE = {"||", "|", ";", "&", "(", ")", ">", ">>", "<", "<<", "`"}
-STATEFUL_COMMANDS = {"cd", "export", "source", ".", "set", "unset", "pushd", "popd", "umask"}
-IGNORED_PIP_FLAGS = {
-    "-q", "--quiet", "-qq", "-v", "--verbose", "-U", "--upgrade", "--no-cache-dir",
-    "--disable-pip-version-check", "--break-system-packages", "--system", "--no-input",
-    "--no-warn-script-location", "--no-compile", "--compile", "--force-reinstall",
-    "--ignore-installed", "-I", "--no-build-isolation", "--prefer-binary", "--only-binary=:all:",
-}  # fmt: skip
-IGNORED_PIP_OPTIONS = {
-    "--root-user-action", "--progress-bar", "--trusted-host", "--upgrade-strategy", "--timeout",
-    "--retries", "--python", "--cache-dir",
-}  # fmt: skip
-SHELL_WORD = re.compile(r"[A-Za-z0-9_./:,=+@%-]*")  # a value the shell takes as it is
-PYTHON_WORD = re.compile(r"^(?:\S*/)?python(?:3(?:\.\d+)?)?$")
-PIP_WORD = re.compile(r"^(?:\S*/)?pip(?:3(?:\.\d+)?)?$")
-
-
-def runs_as_in_dockerfile(line: int, state: State, first: int) -> None:
-    """A RUN after a USER or SHELL runs as root with /bin/sh in the recipe: listed once, and
-    said beside the first layer it became (``first``: its index in the stage)."""
-    layers = state.stages[-1].layers
-    for attribute, what in (("user_line", "USER"), ("shell_line", "SHELL")):
-        since = getattr(state, attribute)
-        if since and len(layers) > first:
-            reason = (
-                f"a RUN after {what} (line {since}): the recipe runs it as root with /bin/sh "
-                f"(the guard needs both) and applies {what} to the final image"
-            )
-            state.unmapped.append(Unmapped(line, f"RUN after {what}", reason))
-            layers[first].note = f"UNMAPPED Dockerfile line {line}: {reason}; {layers[first].note}"
-            setattr(state, attribute, 0)
-
-
-# --- RUN ------------------------------------------------------------------------------------
+CONTROL_WORDS = ("if", "for", "while", "until", "case", "{")
+AND = "&&"
+INSTALLS = re.compile(
+    r"\b(?:pip3?(?:\.\d+)?|uv\s+pip|python3?(?:\.\d+)?\s+-m\s+pip)\s+(?:[^\n;&|]*\s)?"
+    r"(?:install|sync)\b|\b(?:conda|mamba|micromamba)\s+install\b|\bsetup\.py\s+(?:install|develop)\b"
+    r"|\buv\s+sync\b|\bpip3?\s+install\b"
+)
+SCRIPT_NAME = re.compile(r"\.(?:sh|bash|py)$")
+PYTHON_NAME = re.compile(r"^python3?(?:\.\d+)?$")
+SCRIPT_WORD = re.compile(r"^[\w./+-]*\.(?:sh|bash|py)$|^\.?/[\w./+-]+$")
 
 
 def run(value: str, line: int, state: State, heredocs: list[Heredoc]) -> None:
-    """A RUN: flags dropped (noted), exec form joined, ARGs substituted, ``&&`` chains split
-    into layers, a heredoc kept as a file fed to the command."""
-    command = value.strip()
-    while command.startswith("--"):
-        flag, _, command = command.partition(" ")
-        state.notes.append(Unmapped(line, f"RUN {flag}", "RUN flag dropped"))
-        command = command.strip()
+    """A RUN: its flags kept as mounts (or listed), exec form joined, then mapped."""
+    flags, command = split_flags(value.strip())
+    mounts = _mounts(flags, line, state)
     if command.startswith("["):
         with contextlib.suppress(ValueError, TypeError):
             command = shlex.join(json.loads(command))
     command = command.replace("\t", " ")
-    first = len(state.stages[-1].layers)
-    problem = _arg_problem(command + "".join(doc.body for doc in heredocs), state)
-    if heredocs and not problem:
-        _heredoc_run(command, line, state, heredocs)
-    elif problem:
-        keep(line, f"RUN {value}", problem, state, command)
+    first = len(state.stage.layers)
+    if heredocs:
+        _heredoc_run(command, line, state, heredocs, mounts)
     else:
-        _run_command(substitute(command, state.stage_args), value, line, state)
+        _run_command(command, value, line, state, mounts)
     runs_as_in_dockerfile(line, state, first)
 
 
-def _arg_problem(command: str, state: State) -> str:
-    """Why this stage's ARGs cannot be written into ``command`` as text ('' when they can:
-    each used one is a plain word, named as ``$NAME`` or ``${NAME}``)."""
-    for name, value in state.stage_args.items():
-        if not re.search(r"\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])", command):
-            continue
-        if not SHELL_WORD.fullmatch(value):
-            return f"uses ARG {name}, whose value is not one plain word (a recipe takes no ARG)"
-        if re.search(r"\$\{" + re.escape(name) + r"[^}A-Za-z0-9_]", command):
-            return f"uses ARG {name} with a ${{...}} modifier (a recipe takes no ARG)"
+def _mounts(flags: list[str], line: int, state: State) -> list[str]:
+    """The RUN's mounts as TOML inline tables; a flag the recipe cannot keep is listed (the
+    layer then runs without it)."""
+    read = read_flags(flags, set(state.aliases))
+    for problem in read.problems:
+        state.list_unmapped(line, "RUN --", problem)
+    rows = []
+    for spec in read.mounts:
+        row = _mount_row(spec, line, state)
+        if row:
+            rows.append(row)
+    return rows
+
+
+def _mount_row(spec: MountSpec, line: int, state: State) -> str:
+    """One mount, its stage named ``vK`` and its context source copied into the recipe."""
+    origin = state.aliases[spec.stage] if spec.stage is not None else None
+    if spec.context is None:
+        return mount_toml(spec, None, origin)
+    relative = PurePosixPath(spec.context).as_posix().strip("/") or "."
+    if relative.startswith("..") or not state.context_has(relative):
+        state.list_unmapped(
+            line,
+            f"RUN --mount=type=bind,source={spec.context}",
+            "its source is not in the build context (the layer runs without the mount)",
+        )
+        return ""
+    target = recipe_path(relative)
+    state.copies[target] = relative
+    mount_target = spec.values.get("target", "")
+    _remember_files(state, mount_target, relative)
+    return mount_toml(spec, target, None)
+
+
+RESERVED_DIRS = ("requirements", "templates", "image.toml", "locks", "heredocs", "context")
+
+
+def recipe_path(relative: str) -> str:
+    """Where a build-context path lives in the recipe folder (``context`` for the whole)."""
+    top = relative.split("/", maxsplit=1)[0]
+    if relative == ".":
+        return "context"
+    return f"context/{relative}" if top in RESERVED_DIRS else relative
+
+
+def _remember_files(state: State, target: str, relative: str) -> None:
+    """Remember that ``target`` in the image holds the context's ``relative`` (for scripts)."""
+    if target:
+        absolute = _absolute(target, state)
+        if absolute:
+            state.scope.files[absolute] = relative
+
+
+def _absolute(path: str, state: State) -> str:
+    if path.startswith("/"):
+        return str(PurePosixPath(path))
+    return str(PurePosixPath(state.scope.workdir) / path) if state.scope.workdir else ""
+
+
+def runs_as_in_dockerfile(line: int, state: State, first: int) -> None:
+    """A RUN after a USER or SHELL (of this stage or the one it builds on) runs as root with
+    /bin/sh in the recipe: listed once, and said beside the first layer it became."""
+    layers = state.stage.layers
+    for attribute, what in (("user_line", "USER"), ("shell_line", "SHELL")):
+        since = getattr(state.scope, attribute)
+        if since and len(layers) > first:
+            reason = (
+                f"a RUN after {what} (line {since}): the recipe runs it as root with /bin/sh "
+                f"(the guard needs both) and keeps {what} for the image"
+            )
+            state.list_unmapped(line, f"RUN after {what}", reason)
+            layers[first].note = f"UNMAPPED Dockerfile line {line}: {reason}; {layers[first].note}"
+            setattr(state.scope, attribute, 0)
+
+
+# --- a command ------------------------------------------------------------------------------
+
+
+def _run_command(command: str, value: str, line: int, state: State, mounts: list[str]) -> None:
+    if not runnable(command):
+        keep(line, f"RUN {value}", "not a one-line shell command", state)
+        return
+    segments = segments_of(command)
+    plans = [pip_plan(words, state) for words, _ in segments or []]
+    if plans and state.stage.audited and all(isinstance(p, PipPlan) for p in plans):
+        for plan in plans:
+            assert isinstance(plan, PipPlan)
+            add_pip_layer(plan, line, state, mounts)
+        if len(plans) > 1:
+            state.note(line, "RUN … && …", f"split into {len(plans)} pip layers (installs only)")
+        return
+    reasons = [p for p in plans if isinstance(p, str) and p]
+    _run_layer(command, line, state, mounts, reasons[0] if reasons else "")
+
+
+def _run_layer(command: str, line: int, state: State, mounts: list[str], reason: str) -> None:
+    """The whole command as one run layer; its installs listed as not locked."""
+    if redact(command) != command:
+        state.list_unmapped(
+            line, f"RUN {command}", "a credential in the command was removed: pass it as a secret"
+        )
+    toml = f"run = {q(redact(command))}" + (f"\nmounts = [{', '.join(mounts)}]" if mounts else "")
+    state.stage.layers.append(Layer(line, toml, f"Dockerfile line {line}"))
+    why = install_reason(command, state, reason)
+    if why:
+        state.list_unlocked(line, f"RUN {command}", why)
+
+
+def install_reason(command: str, state: State, reason: str = "") -> str:
+    """Why an install in this run layer is not a pip layer ('' when it holds none)."""
+    script = _script_with_installs(command, state)
+    if not INSTALLS.search(command) and not script:
+        return ""
+    segments = segments_of(command)
+    if script:
+        where = script
+    elif not state.stage.audited:
+        where = state.stage.unaudited
+    elif segments is None:
+        where = "inside shell control flow (if, ||, ;, a pipe or a subshell)"
+    elif len(segments) > 1:
+        where = "in an && chain with other commands: split, it would mean something else"
+    else:
+        where = reason or "an install a pip layer cannot say"
+    return f"not locked: {where}; audited by the layer walk"
+
+
+def _script_with_installs(command: str, state: State) -> str:
+    """Why a script the command runs is listed ('' when none is): one the Dockerfile brought
+    from the build context and that installs packages, or one the context does not hold."""
+    for word in executed(command):
+        relative = _context_file(_absolute(word, state) or word, state)
+        text = state.context_read(relative) if relative else None
+        if text is not None and INSTALLS.search(text):
+            return f"inside {word}, a script from the build context"
+        if text is None and not relative and SCRIPT_NAME.search(word):
+            return f"in {word}, which the build context does not hold (whatever it installs)"
     return ""
 
 
-def _run_command(command: str, value: str, line: int, state: State) -> None:
-    segments = _segments(command)
-    if segments is None:
-        reason = "a pip install inside a compound shell command (||, |, ;, a subshell or cd)"
-        if _mentions_pip_install(command):
-            keep(line, f"RUN {value}", reason, state, command)
-        elif runnable(command):
-            add_layer(state, line, f"run = {q(redact(command))}")
-        else:
-            keep(line, f"RUN {value}", "not a one-line shell command", state)
-        return
-    for words, text in segments:
-        before = len(state.unmapped)
-        if _pip_layer(words, line, state):
+RUNNERS = ("bash", "sh", "source", ".", "exec", "python", "python3")
+STARTS = ("&&", "||", ";", "|", "(", "then", "do", "else", "elif")
+
+
+def executed(command: str) -> list[str]:
+    """The scripts a command runs: a path in command position (``./x.sh``, ``/opt/x.sh``) or
+    after a runner (``bash x.sh``, ``python3 tools/x.py``)."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return []
+    found, start, runner = [], True, False
+    for token in tokens:
+        if token in STARTS:
+            start, runner = True, False
             continue
-        if len(state.unmapped) > before:  # a pip install whose arguments did not map
-            keep(line, f"RUN {text}", state.unmapped.pop().reason, state, text)
-        elif _mentions_pip_install(text):
-            keep(line, f"RUN {text}", "a pip install this import does not recognise", state, text)
-        elif runnable(text):
-            add_layer(state, line, f"run = {q(redact(text))}")
-        else:
-            keep(line, f"RUN {text}", "not a one-line shell command", state)
+        name = PurePosixPath(token).name
+        if (start or runner) and SCRIPT_WORD.match(token) and name not in RUNNERS:
+            found.append(token)
+        if runner and not token.startswith("-"):
+            runner = False
+        elif start:
+            runner = name in RUNNERS or bool(PYTHON_NAME.match(name))
+        start = False
+    return found
 
 
-def _heredoc_run(command: str, line: int, state: State, heredocs: list[Heredoc]) -> None:
-    """``RUN <<EOF`` (the body run by the shell, or by its ``#!`` program) or ``RUN prog <<EOF``
-    (the body on prog's standard input): a run layer whose ``stdin`` is the body's file."""
-    doc = heredocs[0]
-    program, _, after = command.partition(doc.mark)
-    program = substitute(program.strip(), state.stage_args)
-    problem = _heredoc_problem(heredocs, program, after)
-    if problem:
-        keep(line, f"RUN {command}", problem, state)
-        return
-    stage = state.stages[-1]
-    relpath = f"heredocs/{stage.name}-{len(stage.layers) + 1:02d}"
-    # a shell script body sees the stage's ARGs in its environment: they are written into it
-    body = doc.body if program else substitute(doc.body, state.stage_args)
-    state.files[relpath] = redact(body).encode()
-    if not program:  # BuildKit runs such a body as `sh -c BODY`, or as a file when it has #!
-        program = _shebang(doc.body) or 'sh -c "$(cat)"'
-    add_layer(state, line, f"run = {q(program)}\nstdin = {q(relpath)}")
-
-
-def _heredoc_problem(heredocs: list[Heredoc], program: str, after: str) -> str:
-    """Why this RUN's heredoc cannot be a run layer's stdin file ('' when it can)."""
-    doc = heredocs[0]
-    segments = _segments(program) if program else []
-    checks = (
-        (len(heredocs) != 1 or not doc.closed, "several heredocs in one RUN, or one never closed"),
-        (bool(after.strip()), "a heredoc followed by more shell on its line"),
-        (
-            bool(program) and not doc.quoted and bool(re.search(r"[$`\\]", doc.body)),
-            "a heredoc the shell would expand ($, ` or \\ without a quoted delimiter)",
-        ),
-        (
-            bool(program) and (segments is None or len(segments) != 1 or not runnable(program)),
-            "a heredoc fed to a compound shell command",
-        ),
-        (_mentions_pip_install(program), "a pip install reading a heredoc (list requirements)"),
-    )
-    return next((reason for failed, reason in checks if failed), "")
-
-
-def _shebang(body: str) -> str:
-    """``/usr/bin/env python3 /dev/stdin`` for a body starting ``#!/usr/bin/env python3``."""
-    first = body.split("\n", 1)[0]
-    if not first.startswith("#!") or any(ord(ch) < 32 for ch in first):
+def _context_file(path: str, state: State) -> str:
+    """The context path an image path holds: a file copied there, else one inside the longest
+    copied folder it is under ('' when none)."""
+    files = state.scope.files
+    if path in files:
+        return files[path]
+    folders = [t for t in files if path.startswith(t.rstrip("/") + "/")]
+    if not folders:
         return ""
-    return f"{first[2:].strip()} /dev/stdin"
+    folder = max(folders, key=len)
+    return str(PurePosixPath(files[folder]) / path[len(folder.rstrip("/")) + 1 :])
 
 
-def _segments(command: str) -> list[tuple[list[str], str]] | None:
+def segments_of(command: str) -> list[tuple[list[str], str]] | None:
     """The ``&&``-joined simple commands of ``command`` (words and text), or None when the
-    command uses other shell syntax or state-changing builtins that splitting would break."""
+    command uses other shell syntax."""
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -186,13 +256,11 @@ def _segments(command: str) -> list[tuple[list[str], str]] | None:
         return None
     groups: list[list[str]] = [[]]
     for token in tokens:
-        if token in SHELL_SEPARATORS:
+        if token == AND:
             groups.append([])
         else:
             groups[-1].append(token)
-    if any(not group for group in groups):
-        return None
-    if len(groups) > 1 and any(group[0] in STATEFUL_COMMANDS for group in groups):
+    if any(not group or group[0] in CONTROL_WORDS for group in groups):
         return None
     texts = [part.strip() for part in _split_text(command)]
     if len(texts) != len(groups):
@@ -218,169 +286,56 @@ def _split_text(command: str) -> list[str]:
     return [*parts, current]
 
 
-def _mentions_pip_install(command: str) -> bool:
-    return bool(re.search(r"\bpip3?(?:\.\d+)?\b[^&|;]*\binstall\b", command))
+# --- heredocs -------------------------------------------------------------------------------
 
 
-def _pip_words(words: list[str]) -> tuple[str | None, list[str]] | None:
-    """(the interpreter it names, the install arguments) for a pip install; None otherwise."""
-    if len(words) >= 4 and PYTHON_WORD.match(words[0]) and words[1:3] == ["-m", "pip"]:
-        return (words[0] if words[0].startswith("/") else None), words[3:]
-    if len(words) >= 3 and words[0] == "uv" and words[1] == "pip":
-        return None, words[2:]
-    if len(words) >= 2 and PIP_WORD.match(words[0]):
-        return None, words[1:]
-    return None
+def _heredoc_run(
+    command: str, line: int, state: State, heredocs: list[Heredoc], mounts: list[str]
+) -> None:
+    """``RUN <<EOF`` (the body run by the shell, or by its ``#!`` program) or ``RUN prog <<EOF``
+    (the body on prog's standard input): a run layer whose ``stdin`` is the body's file."""
+    doc = heredocs[0]
+    program, _, after = command.partition(doc.mark)
+    program = program.strip()
+    problem = _heredoc_problem(heredocs, program, after)
+    if problem:
+        keep(line, f"RUN {command}", problem, state)
+        return
+    stage = state.stage
+    relpath = f"heredocs/{stage.name}-{len(stage.layers) + 1:02d}"
+    state.files[relpath] = redact(doc.body).encode()
+    if not program:  # BuildKit runs such a body as `sh -c BODY`, or as a file when it has #!
+        program = _shebang(doc.body) or 'sh -c "$(cat)"'
+    toml = f"run = {q(program)}\nstdin = {q(relpath)}"
+    toml += f"\nmounts = [{', '.join(mounts)}]" if mounts else ""
+    state.stage.layers.append(Layer(line, toml, f"Dockerfile line {line}"))
+    if INSTALLS.search(doc.body) or INSTALLS.search(program):
+        state.list_unlocked(line, f"RUN {command}", "not locked (inside a heredoc script); "
+                            "audited by the layer walk")  # fmt: skip
 
 
-def _pip_layer(words: list[str], line: int, state: State) -> bool:
-    """Add a pip layer for ``pip install …``; False (a run layer then) for anything else."""
-    found = _pip_words(words)
-    if found is None or not found[1] or found[1][0] != "install":
-        return False
-    interpreter, args = found
-    if interpreter:
-        state.seen_interpreters.append(interpreter)
-    parsed = _pip_arguments(args[1:], line, state)
-    if parsed is None:
-        return False
-    slug = f"{state.stages[-1].name}-{len(state.stages[-1].layers) + 1:02d}"
-    relpath = f"requirements/{slug}.in"
-    header = redact(f"# Dockerfile line {line}: {' '.join(words)}")[:400]
-    body = [header, *parsed.comments, *parsed.lines]
-    state.requirements[relpath] = ("\n".join(body) + "\n").encode()
-    toml = f"pip = {q(relpath)}"
-    if parsed.index:
-        toml += f"\nindex = {q(parsed.index)}"
-    if parsed.pre:
-        toml += "\npre = true"
-    if parsed.no_deps:
-        toml += "\nno_deps = true"
-    note = f"Dockerfile line {line}"
-    note += " (pip install --no-deps: a re-pin, applied as an override)" if parsed.no_deps else ""
-    state.stages[-1].layers.append(Layer(line, toml, note))
-    return True
+def _heredoc_problem(heredocs: list[Heredoc], program: str, after: str) -> str:
+    """Why this RUN's heredoc cannot be a run layer's stdin file ('' when it can)."""
+    doc = heredocs[0]
+    segments = segments_of(program) if program else []
+    checks = (
+        (len(heredocs) != 1 or not doc.closed, "several heredocs in one RUN, or one never closed"),
+        (bool(after.strip()), "a heredoc followed by more shell on its line"),
+        (
+            bool(program) and not doc.quoted and bool(re.search(r"[$`\\]", doc.body)),
+            "a heredoc the shell would expand ($, ` or \\ without a quoted delimiter)",
+        ),
+        (
+            bool(program) and (segments is None or len(segments) != 1 or not runnable(program)),
+            "a heredoc fed to a compound shell command",
+        ),
+    )
+    return next((reason for failed, reason in checks if failed), "")
 
 
-@dataclass
-class _PipArgs:
-    lines: list[str] = field(default_factory=list)
-    comments: list[str] = field(default_factory=list)
-    index: str | None = None
-    pre: bool = False
-    no_deps: bool = False
-
-
-def _pip_arguments(args: list[str], line: int, state: State) -> _PipArgs | None:
-    """Requirements and options of one install; None (keep it as a run layer) when an
-    argument has no recipe equivalent, which is then listed as unmapped."""
-    parsed = _PipArgs()
-    words = iter(args)
-    for word in words:
-        name, equals, inline = word.partition("=")
-        value = inline if equals else ""
-        if name in ("-i", "--index-url", "--extra-index-url", "-r", "--requirement", "-c"):
-            value = value or next(words, "")
-            if not _pip_option(name, value, line, state, parsed):
-                return None
-        elif word == "--pre":
-            parsed.pre = True
-        elif word == "--no-deps":
-            parsed.no_deps = True
-        elif word in IGNORED_PIP_FLAGS or name in IGNORED_PIP_OPTIONS:
-            if name in IGNORED_PIP_OPTIONS and not equals:
-                next(words, "")
-            state.notes.append(Unmapped(line, f"pip {name}", "pip option dropped"))
-        elif word in ("-e", "--editable"):
-            reason = "an editable install of a path in the image (a lock pins released versions)"
-            state.unmapped.append(Unmapped(line, f"pip {word}", reason))
-            return None
-        elif word.startswith("-"):
-            state.unmapped.append(Unmapped(line, f"pip {word}", "pip option with no recipe key"))
-            return None
-        elif not _requirement(word):
-            reason = "not a PEP 508 requirement (a path, a URL or an editable)"
-            state.unmapped.append(Unmapped(line, f"pip install {word}", reason))
-            return None
-        else:
-            parsed.lines.append(word)
-    if not parsed.lines:
-        state.unmapped.append(Unmapped(line, "pip install", "no requirement to install"))
-        return None
-    return parsed if _repin(parsed, line, state) else None
-
-
-def _repin(parsed: _PipArgs, line: int, state: State) -> bool:
-    """A ``--no-deps`` install of exact pins is a re-pin (``no_deps = true``); of anything
-    else it cannot be one (listed, False)."""
-    if not parsed.no_deps:
-        return True
-    if not all(_exact_pin(word) for word in parsed.lines):
-        reason = "--no-deps with a requirement that is not one exact name==version"
-        state.unmapped.append(Unmapped(line, "pip install --no-deps", reason))
-        return False
-    parsed.comments.append("# --no-deps in the Dockerfile: re-pinned with no_deps = true")
-    state.notes.append(Unmapped(line, "pip install --no-deps", "a re-pin: no_deps = true"))
-    return True
-
-
-def _exact_pin(word: str) -> bool:
-    """Whether a requirement names one version with ``==`` (what a no_deps layer holds)."""
-    specs = list(Requirement(word).specifier)
-    return len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version
-
-
-def _requirement(word: str) -> bool:
-    try:
-        Requirement(word)
-    except InvalidRequirement:
-        return False
-    return True
-
-
-def _pip_option(name: str, value: str, line: int, state: State, parsed: _PipArgs) -> bool:
-    """Map an index or requirements-file option; False when it cannot be."""
-    if not value:
-        state.unmapped.append(Unmapped(line, f"pip {name}", "option without a value"))
-        return False
-    if name in ("-r", "--requirement", "-c"):
-        reason = "requirements files of the image are not read: list the requirements instead"
-        state.unmapped.append(Unmapped(line, f"pip {name} {value}", reason))
-        return False
-    url = _public_url(value, line, state)
-    if name in ("-i", "--index-url") and state.index_url in (None, url):
-        state.index_url = url
-        return True
-    if parsed.index is not None:
-        reason = "a second extra index in one layer (a recipe layer names one)"
-        state.unmapped.append(Unmapped(line, f"pip {name} {value}", reason))
-        return False
-    parsed.index = _declare_index(url, state)
-    return True
-
-
-def _public_url(url: str, line: int, state: State) -> str:
-    """``url`` without credentials (noted: they belong in a BuildKit secret)."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        state.notes.append(Unmapped(line, "index credentials", "dropped: pass them as a secret"))
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def _declare_index(url: str, state: State) -> str:
-    """The name of the declared index for ``url`` (host and path, lower case, dashes)."""
-    for name, known in state.indexes.items():
-        if known == url:
-            return name
-    parts = urlsplit(url)
-    words = re.split(r"[^a-z0-9]+", f"{parts.hostname or 'index'} {parts.path}".lower())
-    name = "-".join(w for w in words if w and w not in ("www", "whl", "simple", "com", "org"))
-    name = name or "index"
-    candidate, number = name, 2
-    while candidate in state.indexes:
-        candidate, number = f"{name}-{number}", number + 1
-    state.indexes[candidate] = url
-    return candidate
+def _shebang(body: str) -> str:
+    """``/usr/bin/env python3 /dev/stdin`` for a body starting ``#!/usr/bin/env python3``."""
+    first = body.split("\n", 1)[0]
+    if not first.startswith("#!") or any(ord(ch) < 32 for ch in first):
+        return ""
+    return f"{first[2:].strip()} /dev/stdin"

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
 
 from audit.errors import UsageError
 from audit.gate.unrecorded import never_recorded, not_audited
@@ -26,11 +25,12 @@ from audit.history.predict import (
 )
 from audit.lock.files import BaseRecord, base_relpath
 from audit.lock.plan import Survey, survey_locks
-from audit.lock.trust import source_name
-from audit.policy.findings import ERROR, INFO, Finding
+from audit.lock.refusal import refused_findings
+from audit.lock.trust import source_finding
+from audit.policy.findings import ERROR, Finding
 from audit.policy.verdict import check_state
-from audit.project import frontdoor
-from audit.project.paths import find_root, list_images
+from audit.project.frontdoor import FrontDoor
+from audit.project.paths import list_images
 from audit.project.sources import DirectorySource, Source
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
@@ -58,7 +58,7 @@ class RecipeAudit:
 def audit_recipe(source: Source, recipe: Recipe, *, today: date) -> RecipeAudit:
     """Audit ``recipe`` as committed at ``source`` (the work tree or a git ref)."""
     survey = survey_locks(source, recipe)  # every lock read once, for freshness and prediction
-    locks = Section(f"{recipe.name} locks", tuple(_lock_findings(recipe, survey)))
+    locks = Section(f"{recipe.name} locks", tuple(_lock_findings(source, recipe, survey)))
     if survey.base is None:
         # Nothing can be predicted without the base: say so once instead of "no changes".
         return RecipeAudit(recipe, (), locks.findings, (locks,))
@@ -86,25 +86,16 @@ def audit_report(audits: Iterable[RecipeAudit], title: str = "audit-deps") -> Re
     return Report(title, tuple(section for audit in audits for section in audit.sections))
 
 
-def audit_recipes(
-    names: Sequence[str], *, today: date, root: Path | None = None, strict: bool = False
-) -> Report:
-    """Audit the named recipes (every recipe when none) of the working tree at ``root``
-    (default: the project around the working folder)."""
-    return audit_report(recipe_audits(names, today=today, root=root, strict=strict))
-
-
 def recipe_audits(
-    names: Sequence[str], *, today: date, root: Path | None = None, strict: bool = False
+    names: Sequence[str], *, today: date, source: DirectorySource, strict: bool = False
 ) -> list[RecipeAudit]:
-    """Each named recipe's audit (every recipe when none), in order: the report and the stage
-    matrix are both made from them.
+    """Each named recipe's audit (every recipe when none) of the working tree ``source``, in
+    order: the report and the stage matrix are both made from them.
 
     A recipe that was never recorded is "not audited": a warning when every recipe is
     audited, an error when it is named or with ``strict``.
     """
-    root = root or find_root()
-    source = DirectorySource(root)
+    root = source.root
     selected = list(names) or list_images(root)
     if not selected:
         raise UsageError(f"no recipes under {root / 'images'}", "add images/<name>/image.toml")
@@ -113,15 +104,15 @@ def recipe_audits(
     for name in selected:
         recipe = load_recipe(source, name)
         if never_recorded(source, recipe):
-            audits.append(unrecorded_audit(recipe, fails=bool(why), why=why))
+            audits.append(unrecorded_audit(recipe, fails=bool(why), why=why, front=source.front))
         else:
             audits.append(audit_recipe(source, recipe, today=today))
     return audits
 
 
-def unrecorded_audit(recipe: Recipe, *, fails: bool, why: str) -> RecipeAudit:
+def unrecorded_audit(recipe: Recipe, *, fails: bool, why: str, front: FrontDoor) -> RecipeAudit:
     """The audit of a recipe that was never recorded: one "not audited" finding, no steps."""
-    finding = not_audited(recipe, fails=fails, why=why)
+    finding = not_audited(recipe, fails=fails, why=why, front=front)
     section = Section(f"{recipe.name} not audited", (finding,))
     return RecipeAudit(recipe, (), (finding,), (section,), recorded=False)
 
@@ -136,13 +127,12 @@ def _stage_sections(
 ) -> list[Section]:
     """Per stage: one section per layer that changes the environment ("v2 -> v3: layer 2 ..")."""
     sections: list[Section] = []
-    previous = "base"
     for stage in recipe.stages:
-        title = f"{recipe.name} {previous} -> {stage.name}"
+        parent = recipe.parent(stage)  # the stage it builds on (the one before, in a chain)
+        title = f"{recipe.name} {parent.name if parent else 'base'} -> {stage.name}"
         changing = [p for p in steps if p.step.stage is stage and p.before is not p.after]
         sections += [_layer_section(recipe, title, p, judge) for p in changing]
         sections += [] if changing else [Section(title, ())]
-        previous = stage.name
     return sections
 
 
@@ -158,17 +148,11 @@ def _layer_section(
     return Section(f"{title}: {label}", tuple(findings))
 
 
-BASE_SOURCE_RULE = "base-source"
-
-
 def _source_findings(recipe: Recipe, record: BaseRecord) -> list[Finding]:
     """An info naming where the base record came from, when not from the image itself (a
-    snapshot file taken elsewhere, a replica): every report that shows the base says so."""
-    if record.source is None:
-        return []
-    message = f"the base {recipe.base_ref} is recorded from a {source_name(record.source)}"
-    where = f"{recipe.name} base ({recipe.base_ref})"
-    return [Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(recipe.name)]
+    snapshot file taken elsewhere, a replica and its stand-ins): every report says so."""
+    found = source_finding(recipe.name, recipe.base_ref, record)
+    return [found] if found else []
 
 
 def _base_findings(
@@ -188,15 +172,17 @@ def _base_findings(
     ]
 
 
-def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
-    hint = f"record the base and compile the locks: {frontdoor.command('lock', recipe.name)}"
+def _lock_findings(source: Source, recipe: Recipe, survey: Survey) -> list[Finding]:
+    """A finding per missing or stale lock (the base record's first), each followed by the
+    violations ``lock`` refused that layer for, when its refusal record is of these inputs."""
+    hint = f"record the base and compile the locks: {source.front.command('lock', recipe.name)}"
     findings: list[Finding] = []
     if survey.base is None:
         relpath = base_relpath(recipe)
         reason = f"the base image {recipe.base_ref} was never recorded: nothing can be predicted"
         record = (
             f"on a machine that has {recipe.base_ref} (docker pull or docker load it): "
-            f"{frontdoor.command('lock', recipe.name + ' --record-base')}, "
+            f"{source.front.command('lock', recipe.name + ' --record-base')}, "
             f"then commit locks/{recipe.name}/"
         )
         missing = _lock_finding(MISSING_LOCK, relpath, reason, recipe.name, record)
@@ -207,6 +193,7 @@ def _lock_findings(recipe: Recipe, survey: Survey) -> list[Finding]:
             where = f"{recipe.name} {state.step.label}"
             found = _lock_finding(rule, state.relpath, state.reason, where, hint)
             findings.append(found.located(recipe.name, state.step.stage.name, state.step.position))
+            findings += refused_findings(source, recipe, state)
     return findings
 
 

@@ -26,8 +26,8 @@ from audit.gate.change_view import (
     IMAGE_WIDE,
     Group,
     ImageView,
-    Row,
     StageView,
+    ViewRow,
     severity_of,
     view_json,
 )
@@ -39,11 +39,11 @@ from audit.gate.matrix import (
     matrix_grids,
     page_head,
 )
-from audit.gate.plain_table import Cell as PlainCell
 from audit.gate.plain_table import (
     Column,
     Grid,
     Printer,
+    TextCell,
     cell,
     escape_markup,
     rich_table,
@@ -115,7 +115,7 @@ def _print_matrix(matrix: StageMatrix, out: Printer) -> None:
             f": stage matrix: {folded} routine {rows} folded "
             "(--format markdown or --html shows them)"
         )
-        folded_line = PlainCell(escape_markup(matrix.image) + line, matrix.image + line)
+        folded_line = TextCell(escape_markup(matrix.image) + line, matrix.image + line)
         out.line(folded_line, highlight=False)
 
 
@@ -135,9 +135,9 @@ def view_tables(view: ImageView) -> list[Table | str]:
     return [rich_table(t) if isinstance(t, Grid) else t.markup for t in view_grids(view)]
 
 
-def view_grids(view: ImageView) -> list[Grid | PlainCell]:
+def view_grids(view: ImageView) -> list[Grid | TextCell]:
     """:func:`view_tables` as grids and title lines."""
-    review: list[Grid | PlainCell] = [_review_table(view)] if view.review else []
+    review: list[Grid | TextCell] = [_review_table(view)] if view.review else []
     return review + [_stage_table(view, stage) for stage in view.stages if _has_rows(stage)]
 
 
@@ -145,23 +145,23 @@ def _has_rows(stage: StageView) -> bool:
     return bool(stage.rows or stage.groups or stage.added)
 
 
-def _routine(row: Row) -> bool:
+def _routine(row: ViewRow) -> bool:
     """An info row outside a lockstep group: folded in the terminal."""
     return severity_of(row.finding) == INFO
 
 
-def _title(view: ImageView, stage: StageView, routine: int) -> PlainCell:
+def _title(view: ImageView, stage: StageView, routine: int) -> TextCell:
     where = "image" if stage.stage == IMAGE_WIDE else stage.stage
     parts = [f"{routine} routine info"] if routine else []
     parts += [stage.folded] if stage.folded else []
     folded = f"; {', '.join(parts)} (folded)" if parts else ""
     tail = f": {severity_tally(stage.counts)}{folded}"
-    return PlainCell(
+    return TextCell(
         f"{escape_markup(view.image)} {escape_markup(where)}{tail}", f"{view.image} {where}{tail}"
     )
 
 
-def _table(title: PlainCell, names: Sequence[str], rows: list[tuple[PlainCell, ...]]) -> Grid:
+def _table(title: TextCell, names: Sequence[str], rows: list[tuple[TextCell, ...]]) -> Grid:
     width = max([len("package"), *(len(name) + 2 for name in names)])
     columns = (
         Column("", no_wrap=True),
@@ -172,7 +172,7 @@ def _table(title: PlainCell, names: Sequence[str], rows: list[tuple[PlainCell, .
     return Grid(title, columns, tuple(rows), header_style="bold")
 
 
-def _stage_table(view: ImageView, stage: StageView) -> Grid | PlainCell:
+def _stage_table(view: ImageView, stage: StageView) -> Grid | TextCell:
     rows = [row for row in stage.rows if not _routine(row)]
     title = _title(view, stage, len(stage.rows) - len(rows))
     if not rows and not stage.groups:
@@ -188,13 +188,13 @@ def _review_table(view: ImageView) -> Grid:
     title = f"{view.image}: needs owner review"
     cells = [_row_cells(view.image, row) for row in view.review]
     return _table(
-        PlainCell(f"{escape_markup(view.image)}: needs owner review", title),
+        TextCell(f"{escape_markup(view.image)}: needs owner review", title),
         [r.package for r in view.review],
         cells,
     )
 
 
-def _row_cells(image: str, row: Row, prefix: str = "") -> tuple[PlainCell, ...]:
+def _row_cells(image: str, row: ViewRow, prefix: str = "") -> tuple[TextCell, ...]:
     """severity, package, ``before → after``, then rule, note and layer (these wrap)."""
     severity = severity_of(row.finding)
     style = STYLE[severity]
@@ -208,7 +208,7 @@ def _row_cells(image: str, row: Row, prefix: str = "") -> tuple[PlainCell, ...]:
     )
 
 
-def _group_cells(image: str, group: Group) -> list[tuple[PlainCell, ...]]:
+def _group_cells(image: str, group: Group) -> list[tuple[TextCell, ...]]:
     style = STYLE[group.severity]
     members = ", ".join(member.text for member in group.members)
     head = (
@@ -281,7 +281,7 @@ def _html_table(rows: list[str]) -> list[str]:
     return ['<table class="view">', f"<thead>{head}</thead><tbody>", *rows, "</tbody></table>"]
 
 
-def _html_row(image: str, row: Row, css: str = "") -> str:
+def _html_row(image: str, row: ViewRow, css: str = "") -> str:
     severity = severity_of(row.finding)
     where = row.finding.where.removeprefix(image).strip()
     change = f"{row.change} {row.finding.rule}".strip()

@@ -31,7 +31,7 @@ from audit.history.snapshot import Distribution, canonical_name
 from audit.policy.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from audit.policy.model import LockstepGroup, Waiver
 from audit.policy.rules import CHANGE_RULES
-from audit.report.findings import asked_for, ordered
+from audit.report.findings import ordered
 
 VIEW_SCHEMA = "layer-audit.changes/1"
 WAIVER_RULE = "waiver-added"
@@ -46,7 +46,7 @@ Env = Mapping[str, Distribution]
 
 
 @dataclass(frozen=True)
-class Row:
+class ViewRow:
     """One finding as the view shows it: the change (or notice) and its note."""
 
     finding: Finding
@@ -92,7 +92,7 @@ class Group:
 
     name: str
     members: tuple[Member, ...]
-    rows: tuple[Row, ...]  # member changes and the group's own lockstep finding
+    rows: tuple[ViewRow, ...]  # member changes and the group's own lockstep finding
     severity: str
 
     @property
@@ -122,9 +122,9 @@ class StageView:
     """One stage: rows a reviewer must read, group blocks, and what folds behind counts."""
 
     stage: str  # IMAGE_WIDE for findings about the whole image
-    rows: tuple[Row, ...]
+    rows: tuple[ViewRow, ...]
     groups: tuple[Group, ...] = ()
-    added: tuple[Row, ...] = ()  # plain "added by this layer" rows
+    added: tuple[ViewRow, ...] = ()  # plain "added by this layer" rows
     unchanged: int | None = None  # packages shipped the same at both refs (None: not known)
 
     @property
@@ -155,18 +155,34 @@ class StageView:
 class ImageView:
     image: str
     stages: tuple[StageView, ...]
-    review: tuple[Row, ...] = ()  # waivers this pull request adds or widens
+    review: tuple[ViewRow, ...] = ()  # waivers this pull request adds or widens
 
 
 @dataclass(frozen=True)
 class ImageInputs:
     """What the gate knows beyond findings: each head column's environment at both refs, as
     the gate compared them (:func:`audit.gate.matrix.column_pairs`; each column: ``base``, then
-    the head's stages), and the head policy's lockstep groups and waivers."""
+    the head's stages), the head policy's lockstep groups and waivers, and the base ref's
+    waivers (what the pull request adds or widens is told from them, never from a message)."""
 
     pairs: Mapping[str, Comparison] = field(default_factory=dict)  # per head column, old -> new
     lockstep: tuple[LockstepGroup, ...] = ()
     waivers: tuple[Waiver, ...] = ()
+    base_waivers: tuple[Waiver, ...] = ()
+
+
+NEW_WAIVER = "added"
+WIDENED_WAIVER = "changed or widened"
+
+
+def waiver_change(waiver: Waiver, base_waivers: Sequence[Waiver]) -> str | None:
+    """What the pull request does to ``waiver``: None when the base ref has it as it is,
+    :data:`WIDENED_WAIVER` when the base ref has a waiver for its package, else
+    :data:`NEW_WAIVER`."""
+    if waiver in base_waivers:
+        return None
+    known = any(old.package == waiver.package for old in base_waivers)
+    return WIDENED_WAIVER if known else NEW_WAIVER
 
 
 def severity_of(finding: Finding) -> str:
@@ -176,24 +192,29 @@ def severity_of(finding: Finding) -> str:
     return finding.severity
 
 
-def note_of(finding: Finding, waivers: Sequence[Waiver] = ()) -> str:
+def note_of(
+    finding: Finding, waivers: Sequence[Waiver] = (), base_waivers: Sequence[Waiver] = ()
+) -> str:
     """What the package and change columns do not already say."""
     if finding.rule == WAIVER_RULE:
-        return _review_text(finding, waivers)
+        return _review_text(finding, waivers, base_waivers)
     if finding.waiver is not None:
-        return f"waived: {_waiver_text(finding, waivers)}"
+        return f"waived: {_waiver_text(finding, waivers, base_waivers)}"
     if finding.rule in CHANGE_RULES and finding.rule != "unparsable-version":
-        return asked_for(finding)  # who asks for the new version, when the lock knows
+        return finding.asked_for  # who asks for the new version, when the lock knows
     return finding.message
 
 
-def _review_text(finding: Finding, waivers: Sequence[Waiver]) -> str:
+def _review_text(
+    finding: Finding, waivers: Sequence[Waiver], base_waivers: Sequence[Waiver]
+) -> str:
     """``new waiver: reason, expires 2027-01-31`` for a waiver this pull request adds."""
     for waiver in waivers:
         same = (waiver.package, waiver.from_version, waiver.to_version)
         if same == (finding.package, finding.before, finding.after):
-            how = "changed or widened" if "changed or widened" in finding.message else "new"
-            return f"{how} waiver: {waiver.reason}{_expiry(waiver)}"
+            how = waiver_change(waiver, base_waivers)
+            shown = WIDENED_WAIVER if how == WIDENED_WAIVER else "new"
+            return f"{shown} waiver: {waiver.reason}{_expiry(waiver)}"
     return finding.message
 
 
@@ -201,20 +222,22 @@ def _expiry(waiver: Waiver) -> str:
     return f", expires {waiver.expires.isoformat()}" if waiver.expires else ", no expiry"
 
 
-def _waiver_text(finding: Finding, waivers: Sequence[Waiver]) -> str:
+def _waiver_text(
+    finding: Finding, waivers: Sequence[Waiver], base_waivers: Sequence[Waiver]
+) -> str:
     """``reason, expires 2027-01-31`` from the waiver itself when its index is known."""
     index = finding.waiver_index
     if index is None or not 0 <= index < len(waivers):
         return finding.waiver or ""
     waiver = waivers[index]
-    added = f" ({ADDED_BY_PR})" if (finding.waiver or "").endswith(f"({ADDED_BY_PR})") else ""
+    added = f" ({ADDED_BY_PR})" if waiver_change(waiver, base_waivers) else ""
     return f"{waiver.reason}{_expiry(waiver)}{added}"
 
 
 def image_view(image: str, findings: Iterable[Finding], inputs: ImageInputs) -> ImageView:
     """The view of one image from its findings (the gate's, in any order)."""
     found = tuple(findings)
-    review = tuple(Row(f, note_of(f, inputs.waivers)) for f in found if f.rule == WAIVER_RULE)
+    review = tuple(ViewRow(f, _note(f, inputs)) for f in found if f.rule == WAIVER_RULE)
     by_stage: dict[str, list[Finding]] = {}
     for finding in found:
         if finding.rule != WAIVER_RULE:
@@ -230,13 +253,17 @@ def image_view(image: str, findings: Iterable[Finding], inputs: ImageInputs) -> 
 
 def stage_view(stage: str, findings: Sequence[Finding], inputs: ImageInputs) -> StageView:
     """One stage's rows: groups first take their members' rows, plain additions fold."""
-    rows = [Row(f, note_of(f, inputs.waivers)) for f in _by_severity(findings)]
+    rows = [ViewRow(f, _note(f, inputs)) for f in _by_severity(findings)]
     groups = _groups(stage, rows, inputs)
     grouped = {id(row) for group in groups for row in group.rows}
     rest = [row for row in rows if id(row) not in grouped]
     added = tuple(row for row in rest if _plain_addition(row.finding))
     shown = tuple(row for row in rest if not _plain_addition(row.finding))
     return StageView(stage, shown, groups, added, _unchanged(stage, inputs))
+
+
+def _note(finding: Finding, inputs: ImageInputs) -> str:
+    return note_of(finding, inputs.waivers, inputs.base_waivers)
 
 
 def _by_severity(findings: Sequence[Finding]) -> list[Finding]:
@@ -256,7 +283,7 @@ def _unchanged(stage: str, inputs: ImageInputs) -> int | None:
     return None if pair is None else len(pair.after) - len(pair.moved)
 
 
-def _groups(stage: str, rows: Sequence[Row], inputs: ImageInputs) -> tuple[Group, ...]:
+def _groups(stage: str, rows: Sequence[ViewRow], inputs: ImageInputs) -> tuple[Group, ...]:
     """A block per lockstep group that a row of this stage touches (a member's change, or the
     group's own lockstep finding)."""
     blocks = []
@@ -281,7 +308,7 @@ def _in_group(finding: Finding, group: LockstepGroup, patterns: Sequence[str]) -
 
 
 def _members(
-    stage: str, patterns: Sequence[str], inputs: ImageInputs, rows: Sequence[Row]
+    stage: str, patterns: Sequence[str], inputs: ImageInputs, rows: Sequence[ViewRow]
 ) -> tuple[Member, ...]:
     """Every member the stage ships at either ref (its column's pair, as the gate compared
     it); without environments, the rows' own."""
@@ -337,7 +364,7 @@ def _stage_json(stage: StageView) -> dict[str, Any]:
     }
 
 
-def _row_json(row: Row) -> dict[str, Any]:
+def _row_json(row: ViewRow) -> dict[str, Any]:
     f = row.finding
     return {
         "severity": severity_of(f),

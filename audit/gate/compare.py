@@ -27,7 +27,16 @@ from datetime import date
 from types import MappingProxyType
 
 from audit.errors import LockError
-from audit.gate.change_view import ImageInputs, ImageView, image_view, severity_of
+from audit.gate.change_view import (
+    ADDED_BY_PR,
+    OVERRIDE_RULE,
+    WAIVER_RULE,
+    ImageInputs,
+    ImageView,
+    image_view,
+    severity_of,
+    waiver_change,
+)
 from audit.gate.matrix import (
     StageMatrix,
     change_matrix,
@@ -51,28 +60,33 @@ from audit.history.snapshot import canonical_name
 from audit.history.system import System
 from audit.lock.files import BaseRecord, base_relpath
 from audit.lock.plan import LockState, read_locks, survey_locks
-from audit.lock.trust import source_name
+from audit.lock.refusal import refused_findings
+from audit.lock.trust import describe_source, source_finding
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import Policy, Waiver
-from audit.policy.rules import CHANGE_RULES
+from audit.policy.rules import CHANGE_RULES, STATE_RULES
 from audit.policy.system_rules import evaluate_system
-from audit.policy.verdict import Scope, WaiverLedger, change_key, evaluate, waiver_matches
-from audit.project import frontdoor
+from audit.policy.verdict import (
+    Scope,
+    WaiverLedger,
+    change_key,
+    check_state,
+    evaluate,
+)
+from audit.project.frontdoor import CONSOLE_SCRIPT, FrontDoor
+from audit.project.memo import Memo
 from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, RunLayer, Stage, Step
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
 
 TITLE_SEPARATOR = ": "
-ADDED_BY_PR = "added by this pull request"
 WAIVERS_PART = f"waivers {ADDED_BY_PR}"
 NEEDS_REVIEW = "needs owner review"
-WAIVER_RULE = "waiver-added"
 RUN_LAYER_RULE = "run-layer-changed"
 NOT_PREDICTABLE = "not predictable: the build's guard will judge it"
 BASE_IMAGE_RULE = "base-image"
 STALE_BASE_RULE = "stale-base"
-OVERRIDE_RULE = "override"
 WAIVER_SPENT_RULE = "waiver-spent"
 EMPTY: Installed = MappingProxyType({})
 
@@ -96,6 +110,7 @@ class Side:
     stages: Mapping[str, Installed]
     lock_states: tuple[LockState, ...] | None = ()
     stdin_digests: Mapping[str, str] = field(default_factory=dict)  # run stdin file -> sha256
+    front: FrontDoor = CONSOLE_SCRIPT  # the commands this side's hints name
 
     @property
     def final_env(self) -> Installed:
@@ -139,21 +154,6 @@ def section_title(image: str, part: str) -> str:
 def image_of(section: Section) -> str:
     """The image a gate section belongs to (its title before the separator)."""
     return section.title.partition(TITLE_SEPARATOR)[0]
-
-
-def gate(
-    base: Source,
-    head: Source,
-    *,
-    today: date,
-    title: str = "dependency gate",
-    strict_waivers: bool = False,
-    strict: bool = False,
-) -> Report:
-    """Compare every image at ``base`` with ``head`` (:func:`gate_result`'s report)."""
-    return gate_result(
-        base, head, today=today, title=title, strict_waivers=strict_waivers, strict=strict
-    ).report
 
 
 def gate_result(
@@ -208,20 +208,6 @@ def is_waiver_section(section: Section) -> bool:
     return section.title.endswith(TITLE_SEPARATOR + WAIVERS_PART)
 
 
-def image_sections(
-    name: str,
-    old: Recipe | None,
-    new: Recipe | None,
-    base: Source,
-    head: Source,
-    *,
-    today: date,
-    strict: bool = False,
-) -> list[Section]:
-    """Everything the gate says about one image; empty sections are left out."""
-    return _image(name, old, new, base, head, today=today, strict=strict)[0]
-
-
 ImagePart = tuple[list[Section], ImageMatrices | None, ImageView]
 
 
@@ -236,29 +222,33 @@ def _image(
     strict: bool = False,
     whole: bool = True,
 ) -> ImagePart:
-    """:func:`image_sections`, the image's matrices (None when the head removes it; the head's
-    stage matrix only when ``whole``) and its change view."""
+    """Everything the gate says about one image (empty sections left out), the image's
+    matrices (None when the head removes it; the head's stage matrix only when ``whole``) and
+    its change view."""
     if new is None:
         removed = _removed_image(name)
         return [removed], None, image_view(name, removed.findings, ImageInputs())
     recorded_before = old is not None and base.exists(base_relpath(old))
     old_side = read_side(base, old, judge_locks=False) if old and recorded_before else ABSENT
     new_side = read_side(head, new)
+    base_waivers = old.policy.waivers if old else ()
     added = added_waivers(old.policy if old else None, new.policy)
     pairs = column_pairs(_columns(old_side), _columns(new_side))  # compared once, read four times
     base_section, base_keys = _base_section(name, old_side, new_side, pairs["base"], today)
-    waivers = _waiver_findings(name, added, old.policy if old else None, strict=strict)
+    waivers = _waiver_findings(name, added, base_waivers, strict=strict)
     sections = [
         Section(section_title(name, WAIVERS_PART), tuple(waivers)),
-        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side, base))),
+        Section(section_title(name, "locks"), tuple(lock_findings(new_side, old_side, base, head))),
         base_section,
         *_stage_sections(name, old_side, new_side, pairs, seen=base_keys, today=today),
     ]
-    kept = [_mark_added(section, added) for section in sections if section.findings]
+    kept = [_mark_added(section, new.policy, added) for section in sections if section.findings]
     found = tuple(finding for section in kept for finding in section.findings)
     old_matrix = old_side if recorded_before else None
-    matrices = image_matrices(name, old_matrix, new_side, found, today, pairs=pairs, whole=whole)
-    inputs = ImageInputs(pairs, new.policy.lockstep, new.policy.waivers)
+    matrices = image_matrices(
+        name, old_matrix, new_side, found, today, pairs=pairs, whole=whole, memo=head.memo
+    )
+    inputs = ImageInputs(pairs, new.policy.lockstep, new.policy.waivers, base_waivers)
     return kept, matrices, image_view(name, found, inputs)
 
 
@@ -267,7 +257,7 @@ def _not_audited(recipe: Recipe, base: Source, head: Source, *, strict: bool) ->
     request touches the image (its recipe, requirements, files or locks) or with ``strict``."""
     changed = touched(base, head, recipe.name)
     why = "this pull request changes it" if changed else "--strict" if strict else ""
-    finding = not_audited(recipe, fails=changed or strict, why=why)
+    finding = not_audited(recipe, fails=changed or strict, why=why, front=head.front)
     return Section(section_title(recipe.name, "not audited"), (finding,))
 
 
@@ -280,16 +270,19 @@ def image_matrices(
     *,
     pairs: Mapping[str, Comparison],
     whole: bool = True,
+    memo: Memo | None = None,
 ) -> ImageMatrices:
     """The head's stage matrix (with ``whole``) and, when the base ref has the image, the
-    change matrix of its column ``pairs`` marked with the gate's own findings."""
+    change matrix of its column ``pairs`` marked with the gate's own findings (rows remembered
+    in the command's ``memo``)."""
     head = None
     if whole:
         marks = head_marks(name, new, today)
-        head = columns_matrix(name, _columns(new), marks, among=_column_moves(new))
+        among = _column_moves(new)
+        head = columns_matrix(name, _columns(new), marks, among=among, memo=memo)
     if old is None:
         return ImageMatrices(name, head, None)
-    changes = change_matrix(name, pairs, finding_marks(name, found))
+    changes = change_matrix(name, pairs, finding_marks(found), memo=memo)
     return ImageMatrices(name, head, changes)
 
 
@@ -305,13 +298,13 @@ def head_marks(name: str, side: Side, today: date) -> dict[tuple[str, str], str]
     judge = StepJudge(side.recipe, today, side.markers)
     waived = _change_waiver_names(side.recipe.policy)
     judged = [
-        finding
+        finding.located(name, p.step.stage.name, p.step.position)
         for p in side.steps
         if p.before is not p.after  # a layer without a lock changes nothing predictable
         and (waived is None or _moves_any(p, waived))
         for finding in judge.judge(p.step, *_judged_envs(p, waived), f"{name} {p.step.label}")
     ]
-    return {**marks, **finding_marks(name, judged)}
+    return {**marks, **finding_marks(judged)}
 
 
 def _judged_envs(
@@ -372,7 +365,8 @@ def read_side(source: Source, recipe: Recipe, *, judge_locks: bool = True) -> Si
         raise LockError(
             f"{source.describe(relpath)}: missing: {recipe.name} has no base snapshot at this "
             "ref, so its environments cannot be compared",
-            f"record it and commit it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
+            "record it and commit it: "
+            + source.front.command("lock", recipe.name + " --record-base"),
         )
     record = survey.base[0]
     base_env = base_environment(record, recipe, source)
@@ -380,7 +374,7 @@ def read_side(source: Source, recipe: Recipe, *, judge_locks: bool = True) -> Si
     stages = _stage_envs(recipe, base_env, steps)
     stdin = _stdin_digests(source, recipe)
     states = survey.states if judge_locks else None
-    return Side(recipe, record, base_env, steps, stages, states, stdin)
+    return Side(recipe, record, base_env, steps, stages, states, stdin, source.front)
 
 
 def _stdin_digests(source: Source, recipe: Recipe) -> Mapping[str, str]:
@@ -400,21 +394,25 @@ def _stage_envs(
     recipe: Recipe, base_env: Installed, steps: tuple[PredictedStep, ...]
 ) -> Mapping[str, Installed]:
     shipped: dict[str, Installed] = {}
-    env = base_env
-    for stage in recipe.stages:  # a stage without pip layers ships what the one before did
-        env = next((p.after for p in reversed(steps) if p.step.stage is stage), env)
-        shipped[stage.name] = env
+    for stage in recipe.stages:  # a stage without pip layers ships what it builds on
+        parent = recipe.parent(stage)
+        start = shipped[parent.name] if parent is not None else base_env
+        shipped[stage.name] = next(
+            (p.after for p in reversed(steps) if p.step.stage is stage), start
+        )
     return MappingProxyType(shipped)
 
 
 def added_waivers(old: Policy | None, new: Policy) -> tuple[Waiver, ...]:
     """Waivers of the head's policy that the base's policy does not have."""
-    known = set(old.waivers) if old else set()
-    return tuple(waiver for waiver in new.waivers if waiver not in known)
+    known = old.waivers if old else ()
+    return tuple(waiver for waiver in new.waivers if waiver_change(waiver, known))
 
 
-def lock_findings(new: Side, old: Side, base: Source) -> list[Finding]:
-    """A finding per stale or missing lock at the head, naming its requirements file.
+def lock_findings(new: Side, old: Side, base: Source, head: Source) -> list[Finding]:
+    """A finding per stale or missing lock at the head, naming its requirements file, and
+    after it the violations ``lock`` refused that layer for (its refusal record at ``head``,
+    for exactly these inputs: rule, package, versions, askers).
 
     It fails the gate unless the base already had exactly that problem: a pull request is
     judged by what it changes, so a lock that was missing before it only warns. ``old``'s
@@ -424,14 +422,16 @@ def lock_findings(new: Side, old: Side, base: Source) -> list[Finding]:
     unfresh = _unfresh(new.lock_states)
     if not unfresh:
         return []
-    hint = f"recompile the locks and commit them: {frontdoor.command('lock', new.recipe.name)}"
+    hint = f"recompile the locks and commit them: {head.front.command('lock', new.recipe.name)}"
     before = _unfresh(_judged(old, base))
-    return [
-        _lock_finding(new.recipe, state, hint, key in before).located(
-            new.recipe.name, state.step.stage.name, state.step.position
-        )
-        for key, state in unfresh.items()
-    ]
+    found = []
+    for key, state in unfresh.items():
+        step = state.step
+        finding = _lock_finding(new.recipe, state, hint, key in before)
+        found.append(finding.located(new.recipe.name, step.stage.name, step.position))
+        refused = refused_findings(head, new.recipe, state)  # why lock wrote none: typed
+        found += [dataclasses.replace(f, severity=finding.severity) for f in refused]
+    return found
 
 
 def _judged(side: Side, source: Source) -> tuple[LockState, ...]:
@@ -479,7 +479,7 @@ def _base_section(
     title = section_title(name, "base image")
     old_ref = old.recipe.base_ref if old.recipe else None
     if old.base_record == new.base_record and old_ref == new.recipe.base_ref:
-        return Section(title, ()), set()
+        return Section(title, _source_note(name, new)), set()
     stale = _stale_base(name, new)
     if stale is not None:  # the snapshot is of another image: predicting from it means nothing
         both = (_base_identity(old, new, f"{name} base image"), stale)
@@ -491,8 +491,31 @@ def _base_section(
         _recorded_system(old), _recorded_system(new), policy, where=where, today=today
     )
     identity = _base_identity(old, new, where)
-    located = tuple(f.located(name) for f in (identity, *found))
+    shown = _still_broken(found, new, policy, where)
+    located = tuple(f.located(name) for f in (identity, *shown))
     return Section(title, located), {finding_key(f) for f in found}
+
+
+def _still_broken(found: list[Finding], side: Side, policy: Policy, where: str) -> list[Finding]:
+    """The base's findings without the state rules its image's last stage no longer breaks (a
+    base holding the FlashInfer a later layer replaces): audit-deps' rule for the base. Their
+    keys stay reported, so no stage repeats them."""
+    if not side.stages:
+        return found
+    envs = side.base_record.environments if side.base_record else ()
+    markers = envs[0].markers if envs else None
+    final = list(side.stages.values())[-1]
+    still = {(f.rule, f.package) for f in check_state(final, policy, where=where, markers=markers)}
+    return [f for f in found if f.rule not in STATE_RULES or (f.rule, f.package) in still]
+
+
+def _source_note(name: str, side: Side) -> tuple[Finding, ...]:
+    """An unchanged base recorded elsewhere than in the image (a replica, a snapshot file):
+    the info audit-deps shows for it, with the stand-ins."""
+    if side.recipe is None:
+        return ()
+    found = source_finding(name, side.recipe.base_ref, side.base_record)
+    return (found,) if found else ()
 
 
 def _recorded_system(side: Side) -> System | None:
@@ -516,7 +539,7 @@ def _stale_base(name: str, side: Side) -> Finding | None:
         f"locks/{recipe.name}/base.json records {record.image}: the base snapshot is stale",
         where=f"{name} base image",
         hint="re-record it and recompile the locks: "
-        + frontdoor.command("lock", f"{recipe.name} --record-base"),
+        + side.front.command("lock", f"{recipe.name} --record-base"),
     )
 
 
@@ -527,7 +550,7 @@ def _base_identity(old: Side, new: Side, where: str) -> Finding:
         record = side.base_record
         recorded = f"image id {record.image_id}" if record else "no base snapshot"
         if record and record.source:
-            recorded += f", {source_name(record.source)}"
+            recorded += f", {describe_source(record)}"
         return f"{side.recipe.base_ref} ({recorded})"
 
     message = f"base image changed: {describe(old)} -> {describe(new)}"
@@ -631,11 +654,11 @@ def run_layer_findings(name: str, old: Side, new: Side, stage: Stage) -> list[Fi
     for step in _run_steps(new):
         key = _run_key(new, step)
         if step.stage is stage and key not in before:
-            found.append(_run_finding(name, step, key[:2] in commands))
+            found.append(_run_finding(name, step, new.front, only_stdin=key[:2] in commands))
     return found
 
 
-def _run_finding(name: str, step: Step, only_stdin: bool = False) -> Finding:
+def _run_finding(name: str, step: Step, front: FrontDoor, *, only_stdin: bool = False) -> Finding:
     assert isinstance(step.layer, RunLayer)
     changed = f" (its standard input {step.layer.stdin} changed)" if only_stdin else ""
     return Finding(
@@ -646,7 +669,7 @@ def _run_finding(name: str, step: Step, only_stdin: bool = False) -> Finding:
         None,
         f"{NOT_PREDICTABLE}: {step.layer.command}{changed}",
         where=f"{name} {step.label}",
-        hint=f"build the image ({frontdoor.command('build')}) to see what this command changes",
+        hint=f"build the image ({front.command('build')}) to see what this command changes",
     ).located(name, step.stage.name, step.position)
 
 
@@ -664,15 +687,10 @@ def _attributed(finding: Finding, side: Side, stage: Stage) -> Finding:
             assert side.recipe is not None
             step = predicted.step
             where = f"{side.recipe.name} {step.label}"
-            return _placed(finding, where, side.recipe.name, step)
+            return finding.placed(
+                where=where, image=side.recipe.name, stage=step.stage.name, layer=step.position
+            )
     return finding
-
-
-def _placed(f: Finding, where: str, image: str, step: Step) -> Finding:
-    """``f`` at ``where`` in ``image`` and ``step``, built directly as ``dataclasses.replace``
-    would, without its walk over every field (the gate places every change of a fleet)."""
-    return Finding(f.rule, f.severity, f.package, f.before, f.after, f.message, where, f.hint,
-                   f.waiver, f.waiver_index, image, step.stage.name, step.position)  # fmt: skip
 
 
 def _moves(predicted: PredictedStep, package: str) -> bool:
@@ -695,15 +713,14 @@ def _removed_stage(name: str, stage: Stage) -> Section:
 
 
 def _waiver_findings(
-    name: str, added: Iterable[Waiver], old: Policy | None, *, strict: bool
+    name: str, added: Iterable[Waiver], base_waivers: tuple[Waiver, ...], *, strict: bool
 ) -> list[Finding]:
     """Each new or widened waiver: a warning a reviewer must read even when nothing else
     moved, or an error with ``strict`` (waivers then land through their own pull request)."""
-    known = {waiver.package for waiver in old.waivers} if old else set()
     findings = []
     for waiver in added:
         expiry = f", expires {waiver.expires.isoformat()}" if waiver.expires else ""
-        how = "changed or widened" if waiver.package in known else "added"
+        how = waiver_change(waiver, base_waivers)
         message = (
             f"waiver {how} by this pull request ({NEEDS_REVIEW}): {waiver.package} "
             f"{waiver.from_version} -> {waiver.to_version}: {waiver.reason}{expiry}"
@@ -729,17 +746,18 @@ def _waiver_findings(
     return findings
 
 
-def _mark_added(section: Section, added: tuple[Waiver, ...]) -> Section:
+def _mark_added(section: Section, policy: Policy, added: tuple[Waiver, ...]) -> Section:
     """Every waived change becomes the warning a reviewer must read (the core's verdict keeps
-    it at info: it is allowed); say so on those a waiver added by this pull request allowed."""
-    return Section(section.title, tuple(_marked(f, added) for f in section.findings))
+    it at info: it is allowed); say so on those a waiver added by this pull request allowed
+    (the waiver is known by its index in the head's ``policy``)."""
+    return Section(section.title, tuple(_marked(f, policy, added) for f in section.findings))
 
 
-def _marked(finding: Finding, added: tuple[Waiver, ...]) -> Finding:
+def _marked(finding: Finding, policy: Policy, added: tuple[Waiver, ...]) -> Finding:
     if finding.waiver is None or finding.rule == WAIVER_RULE:
         return finding
-    waiver = finding.waiver
     finding = dataclasses.replace(finding, severity=severity_of(finding))
-    if any(waiver.startswith(w.reason) and waiver_matches(w, finding) for w in added):
-        return dataclasses.replace(finding, waiver=f"{waiver} ({ADDED_BY_PR})")
+    index = finding.waiver_index
+    if index is not None and index < len(policy.waivers) and policy.waivers[index] in added:
+        return dataclasses.replace(finding, waiver=f"{finding.waiver} ({ADDED_BY_PR})")
     return finding

@@ -12,15 +12,14 @@ or injects HTML; a ``<summary>`` holds HTML, never Markdown (GitHub shows it lit
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 from audit.gate.change_view import (
     IMAGE_WIDE,
     Group,
     ImageInputs,
     ImageView,
-    Row,
     StageView,
+    ViewRow,
     image_view,
     severity_of,
 )
@@ -160,7 +159,7 @@ def _matrices(image: str, matrices: ImageMatrices | None) -> list[str]:
     return lines
 
 
-def _row(image: str, row: Row, *, member: bool = False) -> str:
+def _row(image: str, row: ViewRow, *, member: bool = False) -> str:
     finding = row.finding
     where = finding.where.removeprefix(image).strip() or "-"
     package = f"`{finding.package}`" if finding.package else ""
@@ -170,7 +169,7 @@ def _row(image: str, row: Row, *, member: bool = False) -> str:
     return "| " + " | ".join([_cell(cell) for cell in cells]) + " |"
 
 
-def _tally(rows: list[Row]) -> str:
+def _tally(rows: list[ViewRow]) -> str:
     """``12 upgraded, 3 added``: what the folded rows are, in the report's rule order."""
     counts: dict[str, int] = {}
     for row in rows:
@@ -202,8 +201,6 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-@lru_cache(maxsize=1 << 14)
 def _cell(text: str) -> str:
-    """``text`` as a table cell (remembered: a fleet's rows repeat their rules, versions and
-    layers thousands of times)."""
+    """``text`` as a table cell."""
     return _escape(text).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")

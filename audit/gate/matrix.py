@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 from audit.gate.audit_deps import RecipeAudit
 from audit.gate.change_view import severity_of
-from audit.gate.plain_table import Cell as PlainCell
-from audit.gate.plain_table import Column, Grid, escape_markup, rich_table
+from audit.gate.plain_table import Column, Grid, TextCell, escape_markup, rich_table
 from audit.gate.plain_table import cell as plain_cell
 from audit.history.diff import ADDED, REMOVED, Comparison, compare
 from audit.history.predict import PredictedStep, declared_overrides
 from audit.history.snapshot import Distribution
 from audit.policy.findings import Finding
+from audit.project.memo import Kind, Memo, Remembered
 from audit.report.findings import Report, ordered, summary_line
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class Row:
     package: str
     cells: tuple[Cell, ...]
 
-    # computed once per row: rows are remembered and shared by a fleet's matrices
+    # computed once per row: rows are remembered (Memo.rows) and shared by a fleet's matrices
     @cached_property
     def changes(self) -> bool:
         return any(map(_KIND, self.cells))
@@ -104,6 +104,12 @@ class Row:
     @cached_property
     def alarming(self) -> bool:
         return not _ALARMING.isdisjoint(map(_KIND, self.cells))
+
+    @cached_property
+    def markdown(self) -> str:
+        """The row as a Markdown table line."""
+        cells = [f"`{_md(self.package)}`", *(_md_cell(cell) for cell in self.cells)]
+        return "| " + " | ".join(cells) + " |"
 
 
 @dataclass(frozen=True)
@@ -116,10 +122,13 @@ class StageMatrix:
 Marks = Mapping[tuple[str, str], str]  # (column, package) -> "override" | "waived"
 
 
-def stage_matrix(audit: RecipeAudit, *, all_rows: bool = False) -> StageMatrix:
+def stage_matrix(
+    audit: RecipeAudit, *, all_rows: bool = False, memo: Memo | None = None
+) -> StageMatrix:
     """The matrix of one audited recipe; only rows that change unless ``all_rows``."""
-    marks = {**declared_marks(audit.steps), **finding_marks(audit.recipe.name, audit.findings)}
-    return columns_matrix(audit.recipe.name, _columns(audit), marks, all_rows=all_rows)
+    marks = {**declared_marks(audit.steps), **finding_marks(audit.findings)}
+    columns = _columns(audit)
+    return columns_matrix(audit.recipe.name, columns, marks, all_rows=all_rows, memo=memo)
 
 
 def columns_matrix(
@@ -129,10 +138,12 @@ def columns_matrix(
     *,
     all_rows: bool = False,
     among: Sequence[Collection[str]] | None = None,
+    memo: Memo | None = None,
 ) -> StageMatrix:
     """Packages x ``columns`` (in order: each cell compared with the column before it).
     ``among``, when given, holds per column after the first every name at which it may differ
-    from the one before (its stage's lock pins; nothing removed): only those are compared."""
+    from the one before (its stage's lock pins; nothing removed): only those are compared.
+    With the command's ``memo``, a row made before of the same parts is that row again."""
     # only a name that moves between two columns, or is marked, can change: the rest of a row
     # is read without comparing (a base of 300 packages moves a handful per stage)
     envs = list(columns.values())
@@ -148,17 +159,18 @@ def columns_matrix(
         marked = {name for _, name in marks} - moved_at.keys()
         names = {*moved_at, *(name for name in marked if any(name in env for env in envs))}
     nothing: dict[int, str] = {}
+    table = memo.table(ROWS) if memo is not None else None
     rows = [
-        _known_row(name, envs, moved_at, marked_at.get(name, nothing)) for name in sorted(names)
+        _known_row(name, envs, moved_at, marked_at.get(name, nothing), table)
+        for name in sorted(names)
     ]
     return _matrix(image, tuple(columns), rows, all_rows)
 
 
-# A row is a function of its package's (version, digest) in each column and its marks (where
-# it moves follows from them): a fleet's images, and both refs of one, repeat the same rows.
-RowKey = tuple[str, tuple[tuple[str, str | None] | None, ...], tuple[tuple[int, str], ...]]
-_ROWS: dict[RowKey, Row] = {}
-_ROWS_LIMIT = 1 << 14  # a bound on what one run keeps; a full table starts over
+# Matrix rows by everything they are made of, in the command's memo: a fleet's images, and both
+# refs of one, repeat the same rows. Without it callgrind counts 34 % more instructions for
+# benchmarks/bench_gate.py's 40-image gate.
+ROWS: Kind[tuple[object, ...], Row] = Kind("matrix rows", 1 << 14, flat=True)
 
 
 def _known_row(
@@ -166,15 +178,18 @@ def _known_row(
     envs: Sequence[Mapping[str, Distribution]],
     moved_at: Mapping[str, Collection[int]],
     marked_at: Mapping[int, str],
+    table: Remembered[tuple[object, ...], Row] | None,
 ) -> Row:
-    """:func:`_row`, remembered by everything it reads."""
+    """:func:`_row`, remembered in the memo's ``table`` by everything it reads: a row is a
+    function of its package's (version, digest) in each column and its marks (where it moves
+    follows from them), and a fleet's images, and both refs of one, repeat the same rows."""
+    if table is None:
+        return _row(name, envs, moved_at.get(name, ()), marked_at)
     seen = tuple([(d.version, d.digest) if (d := env.get(name)) else None for env in envs])
-    key = (name, seen, tuple(sorted(marked_at.items())) if marked_at else ())
-    row = _ROWS.get(key)
+    key = ("stage", name, seen, tuple(sorted(marked_at.items())) if marked_at else ())
+    row = table.peek(key)
     if row is None:
-        if len(_ROWS) >= _ROWS_LIMIT:
-            _ROWS.clear()
-        row = _ROWS[key] = _row(name, envs, moved_at.get(name, ()), marked_at)
+        row = table.made(key, lambda: _row(name, envs, moved_at.get(name, ()), marked_at))
     return row
 
 
@@ -209,6 +224,7 @@ def change_matrix(
     marks: Marks,
     *,
     all_rows: bool = False,
+    memo: Memo | None = None,
 ) -> StageMatrix:
     """The pull request's change matrix from :func:`column_pairs`: a row per package that
     differs between the refs in some column (every package with ``all_rows``)."""
@@ -216,18 +232,23 @@ def change_matrix(
         names = {name for pair in pairs.values() for name in (*pair.before, *pair.after)}
     else:  # a cell changes only where the two refs differ in its column
         names = {name for pair in pairs.values() for name in pair.differing}
-    rows = [_known_compared_row(name, pairs, marks) for name in sorted(names)]
+    table = memo.table(ROWS) if memo is not None else None
+    rows = [_known_compared_row(name, pairs, marks, table) for name in sorted(names)]
     return _matrix(image, tuple(pairs), rows, all_rows)
 
 
-Seen = tuple[str, str | None] | None  # a package's (version, digest) in one column, or absent
-_COMPARED: dict[tuple[str, tuple[tuple[Seen, Seen, str | None], ...]], Row] = {}
-
-
-def _known_compared_row(name: str, pairs: Mapping[str, Comparison], marks: Marks) -> Row:
-    """:func:`_compared_row`, remembered by everything it reads: per column the package's
-    version and digest at both refs and its mark."""
+def _known_compared_row(
+    name: str,
+    pairs: Mapping[str, Comparison],
+    marks: Marks,
+    table: Remembered[tuple[object, ...], Row] | None,
+) -> Row:
+    """:func:`_compared_row`, remembered in the memo's ``table`` by everything it reads: per
+    column the package's version and digest at both refs and its mark."""
+    if table is None:
+        return _compared_row(name, pairs, marks)
     key = (
+        "compared",
         name,
         tuple(
             [
@@ -240,11 +261,9 @@ def _known_compared_row(name: str, pairs: Mapping[str, Comparison], marks: Marks
             ]
         ),
     )
-    row = _COMPARED.get(key)
+    row = table.peek(key)
     if row is None:
-        if len(_COMPARED) >= _ROWS_LIMIT:
-            _COMPARED.clear()
-        row = _COMPARED[key] = _compared_row(name, pairs, marks)
+        row = table.made(key, lambda: _compared_row(name, pairs, marks))
     return row
 
 
@@ -274,13 +293,12 @@ def declared_marks(steps: Iterable[PredictedStep]) -> dict[tuple[str, str], str]
     }
 
 
-def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
+def finding_marks(findings: Iterable[Finding]) -> dict[tuple[str, str], str]:
     """(stage, package) -> ``override`` for a declared re-pin, ``waived`` (which wins) for a
-    finding a waiver allowed; the stage is read from the finding's ``stage``, else its
-    ``where`` (``"<image> <stage> ..."``)."""
+    finding a waiver allowed; a finding of no stage (the base image's) marks nothing."""
     marks: dict[tuple[str, str], str] = {}
     for finding in findings:
-        stage = _stage_of(image, finding)
+        stage = finding.stage
         if stage is None or not finding.package:
             continue
         if finding.waiver:
@@ -288,15 +306,6 @@ def finding_marks(image: str, findings: Iterable[Finding]) -> dict[tuple[str, st
         elif finding.rule == OVERRIDE:
             marks.setdefault((stage, finding.package), OVERRIDE)
     return marks
-
-
-def _stage_of(image: str, finding: Finding) -> str | None:
-    """The finding's stage; from ``where`` when it has none (``base`` for the base image)."""
-    if finding.stage is not None:
-        return finding.stage
-    if not finding.where.startswith(f"{image} "):
-        return None
-    return finding.where.removeprefix(f"{image} ").split(" ", 1)[0]
 
 
 def _kind(name: str, before: Mapping[str, Distribution], after: Mapping[str, Distribution]) -> str:
@@ -380,7 +389,7 @@ def matrix_grid(matrix: StageMatrix, columns: Sequence[int] | None = None) -> Gr
     shown = list(range(len(matrix.columns))) if columns is None else list(columns)
     part = "" if len(shown) == len(matrix.columns) else f" ({', '.join(_picked(matrix, shown))})"
     text = "" if not part else f" ({', '.join(matrix.columns[index] for index in shown)})"
-    title = PlainCell(
+    title = TextCell(
         f"{escape_markup(matrix.image)}: stage matrix{part}", f"{matrix.image}: stage matrix{text}"
     )
     heads = [Column("package", min_width=_name_width(matrix), no_wrap=True)]
@@ -436,13 +445,13 @@ def _column_width(matrix: StageMatrix, index: int) -> int:
     return max(len(word) for text in texts for word in text.split())
 
 
-def _grid_cell(cell: Cell) -> PlainCell:
+def _grid_cell(cell: Cell) -> TextCell:
     """The version(s) dim when unchanged, else in the kind's style followed by the kind."""
     text = escape_markup(cell.text)
     if not cell.kind:
-        return PlainCell(f"[dim]{text}[/]", cell.text)
+        return TextCell(f"[dim]{text}[/]", cell.text)
     style = STYLES.get(cell.kind, "bold")
-    return PlainCell(f"[{style}]{text} {cell.kind}[/]", f"{cell.text} {cell.kind}")
+    return TextCell(f"[{style}]{text} {cell.kind}[/]", f"{cell.text} {cell.kind}")
 
 
 # --- Markdown -------------------------------------------------------------------------------
@@ -463,7 +472,7 @@ def matrix_markdown(
         "| " + " | ".join("---" for _ in header) + " |",
     ]
     shown = matrix.rows if max_rows is None else matrix.rows[:max_rows]
-    lines += [_md_line(row) for row in shown]
+    lines += [row.markdown for row in shown]
     default = f"**{_md(matrix.image)}**: {len(matrix.rows)} package(s) change across stages"
     title = title or default
     if not matrix.rows:
@@ -479,23 +488,6 @@ def matrix_markdown(
     if len(matrix.rows) > FOLD_AFTER:
         return f"<details><summary>{summary_html(title)}</summary>\n\n{table}\n\n</details>\n"
     return f"{title}\n\n{table}\n"
-
-
-# A row's Markdown line by the row object (rows are remembered, so a fleet's matrices share
-# them); the row is kept with its line, so its id cannot name another object meanwhile.
-_MD_LINES: dict[int, tuple[Row, str]] = {}
-
-
-def _md_line(row: Row) -> str:
-    known = _MD_LINES.get(id(row))
-    if known is not None and known[0] is row:
-        return known[1]
-    cells = [f"`{_md(row.package)}`", *(_md_cell(cell) for cell in row.cells)]
-    line = "| " + " | ".join(cells) + " |"
-    if len(_MD_LINES) >= _ROWS_LIMIT:
-        _MD_LINES.clear()
-    _MD_LINES[id(row)] = (row, line)
-    return line
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
@@ -625,7 +617,7 @@ def _html_findings(report: Report) -> list[str]:
     ]
     for finding in findings:
         change = f"{finding.before or '—'} → {finding.after or '—'}"
-        message = finding.message + (f" (waived: {finding.waiver})" if finding.waiver else "")
+        message = finding.told + (f" (waived: {finding.waiver})" if finding.waiver else "")
         parts.append(
             f"<tr><td>{_h(severity_of(finding))}</td><td>{_h(finding.rule)}</td>"
             f"<td>{_h(finding.package)}</td><td>{_h(change)}</td>"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import pairwise
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -54,7 +53,7 @@ class Column:
     ratio: int | None = None  # passed to rich; it sizes nothing in a table that does not expand
 
 
-class Cell(NamedTuple):
+class TextCell(NamedTuple):
     """A cell's rich markup and the text it shows: the two agree wherever the text holds no
     bracket or backslash (escaping changes nothing else); where it does, :func:`shown` reads
     the markup back through rich."""
@@ -65,17 +64,17 @@ class Cell(NamedTuple):
 
 @dataclass(frozen=True)
 class Grid:
-    """A table: its title and cells as :class:`Cell`, its columns, the header's style."""
+    """A table: its title and cells as :class:`TextCell`, its columns, the header's style."""
 
-    title: Cell
+    title: TextCell
     columns: tuple[Column, ...]
-    rows: tuple[tuple[Cell, ...], ...]
+    rows: tuple[tuple[TextCell, ...], ...]
     header_style: str = "table.header"  # rich's default
 
 
-def cell(*runs: Run) -> Cell:
+def cell(*runs: Run) -> TextCell:
     """Runs of (text, style) as one cell: each text escaped, a styled one in its style."""
-    return Cell(
+    return TextCell(
         "".join(
             f"[{style}]{escape_markup(text)}[/]" if style else escape_markup(text)
             for text, style in runs
@@ -89,7 +88,7 @@ def escape_markup(text: str) -> str:
     return escape(text) if "[" in text or "\\" in text else text
 
 
-def shown(content: Cell) -> str:
+def shown(content: TextCell) -> str:
     """The characters rich shows for ``content`` (on a console that reads no emoji codes)."""
     text = content.text
     return render_markup(content.markup, emoji=False).plain if "[" in text or "\\" in text else text
@@ -162,7 +161,7 @@ class Printer:
         else:
             self.drawn.append(text)
 
-    def line(self, content: Cell, *, highlight: bool | None = None) -> None:
+    def line(self, content: TextCell, *, highlight: bool | None = None) -> None:
         """As ``console.print(content.markup, highlight=highlight)`` prints it."""
         text = shown(content)
         console = self.console
@@ -193,14 +192,12 @@ def plain_text(grid: Grid, width: int, soft_wrap: bool) -> str | None:
     return "".join(line + "\n" for line in lines) + text
 
 
-@lru_cache(maxsize=1 << 10)
 def _body(
-    columns: tuple[Column, ...], rows: tuple[tuple[Cell, ...], ...], width: int
+    columns: tuple[Column, ...], rows: tuple[tuple[TextCell, ...], ...], width: int
 ) -> tuple[int, str] | None:
     """A table's text below its title, and the table's width; None where :func:`plain_text`
     promises nothing. It depends on the columns, the cells and the console's width alone
-    (a title is drawn at the table's width), so it is remembered by them: a fleet's images
-    print the same rows under titles of their own."""
+    (a title is drawn at the table's width)."""
     texts = [
         [shown(cell((column.header, ""))), *(shown(row[index]) for row in rows)]
         for index, column in enumerate(columns)

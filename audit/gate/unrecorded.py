@@ -16,7 +16,7 @@ from __future__ import annotations
 from audit.errors import AuditError
 from audit.lock.files import base_relpath
 from audit.policy.findings import ERROR, WARNING, Finding
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.project.sources import Source
 from audit.recipe.model import Recipe
 from audit.report.findings import NOT_AUDITED
@@ -32,9 +32,9 @@ def never_recorded(source: Source, recipe: Recipe) -> bool:
     return not any(name.endswith(".txt") for name in source.listdir(folder))
 
 
-def record_hint(recipe: Recipe) -> str:
+def record_hint(recipe: Recipe, front: FrontDoor) -> str:
     """How to record the base (with the image, or from a snapshot taken where it lives)."""
-    lock = frontdoor.command("lock", f"{recipe.name} --record-base")
+    lock = front.command("lock", f"{recipe.name} --record-base")
     return (
         f"record the base and commit locks/{recipe.name}/: on a machine that has "
         f"{recipe.base_ref}: {lock}; elsewhere: {lock} --from-snapshot FILE --image-id ID "
@@ -42,7 +42,7 @@ def record_hint(recipe: Recipe) -> str:
     )
 
 
-def not_audited(recipe: Recipe, *, fails: bool, why: str = "") -> Finding:
+def not_audited(recipe: Recipe, *, fails: bool, why: str = "", front: FrontDoor) -> Finding:
     """The finding for an image that was never recorded; ``why`` says why it fails, if it does."""
     message = (
         f"not audited: no base record ({STATUS}): {base_relpath(recipe)} does not exist, so "
@@ -56,7 +56,7 @@ def not_audited(recipe: Recipe, *, fails: bool, why: str = "") -> Finding:
         after=None,
         message=f"{message}{f' ({why})' if why else ''}",
         where=recipe.name,
-        hint=record_hint(recipe),
+        hint=record_hint(recipe, front),
     ).located(recipe.name)
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from audit.history.snapshot import Distribution, Environment
 
 if TYPE_CHECKING:
-    from packaging.version import Version
+    pass
 
 ADDED = "added"
 REMOVED = "removed"
@@ -42,22 +41,6 @@ class Change:
         return _MESSAGES[self.kind](self)
 
 
-@lru_cache(maxsize=4096)
-def parse_version(text: str) -> Version | None:
-    """The PEP 440 version, or None when ``text`` is not one (reported, never crashed on).
-
-    Remembered: a recipe's environments repeat the same few hundred versions, and a Version
-    is never changed by its readers.
-    """
-    # Imported on first use: a guarded layer that changed nothing never needs it.
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
 def _same_version_kind(old: Distribution, new: Distribution) -> str | None:
     if old.digest and new.digest and old.digest != new.digest:
         return REBUILT
@@ -69,7 +52,7 @@ def compare(old: Distribution, new: Distribution) -> str | None:
     :func:`diff` reports for one name installed on both sides."""
     if old.version == new.version:  # equal text, equal version: no need to parse either
         return _same_version_kind(old, new)
-    old_version, new_version = parse_version(old.version), parse_version(new.version)
+    old_version, new_version = old.parsed_version, new.parsed_version
     if old_version is None or new_version is None:
         return UNPARSABLE
     if old_version.local != new_version.local and old_version.public == new_version.public:
@@ -84,7 +67,7 @@ def compare(old: Distribution, new: Distribution) -> str | None:
 def _kind(old: Distribution | None, new: Distribution | None) -> str | None:
     if old is None:
         assert new is not None
-        return UNPARSABLE if parse_version(new.version) is None else ADDED
+        return UNPARSABLE if new.parsed_version is None else ADDED
     if new is None:
         return REMOVED
     return compare(old, new)

@@ -25,8 +25,7 @@ from audit.policy.findings import WARNING, Finding
 from audit.policy.model import Policy
 from audit.policy.system_rules import evaluate_system
 from audit.policy.verdict import check_state, evaluate, evaluate_shadowed
-from audit.project.paths import find_root
-from audit.project.sources import DirectorySource
+from audit.project.sources import Source
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
@@ -85,28 +84,27 @@ def audit_images(
     image: str,
     against: str | None,
     *,
-    recipe: str | None,
+    recipe: Recipe | None,
     interpreters: Sequence[str],
     today: date,
 ) -> Report:
     """audit-deps --image: ``image`` alone, or what it changed against ``against``.
 
     The policy and the interpreters to look at besides the usual places come from ``recipe``
-    (``images/NAME/image.toml`` of the project around the working folder) when one is named.
+    when one is named (:func:`load_named_recipe`).
     """
-    loaded = load_named_recipe(recipe) if recipe else None
-    named = (*(loaded.interpreters if loaded else ()), *interpreters)
-    policy = loaded.policy if loaded else Policy()
+    named = (*(recipe.interpreters if recipe else ()), *interpreters)
+    policy = recipe.policy if recipe else Policy()
     target = ImageTarget(image, named)
     if against:
         return compare_images(target, ImageTarget(against, named), policy, today=today)
     return audit_image(target, policy, today=today)
 
 
-def load_named_recipe(name: str) -> Recipe:
-    """``images/NAME/image.toml`` of the project around the working folder."""
-    image = PurePosixPath(name).name if "/" in name else name  # accept images/X as well as X
-    return load_recipe(DirectorySource(find_root()), image)
+def load_named_recipe(source: Source, name: str) -> Recipe:
+    """``images/NAME/image.toml`` at ``source`` (``images/NAME`` is accepted too)."""
+    image = PurePosixPath(name).name if "/" in name else name
+    return load_recipe(source, image)
 
 
 def audit_image(target: ImageTarget, policy: Policy, *, today: date) -> Report:

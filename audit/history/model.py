@@ -36,7 +36,9 @@ class LayerRef:
     included; the base is 0 when it has no history of its own); ``instruction`` the history
     entry's ``created_by`` or the recipe step, already redacted; ``stage`` and ``layer`` (1-based
     within the stage) scope waivers and are None where unknown; ``digest`` is the layer's
-    diff-id (``sha256:…`` of its uncompressed tar), "" for an empty layer or a prediction.
+    diff-id (``sha256:…`` of its uncompressed tar), "" for an empty layer or a prediction;
+    ``origin`` where the instruction was written (``Dockerfile:42``, a recipe's key path), ""
+    when unknown.
     """
 
     index: int
@@ -45,6 +47,7 @@ class LayerRef:
     layer: int | None = None
     digest: str = ""
     empty: bool = False
+    origin: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Predicted environments: what each layer of a recipe leaves installed, without Docker.
 
 The environment after a layer is the base snapshot's winners for the recipe's first
-interpreter (the one pip layers install with) with every earlier lock's pins applied in build
-order. A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
+interpreter (the one pip layers install with) with every earlier lock of its image applied in
+build order: a stage starts from what the stage it builds on left, not from a stage beside it
+(a stage built on an image nothing recorded holds no pip layer and starts from the base).
+A pip layer without a lock, and every non-pip layer, changes nothing predictable: those
 are reported elsewhere (missing locks by ``audit.gate.audit_deps``, run layers by the build guard).
 Predicted distributions carry name, version and requirements (from the base record and each
 lock's ``# requires`` lines) but no files, so the "rebuilt" rule never fires here.
@@ -24,7 +26,7 @@ from audit.history.snapshot import Distribution, Environment
 from audit.lock.files import BaseRecord, Lock, base_relpath, lock_relpath, read_base, read_lock
 from audit.policy.findings import Finding
 from audit.policy.verdict import Scope, WaiverLedger, evaluate
-from audit.project import frontdoor
+from audit.project.memo import Kind, Memo, Remembered
 from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, Step
 
@@ -64,15 +66,23 @@ def predict_from(
     ``locks`` (step slug -> lock) are the recipe's existing locks when the caller has read them
     already (``audit.lock.plan.survey_locks``): then no lock is read again.
     """
-    current: Installed = MappingProxyType(dict(base))
-    predicted: list[PredictedStep] = []
+    start: Installed = MappingProxyType(dict(base))
+    ends: dict[str, Installed] = {}  # stage name -> what its last layer leaves
+    by_stage: dict[str, list[Step]] = {}
     for step in recipe.steps():
-        lock = _lock_of(source, recipe, step, locks)
-        after = current if lock is None else apply_lock(current, lock)
-        relpath = None if lock is None else lock_relpath(recipe, step)
-        moves = frozenset() if lock is None else frozenset(lock.pins)
-        predicted.append(PredictedStep(step, current, after, relpath, moves))
-        current = after
+        by_stage.setdefault(step.stage.name, []).append(step)
+    predicted: list[PredictedStep] = []
+    for stage in recipe.stages:  # a stage starts from the stage it builds on, else the base
+        parent = recipe.parent(stage)
+        current = ends[parent.name] if parent is not None else start
+        for step in by_stage.get(stage.name, ()):
+            lock = _lock_of(source, recipe, step, locks)
+            after = current if lock is None else apply_lock(current, lock, source.memo)
+            relpath = None if lock is None else lock_relpath(recipe, step)
+            moves = frozenset() if lock is None else frozenset(lock.pins)
+            predicted.append(PredictedStep(step, current, after, relpath, moves))
+            current = after
+        ends[stage.name] = current
     return predicted
 
 
@@ -84,45 +94,67 @@ def base_environment(record: BaseRecord, recipe: Recipe, source: Source) -> Inst
         found = ", ".join(env.interpreter for env in record.environments) or "none"
         raise LockError(
             f"{where}: no snapshot of {recipe.interpreters[0]} (found: {found})",
-            f"re-record it: {frontdoor.command('lock', recipe.name + ' --record-base')}",
+            f"re-record it: {source.front.command('lock', recipe.name + ' --record-base')}",
         )
-    return {name: _bare(dist) for name, dist in environment.winners().items()}
+    table = source.memo.table(DISTRIBUTIONS)
+    return {name: _bare(dist, table) for name, dist in environment.winners().items()}
 
 
-def apply_lock(before: Installed, lock: Lock) -> Installed:
-    """``before`` with every pin of ``lock`` installed over it (pip replaces, never removes)."""
+def apply_lock(before: Installed, lock: Lock, memo: Memo | None = None) -> Installed:
+    """``before`` with every pin of ``lock`` installed over it (pip replaces, never removes);
+    each new distribution the one ``memo`` holds for it (see :func:`shared`)."""
     after = dict(before)
+    table = memo.table(DISTRIBUTIONS) if memo is not None else None
     for name, pin in lock.pins.items():
         current = after.get(name)
         if current is None or current.version != pin.version:
             meta = lock.metadata.get(name)
             requires = meta.requires_dist if meta else None
             python = meta.requires_python if meta else ""
-            after[name] = shared(name, pin.version, pin.name, requires, python)
+            after[name] = shared(
+                table,
+                name=name,
+                version=pin.version,
+                raw_name=pin.name,
+                requires=requires,
+                python=python,
+            )
     return MappingProxyType(after)
 
 
-# What prediction knows of a distribution (name, version, raw name, requirements, Python) ->
-# the one object for it. Distributions are frozen, so every environment of a run (each ref of
-# the gate, every image of a fleet) can share them: "the same object" then means "no change"
-# across refs and images too, and the comparisons that look for changes skip them cheaply.
-_SHARED: dict[tuple[str, str, str, tuple[str, ...] | None, str], Distribution] = {}
-_SHARED_LIMIT = 1 << 15  # a bound on what one run keeps alive; a full table starts over
+# One object per predicted distribution in the command's memo, so "the same object" means "no
+# change" across refs and images and the comparisons skip it: without it callgrind counts 16 %
+# more instructions for benchmarks/bench_gate.py's 40-image gate.
+DISTRIBUTIONS: Kind[tuple[object, ...], Distribution] = Kind("distributions", 1 << 15, flat=True)
 
 
 def shared(
-    name: str, version: str, raw_name: str, requires: tuple[str, ...] | None, python: str
+    table: Remembered[tuple[object, ...], Distribution] | None,
+    *,
+    name: str,
+    version: str,
+    raw_name: str,
+    requires: tuple[str, ...] | None,
+    python: str,
 ) -> Distribution:
-    """The distribution prediction installs, shared with every equal one made before."""
+    """The distribution prediction installs (what it knows of one: name, version, raw name,
+    requirements, Python), the same object for every equal one the command made before when
+    given its memo's ``table`` of them. Distributions are frozen, so every environment of a
+    run (each ref of the gate, every image of a fleet) can share them: "the same object" then
+    means "no change" across refs and images too, and the comparisons that look for changes
+    skip them cheaply."""
     key = (name, version, raw_name, requires, python)
-    found = _SHARED.get(key)
-    if found is None:
-        if len(_SHARED) >= _SHARED_LIMIT:
-            _SHARED.clear()
-        found = _SHARED[key] = Distribution(name=name, version=version, raw_name=raw_name,
-                                            requires_dist=requires,
-                                            requires_python=python)  # fmt: skip
-    return found
+    found = table.peek(key) if table is not None else None
+    if found is not None:
+        return found
+    made = Distribution(
+        name=name,
+        version=version,
+        raw_name=raw_name,
+        requires_dist=requires,
+        requires_python=python,
+    )
+    return made if table is None else table.made(key, lambda: made)
 
 
 def declared_overrides(step: Step, after: Installed, before: Installed) -> tuple[str, ...]:
@@ -185,6 +217,13 @@ def _lock_of(
     return read_lock(source, relpath) if source.exists(relpath) else None
 
 
-def _bare(dist: Distribution) -> Distribution:
+def _bare(dist: Distribution, table: Remembered[tuple[object, ...], Distribution]) -> Distribution:
     """Name, version and requirements: what prediction knows of an installed distribution."""
-    return shared(dist.name, dist.version, dist.raw_name, dist.requires_dist, dist.requires_python)
+    return shared(
+        table,
+        name=dist.name,
+        version=dist.version,
+        raw_name=dist.raw_name,
+        requires=dist.requires_dist,
+        python=dist.requires_python,
+    )

@@ -16,6 +16,8 @@ File format (``SCHEMA``)::
                                            "requires_dist": [PEP 508 strings],
                                            "requires_python": str}, ...],
                         "libc": "glibc 2.36" (optional),
+                        "platform": "linux/arm64" (optional: os/arch as the image
+                                    platform names it, from the markers),
                         "system": {...} (optional: OS packages and native libraries,
                                    see audit/history/system.py)}],
      "digest": "sha256:<hex of the canonical JSON of everything but this key>"}
@@ -25,7 +27,8 @@ distribution: locks resolve later layers against them, so a package no index car
 takes part in resolution. Schema 1 (before they were recorded) is still read; its
 distributions have ``requires_dist`` None ("not recorded"). ``system`` is optional in both (a
 snapshot recorded before it existed has none: ``Environment.system`` is None, nothing below
-Python is compared for it).
+Python is compared for it). ``platform`` is optional too: a snapshot written before it was
+recorded says the same through its markers (:func:`environment_platform` reads either).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, asdict, dataclass
 from dataclasses import fields as dataclass_fields
+from functools import cached_property
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +66,8 @@ except ImportError:  # pragma: no cover - depends on how Python was built
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from packaging.version import Version
+
     SCRIPT_PATH: Path  # the in-image snapshot script (audit/inimage/snapshot.py)
 
 SCHEMA = "layer-audit.snapshot/2"
@@ -70,6 +76,7 @@ METADATA_KINDS = ("dist-info", "egg-info")
 _DIST_FIELDS_V1 = ("name", "version", "location", "installer", "digest", "raw_name", "metadata")
 _DIST_FIELDS = (*_DIST_FIELDS_V1, "requires_dist", "requires_python")
 _ENV_FIELDS = ("interpreter", "python", "markers", "paths", "distributions")
+_OPTIONAL_ENV_FIELDS = frozenset({"libc", "system", "platform"})
 _RECREATE = "take the snapshot again with `python -m audit snapshot` (never edit one by hand)"
 
 
@@ -87,8 +94,45 @@ class Distribution:
     requires_dist: tuple[str, ...] | None = None  # None: not recorded (schema 1)
     requires_python: str = ""
 
+    @cached_property
+    def parsed_version(self) -> Version | None:
+        """``version`` as PEP 440 (None when it is not one), parsed once per object: prediction
+        shares one object per distribution across a command (``Memo.distributions``), so a
+        fleet's versions are parsed once each (``benchmarks/bench_gate.py``, 40 images: 20 %
+        more instructions when every comparison parsed its versions again)."""
+        return parse_version(self.version)
+
+
+def parse_version(text: str) -> Version | None:
+    """The PEP 440 version, or None when ``text`` is not one (reported, never crashed on)."""
+    # Imported on first use: a guarded layer that changed nothing never needs it.
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
 
 _DEFAULTS = {f.name: f.default for f in dataclass_fields(Distribution) if f.default is not MISSING}
+
+
+# platform_machine (the PEP 508 marker) -> the architecture (and variant) of an image platform;
+# audit/inimage/snapshot.py holds the same table (tests/test_snapshot_model.py checks it)
+ARCHITECTURES = {
+    "x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+    "armv7l": "arm/v7", "armv6l": "arm/v6", "i386": "386", "i686": "386",
+    "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
+}  # fmt: skip
+
+
+def platform_of(markers: dict[str, str]) -> str:
+    """``linux/arm64`` from PEP 508 markers (``platform_system``, ``platform_machine``); ""
+    when the machine is not one an image platform names (or the markers do not say)."""
+    arch = ARCHITECTURES.get(markers.get("platform_machine", ""))
+    if arch is None:
+        return ""
+    return f"{(markers.get('platform_system') or 'Linux').lower()}/{arch}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +149,7 @@ class Environment:
     distributions: tuple[Distribution, ...]
     libc: str = ""  # "glibc 2.36" (os.confstr), "" when unknown: a lock's target for wheel tags
     system: System | None = None  # OS packages and native libraries; None: not recorded
+    platform: str = ""  # "linux/arm64" as the snapshot script saw it; "": not recorded
 
     def winners(self) -> dict[str, Distribution]:
         """Canonical name -> the copy that wins the import (first on the path)."""
@@ -112,6 +157,11 @@ class Environment:
         for dist in self.distributions:
             seen.setdefault(dist.name, dist)
         return seen
+
+
+def environment_platform(env: Environment) -> str:
+    """The platform ``env`` was recorded on: its own field, else what its markers say ("")."""
+    return env.platform or platform_of(env.markers)
 
 
 _PEP503_SEPARATORS = re.compile(r"[-_.]+")
@@ -165,6 +215,7 @@ def _environment_json(env: Environment) -> dict[str, Any]:
         "distributions": [_distribution_json(dist) for dist in env.distributions],
         **({"libc": env.libc} if env.libc else {}),
         **({"system": env.system.to_json()} if env.system is not None else {}),
+        **({"platform": env.platform} if env.platform else {}),
     }
 
 
@@ -274,10 +325,11 @@ def _parse_distribution(item: Any, key: str, where: str, fields: tuple[str, ...]
 
 
 def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...]) -> Environment:
-    if not isinstance(item, dict) or set(item) - {"libc", "system"} != set(_ENV_FIELDS):
+    if not isinstance(item, dict) or set(item) - _OPTIONAL_ENV_FIELDS != set(_ENV_FIELDS):
         raise _fail(where, f"{key}: expected an object with keys {sorted(_ENV_FIELDS)}")
-    libc = item.get("libc", "")
+    libc, platform = item.get("libc", ""), item.get("platform", "")
     _strings(libc, f"{key}.libc", where)
+    _strings(platform, f"{key}.platform", where)
     _strings(item["interpreter"], f"{key}.interpreter", where)
     _strings(item["python"], f"{key}.python", where)
     markers, paths, dists = item["markers"], item["paths"], item["distributions"]
@@ -290,7 +342,14 @@ def _parse_environment(item: Any, key: str, where: str, fields: tuple[str, ...])
     parsed = _parse_distributions(dists, key, where, fields)
     system = _parse_system(item.get("system"), key, where)
     return Environment(
-        item["interpreter"], item["python"], dict(markers), tuple(paths), parsed, libc, system
+        item["interpreter"],
+        item["python"],
+        dict(markers),
+        tuple(paths),
+        parsed,
+        libc,
+        system,
+        platform,
     )
 
 
@@ -367,8 +426,3 @@ def read_bounded(path: Path, limit: int) -> bytes:
     if len(data) > limit:  # it grew while we read
         raise SnapshotError(f"{path}: over {limit // 2**20} MiB", "check the file")
     return data
-
-
-def environments_by_interpreter(envs: Sequence[Environment]) -> dict[str, Environment]:
-    """Interpreter path -> environment, in file order."""
-    return {env.interpreter: env for env in envs}

@@ -19,17 +19,17 @@ from audit.policy.findings import Finding
 from audit.policy.model import Policy
 from audit.policy.system_rules import evaluate_system
 from audit.policy.verdict import evaluate, evaluate_shadowed
-from audit.project import paths
-from audit.project.sources import DirectorySource
+from audit.project.sources import Source
 from audit.recipe.parse import load_recipe
 from audit.report.findings import Report, Section
 
 
-def load_policy(recipe: str | None) -> Policy:
-    """The recipe's policy (with its CUDA tag), or the default policy without a recipe."""
-    if recipe is None:
+def load_policy(source: Source | None, recipe: str | None) -> Policy:
+    """The policy of ``recipe`` at ``source`` (with its CUDA tag), or the default policy
+    without a recipe."""
+    if recipe is None or source is None:
         return Policy()
-    loaded = load_recipe(DirectorySource(paths.find_root()), PurePosixPath(recipe).name)
+    loaded = load_recipe(source, PurePosixPath(recipe).name)
     policy: Policy = loaded.policy
     return policy if policy.cuda else dataclasses.replace(policy, cuda=loaded.cuda)
 
@@ -70,10 +70,9 @@ def _findings(
 
 
 def diff_report(
-    before: Path, after: Path, *, recipe: str | None, interpreter: str | None, today: date
+    before: Path, after: Path, *, policy: Policy, interpreter: str | None, today: date
 ) -> Report:
-    """The change from snapshot file ``before`` to ``after`` under ``recipe``'s policy."""
-    policy = load_policy(recipe)
+    """The change from snapshot file ``before`` to ``after`` under ``policy``."""
     pairs = pair_environments(
         read_snapshot(before), read_snapshot(after), interpreter=interpreter, files=(before, after)
     )

@@ -13,7 +13,8 @@ environment (the image's, so the guard records it with its first interpreter onl
                                        "owner": "nvidia-nccl-cu13 2.30.7" or "",
                                        "soname", "version": "2.29.7" or ""}, ...],
                            "loads": [{"by": loader path or "dlopen <soname>",
-                                      "path": the copy the dynamic loader maps, "" if none}]}]}
+                                      "path": the copy the dynamic loader maps, "" if none}]}],
+               "loader": {...}}  # optional: the facts audit/native resolves (its scene JSON)
 
 A snapshot without it (recorded before this existed) reads as ``None``: nothing is compared.
 OS packages are named ``deb:<name>`` (``apk:<name>``; ``deb:<name>:<arch>`` when one name is
@@ -22,6 +23,7 @@ installed for two architectures), which is also how a waiver names one.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +87,7 @@ class System:
     packages: tuple[OsPackage, ...]
     native: tuple[NativeLibrary, ...] = ()
     distro: str = ""  # ID-VERSION_ID of os-release: debian-12, ubuntu-24.04, alpine-3.20.3
+    loader: str = ""  # the loader facts as canonical JSON text ("" not recorded)
 
     def keyed(self) -> dict[str, OsPackage]:
         """``deb:<name>`` (``deb:<name>:<arch>`` for a name installed twice) -> package."""
@@ -106,6 +109,7 @@ class System:
                 "packages": [_fields(p, _PACKAGE_FIELDS) for p in self.packages],
             },
             "native": [_library_json(library) for library in self.native],
+            **({"loader": json.loads(self.loader)} if self.loader else {}),
         }
 
 
@@ -159,6 +163,11 @@ def _object_keys(value: Any, fields: tuple[str, ...], key: str) -> dict[str, Any
 
 def parse_system(value: Any, key: str) -> System:
     """The ``system`` object of a snapshot environment; :class:`SystemFormatError` if malformed."""
+    loader = value.get("loader") if isinstance(value, dict) else None
+    if isinstance(value, dict) and "loader" in value:
+        if not isinstance(loader, dict):
+            raise SystemFormatError(f"{key}.loader: expected an object")
+        value = {k: v for k, v in value.items() if k != "loader"}
     item = _object_keys(value, ("os", "native"), key)
     os_item = _object_keys(item["os"], ("manager", "distro", "note", "packages"), f"{key}.os")
     if os_item["manager"] not in MANAGERS:
@@ -173,4 +182,5 @@ def parse_system(value: Any, key: str) -> System:
         _parse_library(n, f"{key}.native[{i}]")
         for i, n in enumerate(_list(item["native"], f"{key}.native"))
     )
-    return System(os_item["manager"], os_item["note"], packages, native, os_item["distro"])
+    text = json.dumps(loader, sort_keys=True, separators=(",", ":")) if loader else ""
+    return System(os_item["manager"], os_item["note"], packages, native, os_item["distro"], text)

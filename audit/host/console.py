@@ -46,6 +46,11 @@ def _redacting_console() -> type[Console]:
         def _render_buffer(self, buffer: Iterable[Segment]) -> str:
             return redact(super()._render_buffer(buffer))
 
+        def on_broken_pipe(self) -> None:
+            """The reader went away (``| head``): let the command line end quietly, as
+            other tools do (rich's own answer would be exit 1, a policy violation here)."""
+            raise BrokenPipeError
+
     return RedactingConsole
 
 

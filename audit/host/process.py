@@ -3,8 +3,8 @@
 Two ways to run a program, sharing everything but how the output is read: :func:`run`
 captures it, :func:`stream` hands each line to a callback as it comes (a build's log); and
 :class:`Pipe` keeps one running to answer many requests (``git cat-file --batch``). All
-find the program (:func:`find_program`), print the command (:func:`shown_command`: secrets
-redacted, ``--label`` pairs counted) unless ``$AUDIT_QUIET_COMMANDS`` is set, return one
+find the program (:func:`find_program`), echo the command with ``-v`` (:func:`echoing`,
+:func:`shown_command`: secrets redacted, ``--label`` pairs counted), return one
 :class:`Completed`, and raise one typed failure, :class:`audit.errors.CommandFailed`, when
 the program cannot start or (``check``) exits non-zero. Tests patch :func:`run` or
 :func:`stream`, never ``subprocess``.
@@ -13,6 +13,7 @@ the program cannot start or (``check``) exits non-zero. Tests patch :func:`run` 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 import shutil
@@ -31,7 +32,11 @@ from typing import IO
 from audit.errors import CommandFailed
 from audit.host import console
 
-QUIET_ENV = "AUDIT_QUIET_COMMANDS"
+QUIET_ENV = "AUDIT_QUIET_COMMANDS"  # set: never echo, even with -v (benchmarks, spawned tests)
+# The programs a command runs, as they are started: echoed on stderr only with -v (:func:`echoing`)
+ECHO = logging.getLogger("layer_audit.commands")
+ECHO.propagate = False  # never through a root handler someone else set up
+ECHO.setLevel(logging.WARNING)  # quiet, whatever the root logger's level
 OUTPUT_TAIL = 4000  # characters of output a failure carries
 
 
@@ -78,14 +83,38 @@ def shown_command(args: Sequence[str], redact: Sequence[str] = ()) -> str:
 
 
 def _prepare(args: Sequence[str | Path], redact: Sequence[str], hint: str) -> list[str]:
-    """The argv to start (program resolved, or :class:`CommandFailed`), printed unless quiet."""
+    """The argv to start (program resolved, or :class:`CommandFailed`), echoed with ``-v``."""
     argv = [str(a) for a in args]
     argv[0] = find_program(argv[0], hint)
-    if not os.environ.get(QUIET_ENV):
-        from rich.markup import escape  # printing loads rich anyway; quiet runs never do
-
-        console.stderr.print(f"[dim]$ {escape(shown_command(argv, redact))}[/dim]", markup=True)
+    if ECHO.isEnabledFor(logging.INFO) and not os.environ.get(QUIET_ENV):
+        ECHO.info(shown_command(argv, redact))
     return argv
+
+
+class _Echo(logging.Handler):
+    """Prints each command as ``$ …`` on stderr, dim (redacted as everything printed is)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.markup import escape  # echoing loads rich anyway; quiet runs never do
+
+        console.stderr.print(f"[dim]$ {escape(record.getMessage())}[/dim]", markup=True)
+
+
+@contextlib.contextmanager
+def echoing(verbose: bool) -> Iterator[None]:
+    """While inside, every program run is echoed on stderr when ``verbose`` (``-v``); quiet
+    otherwise. The command line enters it once per command, with its run context's choice."""
+    if not verbose:
+        yield
+        return
+    handler, level = _Echo(), ECHO.level
+    ECHO.addHandler(handler)
+    ECHO.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        ECHO.removeHandler(handler)
+        ECHO.setLevel(level)
 
 
 def _cannot_start(argv: Sequence[str], exc: OSError, hint: str) -> CommandFailed:

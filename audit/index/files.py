@@ -11,14 +11,14 @@ from __future__ import annotations
 from audit.index import simple as simple_index
 from audit.index.http import FetchStats
 from audit.lock.resolvers.job import tls_context
-from audit.report.pylock import IndexFile
+from audit.report.pylock import ExportedFile
 
 
-def project_files(index_url: str, name: str) -> list[IndexFile]:
+def project_files(index_url: str, name: str) -> list[ExportedFile]:
     """Every file ``index_url`` lists for ``name`` that carries a sha256."""
     listed = simple_index.project_files(index_url, name, context=tls_context(), stats=FetchStats())
     return [
-        IndexFile(entry.filename, entry.url, entry.hashes["sha256"])
+        ExportedFile(entry.filename, entry.url, entry.hashes["sha256"])
         for entry in listed
         if entry.hashes.get("sha256")
     ]

@@ -118,7 +118,9 @@ def build_tools(job: Dict[str, Any], env: Dict[str, str], tools: str) -> None:
     if not can_make_venv() or subprocess.call([sys.executable, "-m", "venv", partial], env=env):
         step(NO_VENV)
         sys.exit(EXIT_NO_VENV)
+    # wheels only: the tools' own sources are never built (run) where the lock runs
     pip = [os.path.join(partial, "bin", "python"), "-m", "pip", "install", "--isolated", "-q"]
+    pip += ["--only-binary", ":all:"]
     wanted = ["pip==" + job["pip"], "pip-tools==" + job["pip_tools"]]
     index = ["--index-url", job["tools_index"]]
     if subprocess.call(pip + index + certs(job) + wanted, env=env):

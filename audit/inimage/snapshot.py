@@ -78,6 +78,23 @@ def _uname() -> tuple[str, str, str, str]:
     return platform.system(), platform.release(), platform.version(), platform.machine()
 
 
+# platform_machine -> the architecture (and variant) of an image platform (the host's
+# audit/history/snapshot.py holds the same table)
+ARCHITECTURES = {
+    "x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+    "armv7l": "arm/v7", "armv6l": "arm/v6", "i386": "386", "i686": "386",
+    "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
+}  # fmt: skip
+
+
+def platform_of(markers: dict[str, str]) -> str:
+    """``linux/arm64`` from the markers; "" for a machine no image platform names."""
+    arch = ARCHITECTURES.get(markers.get("platform_machine", ""))
+    if arch is None:
+        return ""
+    return "%s/%s" % ((markers.get("platform_system") or "Linux").lower(), arch)
+
+
 def python_version() -> str:
     return sys.version.split()[0]
 
@@ -764,10 +781,176 @@ def system_facts(
 ) -> dict[str, object]:
     """The ``system`` object of a snapshot: OS packages and native libraries."""
     environ = dict(os.environ)
-    return {
-        "os": os_packages(root),
-        "native": native_libraries(pairs, root, environ, families),
-    }
+    native = native_libraries(pairs, root, environ, families)
+    found: dict[str, object] = {"os": os_packages(root), "native": native}
+    if native:
+        found["loader"] = loader_facts(pairs, root, environ, native)
+    return found
+
+
+# ----------------------------------------------------------------------------- loader facts
+# The facts the host's loader model (audit/native, which resolves as ld.so does, with torch's,
+# cupy's and jax's own loads) reads, recorded only where CUDA-family libraries are: a scene
+# (audit/native/scene.py's JSON) of the package folders its rules name, the folders the loader
+# searches (listed), the dynamic facts of their ELF files, the settings and the interpreter.
+# Versioned symbols are not read here (the host reads them from the layers with pyelftools);
+# an empty DT_RPATH/DT_RUNPATH reads as absent.
+
+LOADER_TREES = ("torch", "torch/lib", "jax_plugins/xla_cuda13", "jax_plugins/xla_cuda12",
+                "jax_cuda13_plugin", "jax_cuda12_plugin", "cupy/cuda",
+                "cupy_backends/cuda/libs")  # fmt: skip
+_MACHINES = {3: "i386", 40: "arm", 62: "x86_64", 183: "aarch64"}
+_CACHE_FLAGS = {"x86_64": 0x0303, "aarch64": 0x0A03}
+
+
+def _elf_identity(path: str) -> tuple[str, int]:
+    """(machine, bits) from an ELF header; ("", 0) when unreadable."""
+    head = _read(path, 20) or b""
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return "", 0
+    (machine,) = _unpack("<H" if head[5] == 1 else ">H", head, 18)
+    return _MACHINES.get(machine, str(machine)), 64 if head[4] == 2 else 32
+
+
+def _file_facts(path: str) -> dict[str, object]:
+    dynamic = elf_dynamic(path)
+    machine, bits = _elf_identity(path)
+    if dynamic is None or not machine:
+        return {"unreadable": "%s: no ELF dynamic section read" % path, "invalid": True}
+    return {"machine": machine, "bits": bits, "soname": dynamic["soname"],
+            "needed": dynamic["needed"], "rpath": dynamic["rpath"] or None,
+            "runpath": dynamic["runpath"] or None, "imports": [], "defines": [],
+            "nodeflib": False}  # fmt: skip
+
+
+class _View:
+    """The files, links and listings recorded so far (one snapshot)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, dict[str, object]] = {}
+        self.links: dict[str, str] = {}
+        self.listings: dict[str, list[str]] = {}
+
+    def real(self, path: str) -> str:
+        """``path`` resolved, every symbolic link on it recorded ("" past 40 links)."""
+        done, todo, hops = "/", [p for p in reversed(path.split("/")) if p not in ("", ".")], 0
+        while todo:
+            part = todo.pop()
+            candidate = os.path.dirname(done) if part == ".." else os.path.join(done, part)
+            try:
+                target = os.readlink(candidate) if part != ".." else None
+            except OSError:
+                target = None
+            if target is None:
+                done = candidate
+                continue
+            self.links[candidate], hops = target, hops + 1
+            if hops > 40:
+                return ""
+            done = "/" if target.startswith("/") else done
+            todo.extend(p for p in reversed(target.split("/")) if p not in ("", "."))
+        return done
+
+    def list(self, folder: str, read: bool) -> None:
+        """List ``folder``'s ``.so`` names; ``read``: the facts of each (else the family's)."""
+        real = self.real(folder)
+        if not real or real in self.listings:
+            return
+        names = sorted(n for n in _names(real) if ".so" in n)
+        self.listings[real] = names
+        for name in names:
+            path = real + "/" + name
+            if os.path.islink(path):
+                self.links[path] = os.readlink(path)
+            elif (read or _family(name, NATIVE_FAMILIES)) and os.path.isfile(path):
+                self.files[path] = _file_facts(path)
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _loader_cache(root: str, machine: str) -> object:
+    """soname -> paths of the ld.so cache entries that fit ``machine``; None: no cache."""
+    data = _read(root + LD_CACHE)
+    start = data.find(_LD_CACHE_MAGIC) if data else -1
+    if data is None or start < 0:
+        return None
+    (count,) = _unpack("=I", data, start + 20)
+    found: dict[str, list[str]] = {}
+    for index in range(count):
+        at = start + 48 + 24 * index
+        if at + 24 > len(data):
+            break
+        flags, key, value = _unpack("=iII", data, at)
+        if flags == _CACHE_FLAGS.get(machine):
+            found.setdefault(_cstring(data, start + key), []).append(_cstring(data, start + value))
+    return found
+
+
+def _search_folders(view: _View, environ: dict[str, str], cache: object, root: str) -> list[str]:
+    folders = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
+    folders += [d for d, origin in system_library_dirs({}, root) if origin != "LD_LIBRARY_PATH"]
+    for soname, paths in sorted(cache.items()) if isinstance(cache, dict) else ():
+        if _family(soname, NATIVE_FAMILIES):
+            folders += [os.path.dirname(p) for p in paths]
+    for path, facts in sorted(view.files.items()):
+        for key in ("rpath", "runpath"):
+            for entry in str(facts.get(key) or "").split(":"):
+                folder = entry.replace("${ORIGIN}", "$ORIGIN").replace(
+                    "$ORIGIN", os.path.dirname(path)
+                )
+                folders += [os.path.normpath(folder)] if folder.startswith("/") else []
+    return folders
+
+
+def _ctypes_module() -> str:
+    for entry in sys.path:
+        if entry.endswith("lib-dynload"):
+            for name in sorted(_names(entry)):
+                if name.startswith("_ctypes.") and name.endswith(".so"):
+                    return entry + "/" + name
+    return ""
+
+
+def loader_facts(
+    pairs: list[tuple[dict[str, object], str]],
+    root: str,
+    environ: dict[str, str],
+    native: list[dict[str, object]],
+) -> dict[str, object]:
+    """The scene the host's loader model reads (see the comment above)."""
+    view, machine = _View(), _uname()[3]
+    sites = sorted({str(dist["location"]) for dist, _ in pairs})
+    for site in sites:
+        for tree in LOADER_TREES:
+            view.list(site + "/" + tree, read=True)
+        for folder in _names(site + "/nvidia"):
+            view.list(site + "/nvidia/" + folder + "/lib", read=True)
+    executable, ctypes = os.path.realpath(sys.executable), _ctypes_module()
+    for path in (executable, ctypes):
+        real = view.real(path) if path else ""
+        if real and os.path.isfile(real):
+            view.files[real] = _file_facts(real)
+    cache = _loader_cache(root, machine)
+    for _ in range(3):  # RPATH/RUNPATH folders of what was read, to a fixed point
+        for folder in _search_folders(view, environ, cache, root):
+            view.list(folder, read=False)
+    owners = {str(c["path"]): {"kind": "wheel", "name": str(c["owner"]).split(" ")[0],
+                               "version": str(c["owner"]).partition(" ")[2]}
+              for library in native for c in library["copies"]  # type: ignore[attr-defined]
+              if c["origin"] == "wheel" and c["owner"]}  # fmt: skip
+    multiarch = os.path.isdir(root + "usr/lib/" + machine + "-linux-gnu")
+    settings = {"machine": machine, "bits": 64, "cache": cache, "system_folders": [],
+                "ld_library_path": environ.get("LD_LIBRARY_PATH"), "hwcaps": [], "cwd": None,
+                "conf_folders": ld_so_conf_dirs(root), "lib": "", "platform": "",
+                "multiarch": multiarch}  # fmt: skip
+    return {"view": {"files": view.files, "links": view.links, "listings": view.listings},
+            "settings": settings, "owners": owners,
+            "python": {"executable": executable, "sites": sites, "ctypes": ctypes}}  # fmt: skip
 
 
 def libc_version() -> str:
@@ -786,13 +969,17 @@ def snapshot(
     ``libraries`` adds file name prefixes to the CUDA family's (a recipe's own libraries)."""
     sites = site_directories(path, script_dir)
     pairs = described(sites)
+    markers = environment_markers()
     environment: dict[str, object] = {
         "interpreter": sys.executable,
         "python": python_version(),
-        "markers": environment_markers(),
+        "markers": markers,
         "paths": sites,
         "distributions": [record for record, _ in pairs],
     }
+    platform = platform_of(markers)
+    if platform:
+        environment["platform"] = platform
     libc = libc_version()
     if libc:
         environment["libc"] = libc
@@ -803,12 +990,17 @@ def snapshot(
 
 
 def canonical_json(value: object) -> str:
-    """What ``json.dumps(value, sort_keys=True, separators=(",", ":"))`` gives for str/list/dict.
+    """What ``json.dumps(value, sort_keys=True, separators=(",", ":"))`` gives for str/list/dict
+    (and None, booleans and integers, which the loader facts hold).
 
     Written out because importing ``json`` (and the ``re`` it pulls in) is slow.
     """
     if isinstance(value, str):
         return str(_quote(value))
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, dict):
         items = (_quote(key) + ":" + canonical_json(value[key]) for key in sorted(value))
         return "{" + ",".join(items) + "}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
@@ -40,7 +39,7 @@ from audit.lock.files import (
 )
 from audit.lock.format import Pin
 from audit.lock.trust import base_record_mismatch
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, Step
 from audit.recipe.requirements_in import parse_requirements
@@ -66,6 +65,8 @@ class LockState:
     relpath: str
     status: str  # "fresh" | "stale" | "missing"
     reason: str
+    # the layer's input lines now (none when no base record says what they are)
+    inputs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,16 @@ def _layer(step: Step) -> PipLayer:
     return step.layer
 
 
-@lru_cache(maxsize=1024)
 def _text_digest(value: str) -> str:
-    """The digest of a setting's text, remembered: every layer of a fleet digests the same few
-    (the format, the resolver, the platform, the index, ``False``)."""
+    """The digest of a setting's text."""
     return sha256(value.encode())
 
 
 def layer_index_urls(recipe: Recipe, layer: PipLayer) -> tuple[str, ...]:
-    """The indexes one pip layer may use: the primary and the one it names."""
+    """The indexes one pip layer may use: its primary (the image's, or its own
+    ``primary_index``) and the extra one it names."""
     extra = (recipe.index(layer.index).url,) if layer.index else ()
-    return (recipe.index_url, *extra)
+    return (recipe.layer_index_url(layer), *extra)
 
 
 def _read_files(source: Source, recipe: Recipe, step: Step) -> dict[str, bytes]:
@@ -140,16 +140,17 @@ def layer_inputs(
     resolver: str | None = None,
 ) -> LayerInputs:
     """The inputs of ``step`` given the base record's digest and earlier locks' effect digests
-    (:func:`after_inputs`)."""
+    (:func:`after_inputs`: only the layers its own image holds, :meth:`Recipe.before`)."""
     layer = _layer(step)
     files = _read_files(source, recipe, step)
     extra = recipe.index(layer.index).url if layer.index else None
+    index_url = recipe.layer_index_url(layer)
     digests = {
         "format": _text_digest(LOCK_FORMAT),
         "resolver": _text_digest(resolver or resolver_label(recipe)),
         "platform": _text_digest(recipe.platform),
         "interpreter": _text_digest(recipe.interpreters[0]),
-        "index": _text_digest(recipe.index_url),
+        "index": _text_digest(index_url),
         "extra-index": _text_digest(extra or ""),
         "pre": _text_digest(str(layer.pre)),
         "no-deps": _text_digest(str(layer.no_deps)),
@@ -160,7 +161,7 @@ def layer_inputs(
     digests |= {f"after {slug}": content for slug, content in earlier.items()}
     relpath = lock_relpath(recipe, step)
     return LayerInputs(
-        step, relpath, layer.requirements, files, recipe.index_url, extra, layer.pre, digests
+        step, relpath, layer.requirements, files, index_url, extra, layer.pre, digests
     )
 
 
@@ -187,6 +188,15 @@ def after_inputs(earlier: Mapping[str, Lock | None]) -> tuple[dict[str, str], di
     return effect, text
 
 
+def in_image(
+    recipe: Recipe, step: Step, earlier: Mapping[str, Lock | None]
+) -> dict[str, Lock | None]:
+    """The entries of ``earlier`` (by step slug) for layers ``step``'s own image holds: the
+    layers before it on its stage's chain, not those of a stage beside it."""
+    before = recipe.before(step)
+    return {slug: item for slug, item in earlier.items() if slug in before}
+
+
 def _describe_change(keys: Sequence[str]) -> str:
     names = [key.removeprefix("file ") for key in keys]
     return "inputs changed: " + ", ".join(names)
@@ -199,22 +209,22 @@ def read_base_digest(source: Source, recipe: Recipe) -> tuple[BaseRecord, str] |
         return None
     data = read_file(source, relpath, rerecord_hint)
     digest = sha256(data)
-    return parse_base(data, source.describe(relpath), digest), digest
+    return parse_base(data, source.describe(relpath), digest, source.memo), digest
 
 
 def _state_of(
     source: Source, inputs: LayerInputs, earlier_stale: str | None, also: Mapping[str, str]
 ) -> tuple[LockState, Lock | None]:
-    step, relpath = inputs.step, inputs.relpath
+    step, relpath, now = inputs.step, inputs.relpath, inputs.digests
     lock = _lock_at(source, relpath)
     if lock is None:
-        return LockState(step, relpath, "missing", "no lock yet"), None
+        return LockState(step, relpath, "missing", "no lock yet", now), None
     if earlier_stale:
-        return LockState(step, relpath, "stale", earlier_stale), lock
+        return LockState(step, relpath, "stale", earlier_stale, now), lock
     changed = changed_inputs(lock.inputs, inputs.digests, also)
     if changed:
-        return LockState(step, relpath, "stale", _describe_change(changed)), lock
-    return LockState(step, relpath, "fresh", "inputs unchanged"), lock
+        return LockState(step, relpath, "stale", _describe_change(changed), now), lock
+    return LockState(step, relpath, "fresh", "inputs unchanged", now), lock
 
 
 @dataclass(frozen=True)
@@ -237,9 +247,9 @@ def survey_locks(source: Source, recipe: Recipe) -> Survey:
     found: list[LockState] = []
     locks: dict[str, Lock] = {}
     earlier: dict[str, Lock | None] = {}
-    stale_since = base_record_mismatch(recipe, base[0])  # another base: every lock is stale
+    stale_since = base_record_mismatch(recipe, base[0], source.front)  # another base: all stale
     for step in pip_steps(recipe):
-        after, also = after_inputs(earlier)
+        after, also = after_inputs(in_image(recipe, step, earlier))
         inputs = layer_inputs(source, recipe, step, base[1], after)
         state, lock = _state_of(source, inputs, stale_since, also)
         found.append(state)
@@ -282,32 +292,40 @@ def _no_base(source: Source, recipe: Recipe, step: Step, reason: str) -> LockSta
 # -- what is installed before a layer -------------------------------------------------------
 
 
-def base_constraints(record: BaseRecord, interpreter: str, where: str) -> list[Constraint]:
+def base_constraints(
+    record: BaseRecord, interpreter: str, where: str, front: FrontDoor
+) -> list[Constraint]:
     """The base winners of ``interpreter`` with their requirements; unparsable versions cannot
     take part in resolution and are skipped."""
     for environment in record.environments:
         if environment.interpreter == interpreter:
             return [
-                _from_distribution(dist, where)
+                _from_distribution(dist, where, front)
                 for _, dist in sorted(environment.winners().items())
                 if _is_version(dist.version)
             ]
     found = ", ".join(env.interpreter for env in record.environments) or "none"
     raise LockError(
         f"{where}: no snapshot of {interpreter} (found: {found})",
-        f"re-record the base: {frontdoor.command('lock', 'IMAGE --record-base')}",
+        f"re-record the base: {front.command('lock', 'IMAGE --record-base')}",
     )
 
 
-def _from_distribution(dist: Distribution, where: str) -> Constraint:
+def _from_distribution(dist: Distribution, where: str, front: FrontDoor) -> Constraint:
     if dist.requires_dist is None:
         raise LockError(
             f"{where}: recorded without requirement metadata (an older layer-audit wrote it)",
-            f"re-record the base: {frontdoor.command('lock', 'IMAGE --record-base')}",
+            f"re-record the base: {front.command('lock', 'IMAGE --record-base')}",
         )
     name = dist.raw_name or dist.name
-    return Constraint(dist.name, dist.version, BASE_ORIGIN, dist.requires_dist,
-                      dist.requires_python, name)  # fmt: skip
+    return Constraint(
+        name=dist.name,
+        version=dist.version,
+        origin=BASE_ORIGIN,
+        requires_dist=dist.requires_dist,
+        requires_python=dist.requires_python,
+        raw_name=name,
+    )
 
 
 def _is_version(text: str) -> bool:

@@ -13,7 +13,7 @@ judged the same way, under today's waivers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from audit.lock.plan import (
     who_asks,
 )
 from audit.lock.progress import LockProgress
+from audit.lock.refusal import Refusal, refusal_relpath, render_refusal
 from audit.lock.resolvers import Resolver
 from audit.lock.resolvers.job import CompileJob, Outcome, clean_body
 from audit.lock.standins import standin_digests, standin_wheels
@@ -54,7 +55,7 @@ from audit.project.sources import Source
 from audit.recipe.model import PipLayer, Recipe, Step
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LockRun:
     """Walks the layers in order, keeping what each earlier layer pinned and the verdicts."""
 
@@ -70,32 +71,40 @@ class LockRun:
     earlier: list[tuple[Step, Lock]] = field(default_factory=list)
     moves: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
     done: list[tuple[LockState, str]] = field(default_factory=list)
-    current: Installed | None = None  # what the layers visited so far leave installed
+    # what each visited layer leaves installed, by slug: a layer starts from the last one
+    # before it in its own image (its stage's chain), not from a stage beside it
+    after: dict[str, Installed] = field(default_factory=dict)
 
     def visit(self, state: LockState) -> None:
         """Keep a fresh lock, compile a stale or missing one; judge both (the ledger) under
         today's policy and waivers: a kept lock that no longer passes stops the run (exit 1).
         A layer's inputs are read once, for both the freshness look and the compile."""
-        before = self.environment()
+        before = self.environment(state.step)
         keep = state.status == "fresh" and not self.upgrade.active
         inputs, also = (None, {}) if keep else self._inputs(state.step)
         if inputs is None or (not self.upgrade.active and self._still_fresh(state, inputs, also)):
             lock = self.fresh_locks[state.step.slug]
-            installed = installed_before(self.base_pins, self.earlier)
+            installed = installed_before(self.base_pins, self._earlier(state.step))
             self.judge_layer(state.step, before, lock, {}, refuse=True, installed=installed)
             self.done.append((state, "kept"))
         else:
             lock = self.compile(state.step, before, inputs)
             self.done.append((state, "compiled"))
         self.earlier.append((state.step, lock))
-        self.current = apply_lock(before, lock)
+        self.after[state.step.slug] = apply_lock(before, lock, self.source.memo)
+
+    def _earlier(self, step: Step) -> list[tuple[Step, Lock]]:
+        """The visited layers ``step``'s own image holds, in build order."""
+        before = self.recipe.before(step)
+        return [(s, lock) for s, lock in self.earlier if s.slug in before]
 
     def _inputs(self, step: Step) -> tuple[LayerInputs, dict[str, str]]:
-        """``step``'s inputs after the layers visited so far, and the whole-text digests an
-        older lock may record for them (:func:`~audit.lock.plan.after_inputs`)."""
-        earlier, also = after_inputs({s.slug: lock for s, lock in self.earlier})
-        inputs = layer_inputs(self.source, self.recipe, step, self.base_digest, earlier,
-                              resolver=self.backend.label)  # fmt: skip
+        """``step``'s inputs after the layers before it in its image, and the whole-text
+        digests an older lock may record for them (:func:`~audit.lock.plan.after_inputs`)."""
+        earlier, also = after_inputs({s.slug: lock for s, lock in self._earlier(step)})
+        inputs = layer_inputs(
+            self.source, self.recipe, step, self.base_digest, earlier, resolver=self.backend.label
+        )
         return inputs, also
 
     def _still_fresh(self, state: LockState, inputs: LayerInputs, also: Mapping[str, str]) -> bool:
@@ -109,25 +118,30 @@ class LockRun:
             return False
         return not changed_inputs(previous.inputs, inputs.digests, also)
 
-    def environment(self) -> Installed:
-        """What is installed before the next layer, as prediction sees it: the base, then
-        every visited layer's lock (kept up to date by :meth:`visit`, never recomputed)."""
-        if self.current is None:
-            self.current = {c.name: _as_distribution(c) for c in self.base_pins}
-        return self.current
+    def environment(self, step: Step) -> Installed:
+        """What is installed before ``step``, as prediction sees it: the base, then every
+        visited layer's lock in its image (kept by :meth:`visit`, never recomputed)."""
+        earlier = self._earlier(step)
+        if earlier:
+            return self.after[earlier[-1][0].slug]
+        if "" not in self.after:
+            self.after[""] = {c.name: _as_distribution(c) for c in self.base_pins}
+        return self.after[""]
 
     def compile(self, step: Step, before: Installed, inputs: LayerInputs) -> Lock:
-        installed = installed_before(self.base_pins, self.earlier)
+        installed = installed_before(self.base_pins, self._earlier(step))
         assert isinstance(step.layer, PipLayer)
         layer = step.layer
         previous = self.fresh_locks.get(step.slug)
         job = CompileJob(
             inputs,
             existing_pins(installed),
-            standin_wheels(installed),
+            standin_wheels(installed, self.source.memo),
             layer.no_deps,
             layer.override,
-            preferred_pins(installed, previous, self.upgrade, standin_digests(installed)),
+            preferred_pins(
+                installed, previous, self.upgrade, standin_digests(installed, self.source.memo)
+            ),
             upgrade_constraints(self.upgrade),
             known_metadata(previous),
         )
@@ -144,8 +158,20 @@ class LockRun:
         text = render_lock(self.recipe.name, step, self.backend.label, inputs.digests, body)
         relpath = lock_relpath(self.recipe, step)
         lock = parse_lock(text.encode(), relpath)
-        self.judge_layer(step, before, lock, blocks, refuse=True, installed=installed)
+        record = self.root / refusal_relpath(self.recipe, step)
+
+        def keep_refusal(errors: tuple[Finding, ...]) -> None:  # the gate shows why, typed
+            atomic.write_text(record, render_refusal(Refusal(step.label, inputs.digest, errors)))
+            console.stderr.print(
+                f"refused: {escape(refusal_relpath(self.recipe, step))} says why (commit it with "
+                "the requirements: the gate and audit-deps show it)"
+            )
+
+        self.judge_layer(
+            step, before, lock, blocks, refuse=True, installed=installed, refused=keep_refusal
+        )
         atomic.write_text(self.root / relpath, text)
+        record.unlink(missing_ok=True)  # locked now: no refusal stands for this layer
         self.moves += [(step.label, *move) for move in pin_moves(previous, lock)]
         return lock
 
@@ -164,13 +190,17 @@ class LockRun:
         *,
         refuse: bool = False,
         installed: Mapping[str, Constraint] | None = None,
+        refused: Callable[[tuple[Finding, ...]], None] | None = None,
     ) -> list[Finding]:
-        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict."""
-        after = apply_lock(before, lock)
+        """The layer's verdict; with ``refuse``, every error of it in one ResolutionConflict
+        (``refused`` is handed those errors first)."""
+        after = apply_lock(before, lock, self.source.memo)
         where = f"{self.recipe.name} {step.label}"
         found = self.judge.judge(step, before, after, where)
         errors = [f for f in found if f.fails]
         if refuse and errors:
+            if refused is not None:
+                refused(tuple(errors))
             raise _conflicts(step, errors, blocks, installed or {}, after)
         for finding in found:
             if finding.rule == "override":

@@ -200,6 +200,8 @@ class RecordingSource:
 
     def __init__(self, inner: Source) -> None:
         self.inner = inner
+        self.memo = inner.memo
+        self.front = inner.front
         self.read: dict[str, str] = {}
         self.exists_seen: dict[str, bool] = {}
         self.listed: dict[str, list[str]] = {}

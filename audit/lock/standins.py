@@ -17,7 +17,6 @@ them), and so are unparsable ``Requires-Python`` values.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import io
 import re
@@ -29,6 +28,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from audit.lock.plan import Constraint
+from audit.project.memo import Kind, Memo
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 SUMMARY = "layer-audit stand-in for an installed distribution (metadata only)"
@@ -97,15 +97,25 @@ def _zip(files: Mapping[str, str]) -> bytes:
     return buffer.getvalue()
 
 
-def standin_wheel(constraint: Constraint) -> tuple[str, bytes]:
-    """(filename, bytes) of the stand-in wheel for one installed distribution."""
-    return _standin(dataclasses.replace(constraint, origin=""))
+def standin_wheel(constraint: Constraint, memo: Memo | None = None) -> tuple[str, bytes]:
+    """(filename, bytes) of the stand-in wheel for one installed distribution, made once per
+    ``memo`` (the command's) for each distinct distribution: who installed it does not change
+    its wheel, so every later layer, and the digests, reuse the bytes (each compile offers the
+    resolver a wheel per installed package)."""
+    key = dataclasses.replace(constraint, origin="")
+    if memo is None:
+        return _standin(key)
+    return memo.table(STANDINS).made(key, lambda: _standin(key))
 
 
-@functools.lru_cache(maxsize=4096)
+# Stand-in wheels by distribution, in the command's memo: every layer of a lock run offers the
+# resolver one per installed package. No benchmark here isolates it (benchmarks/
+# bench_lock_bare.py needs the public index): zipping and hashing the 200 of a vLLM stack again
+# costs ~120 ms a layer, measured directly, beside a resolver run of a few seconds.
+STANDINS: Kind[Constraint, tuple[str, bytes]] = Kind("stand-in wheels", 4096)
+
+
 def _standin(constraint: Constraint) -> tuple[str, bytes]:
-    """:func:`standin_wheel`, made once per run for each distinct distribution (who installed
-    it does not change its wheel): every later layer, and the digests, reuse the bytes."""
     version = str(Version(constraint.version))  # pip checks filename and METADATA agree
     stem = f"{wheel_name(constraint.name)}-{version}"
     info = f"{stem}.dist-info"
@@ -120,19 +130,22 @@ def _standin(constraint: Constraint) -> tuple[str, bytes]:
     return f"{stem}-py3-none-any.whl", _zip(files)
 
 
-def standin_wheels(installed: Mapping[str, Constraint]) -> dict[str, bytes]:
+def standin_wheels(
+    installed: Mapping[str, Constraint], memo: Memo | None = None
+) -> dict[str, bytes]:
     """Filename -> bytes for every installed distribution (versions are PEP 440 already)."""
-    return dict(standin_wheel(c) for _, c in sorted(installed.items()))
+    return dict(standin_wheel(c, memo) for _, c in sorted(installed.items()))
 
 
-def standin_digests(installed: Mapping[str, Constraint]) -> dict[str, str]:
+def standin_digests(
+    installed: Mapping[str, Constraint], memo: Memo | None = None
+) -> dict[str, str]:
     """Canonical name -> ``sha256:HEX`` of its stand-in wheel (the file the resolver is offered
     for it). Given as the hash of an installed pin in the resolver's existing output, it lets
     pip-compile's ``--reuse-hashes`` keep a pin that cannot move without fetching and hashing
     every file the index holds of it (a pin at its installed version is never locked)."""
-    return {name: _digest(standin_wheel(c)[1]) for name, c in sorted(installed.items())}
+    return {name: _digest(standin_wheel(c, memo)[1]) for name, c in sorted(installed.items())}
 
 
-@functools.lru_cache(maxsize=4096)
 def _digest(wheel: bytes) -> str:
     return "sha256:" + hashlib.sha256(wheel).hexdigest()

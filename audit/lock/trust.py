@@ -25,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError
+from audit.errors import EXIT_BAD_INPUT, EXIT_VIOLATION, BuildFailed, LockError, SnapshotError
+from audit.history.snapshot import environment_platform
 from audit.lock.files import BaseRecord, base_relpath
-from audit.project import frontdoor
+from audit.policy.findings import INFO, Finding
+from audit.project.frontdoor import FrontDoor
 from audit.recipe.model import Recipe, Step
 
 
@@ -44,19 +46,12 @@ class LockState(Protocol):
     def reason(self) -> str: ...
 
 
-# platform_machine (what the snapshot's PEP 508 markers say) -> the platform's architecture
-MACHINES = {
-    "x86_64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
 SNAPSHOT_SOURCE = "snapshot-file"
 REPLICA_SOURCE = "replica"
 REPLICA_LABEL = "io.layer-audit.replica"  # set on images ``base-image --replica`` makes
+# on a replica: the pins no index carried (``name==version``, comma-separated), stand-ins whose
+# metadata came from --metadata-from or is empty; ``lock --record-base`` copies them to base.json
+REPLICA_STANDINS_LABEL = f"{REPLICA_LABEL}.standins"
 SOURCE_NAMES = {
     None: "snapshot of the image",
     SNAPSHOT_SOURCE: "snapshot file taken elsewhere",
@@ -75,15 +70,43 @@ def source_name(source: str | None) -> str:
     return SOURCE_NAMES.get(source, source or SOURCE_NAMES[None])
 
 
+def replica_standins(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The stand-ins a replica's labels name (``name==version``, sorted); () when none."""
+    text = labels.get(REPLICA_STANDINS_LABEL, "") if base_source(labels) else ""
+    return tuple(sorted(pin for pin in text.split(",") if pin))
+
+
+BASE_SOURCE_RULE = "base-source"
+
+
+def source_finding(image: str, base_ref: str, record: BaseRecord | None) -> Finding | None:
+    """The info every report shows for a base recorded elsewhere than in the image itself (a
+    snapshot file, a replica with its stand-ins); None for a base snapshotted in the image."""
+    if record is None or record.source is None:
+        return None
+    message = f"the base {base_ref} is recorded from a {describe_source(record)}"
+    where = f"{image} base ({base_ref})"
+    return Finding(BASE_SOURCE_RULE, INFO, "", None, None, message, where).located(image)
+
+
+def describe_source(record: BaseRecord) -> str:
+    """Where a base record came from, as every report says it: the route and, for a replica,
+    the stand-ins for what no reachable index carries (``replica: …; stand-ins: vllm==…``)."""
+    named = source_name(record.source)
+    if not record.standins:
+        return named
+    return f"{named}; stand-ins (on no reachable index): {', '.join(record.standins)}"
+
+
 EXTERNALLY_MANAGED = "externally-managed-environment"  # pip's error name (PEP 668)
 
 
-def record_hint(image: str) -> str:
+def record_hint(image: str, front: FrontDoor) -> str:
     """The command that re-records a base record (and the one for a base that lives elsewhere)."""
     return (
-        f"re-record it: {frontdoor.command('lock', image + ' --record-base')} (or, without the "
+        f"re-record it: {front.command('lock', image + ' --record-base')} (or, without the "
         "image here, --record-base --from-snapshot FILE: see the README), then "
-        f"{frontdoor.command('lock', image)}"
+        f"{front.command('lock', image)}"
     )
 
 
@@ -93,18 +116,31 @@ def digest_part(reference: str) -> str:
 
 
 def recorded_platform(record: BaseRecord) -> str | None:
-    """``linux/<arch>`` from the recorded markers; None when they do not say (hand-made records)."""
-    platforms = set()
-    for environment in record.environments:
-        system = environment.markers.get("platform_system", "Linux").lower()
-        arch = MACHINES.get(environment.markers.get("platform_machine", ""))
-        if arch is None:
-            return None
-        platforms.add(f"{system}/{arch}")
-    return platforms.pop() if len(platforms) == 1 else None
+    """``linux/<arch>`` the record's environments were recorded on (each snapshot's own
+    ``platform``, else its markers); None when they do not say (hand-made records) or differ."""
+    platforms = {environment_platform(environment) for environment in record.environments}
+    return platforms.pop() if len(platforms) == 1 and "" not in platforms else None
 
 
-def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
+def platform_refusal(recipe: Recipe, record: BaseRecord, what: str) -> SnapshotError | None:
+    """Exit 2 naming both platforms when ``record`` (``what``: where its snapshot came from)
+    was taken on another platform than the recipe targets; None when they agree or the
+    snapshot does not say. Checked before a record is written: nothing is replaced."""
+    platform = recorded_platform(record)
+    if platform is None or platform == recipe.platform:
+        return None
+    machines = sorted({env.markers.get("platform_machine", "?") for env in record.environments})
+    return SnapshotError(
+        f"{what} is a snapshot of {platform} (platform_machine {', '.join(machines)}), but "
+        f"{recipe.source.as_posix()} targets {recipe.platform} (image.platform): its locks "
+        "would pin wheels for the wrong machine",
+        f"take the snapshot in the {recipe.platform} image (docker run --platform "
+        f"{recipe.platform} …), or set platform under [image] to {platform} if that is the "
+        "image's",
+    )
+
+
+def base_record_mismatch(recipe: Recipe, record: BaseRecord, front: FrontDoor) -> str | None:
     """Why ``record`` no longer describes the recipe's base, or None while it does.
 
     Checked: the image reference (``base``), the digest pin (``base_digest``, when the recipe
@@ -115,17 +151,20 @@ def base_record_mismatch(recipe: Recipe, record: BaseRecord) -> str | None:
     if not problems:
         return None
     found = "; ".join(problems)
-    command = frontdoor.command("lock", f"{recipe.name} --record-base")
+    command = front.command("lock", f"{recipe.name} --record-base")
     return f"{base_relpath(recipe)} is stale: {found} ({command})"
 
 
 def _mismatches(recipe: Recipe, record: BaseRecord) -> list[str]:
     problems = []
-    if record.image != recipe.base:
-        problems.append(f"it records base {record.image}, the recipe asks for {recipe.base}")
-    if recipe.base_digest and digest_part(record.repo_digest or "") != recipe.base_digest:
+    if record.image != recipe.recorded_base:
+        problems.append(
+            f"it records base {record.image}, the recipe asks for {recipe.recorded_base}"
+        )
+    pinned = recipe.base_digest if recipe.base_stage is None else None  # a prelude's is its FROM's
+    if pinned and digest_part(record.repo_digest or "") != pinned:
         recorded = digest_part(record.repo_digest) if record.repo_digest else "no digest"
-        problems.append(f"it records {recorded}, the recipe pins {recipe.base_digest}")
+        problems.append(f"it records {recorded}, the recipe pins {pinned}")
     platform = recorded_platform(record)
     if platform is not None and platform != recipe.platform:
         problems.append(f"it was recorded on {platform}, the recipe targets {recipe.platform}")
@@ -143,14 +182,16 @@ def check_line(state: LockState) -> str:
     return f"{state.status}: {state.relpath} ({state.step.label}): {state.reason}"
 
 
-def stale_locks_failure(recipe: Recipe, states: Sequence[LockState]) -> BuildFailed | None:
+def stale_locks_failure(
+    recipe: Recipe, states: Sequence[LockState], front: FrontDoor
+) -> BuildFailed | None:
     """The build's refusal when a lock it would install is stale or missing (exit 1)."""
     bad = [state for state in states if state.status != "fresh"]
     if not bad:
         return None
     lines = "\n".join(f"  {check_line(state)}" for state in bad)
     stale_base = any(f"{base_relpath(recipe)} is stale" in state.reason for state in bad)
-    command = frontdoor.command("lock", recipe.name + (" --record-base" if stale_base else ""))
+    command = front.command("lock", recipe.name + (" --record-base" if stale_base else ""))
     return BuildFailed(
         f"{recipe.name}: {len(bad)} of {len(states)} locks are not fresh; the build would not "
         f"install what the recipe asks for:\n{lines}",
@@ -184,18 +225,20 @@ def base_identity_drift(
 
 
 def drift_failure(
-    recipe: Recipe, differences: Sequence[str], changes: Sequence[str]
+    recipe: Recipe, differences: Sequence[str], changes: Sequence[str], front: FrontDoor
 ) -> BuildFailed:
     """ "base drifted" (exit 1): what differs, the recorded -> actual snapshot diff, the fix."""
     recorded = base_relpath(recipe)
-    lines = [f"{recipe.name}: base drifted: {recipe.base_ref} is not the image {recorded} recorded"]
+    lines = [
+        f"{recipe.name}: base drifted: {recipe.recorded_ref} is not the image {recorded} recorded"
+    ]
     lines += [f"  {difference}" for difference in differences]
     lines.append("  recorded -> actual:")
     lines += [f"    {change}" for change in changes] or ["    (same distributions)"]
     return BuildFailed(
         "\n".join(lines),
         "if the new base is intended, re-record it and re-lock: "
-        f"{frontdoor.command('lock', recipe.name + ' --record-base')}; else point the tag back "
+        f"{front.command('lock', recipe.name + ' --record-base')}; else point the tag back "
         "(a base_digest pin keeps it); no layer was built and no tag was moved",
         exit_code=EXIT_VIOLATION,
     )

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from audit.base.record import BaseOptions, before_lock
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
-from audit.host import console
+from audit.host import atomic, console
+from audit.lock.host_builds import HostBuilds
 from audit.lock.plan import LockState, Survey, Upgrade, pip_steps, survey_locks
 from audit.lock.stamp import RecordingSource, fresh_answer, fresh_message, write_stamp
 from audit.policy.findings import Finding
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.project.sources import DirectorySource, Source
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
@@ -35,11 +36,10 @@ from audit.recipe.parse import load_recipe
 if TYPE_CHECKING:
     from audit.lock.run import LockRun
 
-FORMATS = ("text", "json")
 JSON_SCHEMA = "layer-audit.lock/1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LockOptions:
     """The ``lock`` command line, parsed once."""
 
@@ -51,7 +51,9 @@ class LockOptions:
     resolver: str | None = None  # must agree with the recipe's (refused otherwise)
     upgrade: Upgrade = field(default_factory=Upgrade)
     base: BaseOptions = field(default_factory=BaseOptions)
-    fmt: str = "text"
+    fmt: str = "terminal"
+    output: Path | None = None  # the JSON summary's file (stdout without)
+    builds: HostBuilds = field(default_factory=HostBuilds)  # sdists it may build here
 
     @property
     def quiet(self) -> bool:
@@ -88,7 +90,11 @@ def run_lock(root: Path, options: LockOptions) -> int:
     summary = LockSummary(options.image)
     code = _run(root, options, summary)
     if options.quiet:
-        console.plain(json.dumps(summary.to_json(code), indent=2))
+        text = json.dumps(summary.to_json(code), indent=2)
+        if options.output is not None:
+            atomic.write_text(options.output, text + "\n")
+        else:
+            console.plain(text)
     return code
 
 
@@ -183,8 +189,9 @@ def policy_errors(
     return found
 
 
-def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions,
-            summary: LockSummary) -> int:  # fmt: skip
+def _judged(
+    recipe: Recipe, survey: Survey, source: Source, options: LockOptions, summary: LockSummary
+) -> int:
     """Exit 1 naming every failing finding of the fresh locks, else 0."""
     errors = policy_errors(source, recipe, survey, options.stage)
     summary.findings += errors
@@ -194,12 +201,13 @@ def _judged(recipe: Recipe, survey: Survey, source: Source, options: LockOptions
         from rich.markup import escape
 
         for finding in errors:
-            console.stdout.print(f"policy: {escape(finding.where)}: {finding.rule}: "
-                                 f"{escape(finding.message)}")  # fmt: skip
+            console.stdout.print(
+                f"policy: {escape(finding.where)}: {finding.rule}: {escape(finding.told)}"
+            )
         console.stderr.print(
             f"{len(errors)} finding{'s' if len(errors) > 1 else ''} of fresh locks "
             "fail today's policy and waivers: restore the waiver, or move the pin "
-            f"({frontdoor.command('lock', recipe.name + ' --upgrade-package NAME')})"
+            f"({source.front.command('lock', recipe.name + ' --upgrade-package NAME')})"
         )
     return EXIT_VIOLATION
 
@@ -222,7 +230,7 @@ def _judge_fresh(look: _Look, options: LockOptions, summary: LockSummary) -> int
 
 def _check(look: _Look, options: LockOptions, summary: LockSummary) -> int:
     states = upto(list(look.survey.states), look.recipe, options.stage)
-    code = report_check(look.recipe.name, states, summary, quiet=options.quiet)
+    code = report_check(look.recipe.name, states, summary, look.source.front, quiet=options.quiet)
     if code != EXIT_OK:
         return code
     return _judge_and_stamp(look, options, summary, len(states), check=True)
@@ -240,8 +248,14 @@ def _judge_and_stamp(
     return code
 
 
-def report_check(image: str, states: list[LockState], summary: LockSummary, *,
-                 quiet: bool = False) -> int:  # fmt: skip
+def report_check(
+    image: str,
+    states: list[LockState],
+    summary: LockSummary,
+    front: FrontDoor,
+    *,
+    quiet: bool = False,
+) -> int:
     """Exit 1 listing every stale or missing lock; 0 (and nothing printed) when all are fresh."""
     bad = [state for state in states if state.status != "fresh"]
     summary.fresh = len(states) - len(bad)
@@ -252,17 +266,23 @@ def report_check(image: str, states: list[LockState], summary: LockSummary, *,
         from rich.markup import escape
 
         for state in bad:
-            console.stdout.print(f"{state.status}: {state.relpath} ({escape(state.step.label)}): "
-                                 f"{escape(state.reason)}")  # fmt: skip
+            console.stdout.print(
+                f"{state.status}: {state.relpath} ({escape(state.step.label)}): "
+                f"{escape(state.reason)}"
+            )
         console.stderr.print(
-            f"{len(bad)} of {len(states)} locks need: {frontdoor.command('lock', image)}"
+            f"{len(bad)} of {len(states)} locks need: {front.command('lock', image)}"
         )
     return EXIT_VIOLATION
 
 
 def _state_json(state: LockState) -> dict[str, str]:
-    return {"lock": state.relpath, "layer": state.step.label, "status": state.status,
-            "reason": state.reason}  # fmt: skip
+    return {
+        "lock": state.relpath,
+        "layer": state.step.label,
+        "status": state.status,
+        "reason": state.reason,
+    }
 
 
 def stamp_fresh(root: Path, recipe: Recipe, survey: Survey, source: RecordingSource) -> None:
@@ -288,8 +308,9 @@ def _look_again_and_stamp(root: Path, image: str) -> None:
 # -- compiling ------------------------------------------------------------------------------
 
 
-def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
-               summary: LockSummary) -> int:  # fmt: skip
+def lock_image(
+    root: Path, source: Source, recipe: Recipe, options: LockOptions, summary: LockSummary
+) -> int:
     """Record the base if asked or missing, then compile every stale lock (hold the file lock)."""
     from audit.base.record import record_base
     from audit.lock.files import base_relpath
@@ -297,6 +318,10 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
     from audit.lock.resolvers import select
 
     _prepare_docker(recipe, options)
+    if recipe.resolver != "uv" and not options.host:  # pip-tools compiles in the prelude
+        from audit.build.prelude import ensure_prelude
+
+        ensure_prelude(root, recipe, f"compiling {recipe.name}'s locks in its base")
     survey = survey_locks(source, recipe)
     if options.base.record or survey.base is None:
         record_base(root, source, recipe)
@@ -311,18 +336,28 @@ def lock_image(root: Path, source: Source, recipe: Recipe, options: LockOptions,
         return code
     record, base_digest = survey.base
     where = source.describe(base_relpath(recipe))
-    base_pins = base_constraints(record, recipe.interpreters[0], where)
-    backend = select(recipe, record, host=options.host)
-    ahead = read_ahead_inputs(source, recipe, states, base_digest, resolver=backend.label,
-                              upgrade=options.upgrade)  # fmt: skip
+    base_pins = base_constraints(record, recipe.interpreters[0], where, source.front)
+    backend = select(recipe, record, host=options.host, builds=options.builds)
+    ahead = read_ahead_inputs(
+        source, recipe, states, base_digest, resolver=backend.label, upgrade=options.upgrade
+    )
     # the read-ahead starts first: the runner's own imports and setup happen while it fetches
     with backend.warm(ahead, installed_versions(base_pins)):
         from audit.history.predict import StepJudge, base_markers
         from audit.lock.run import LockRun
 
         judge = StepJudge(recipe, date.today(), base_markers(record, recipe))
-        run = LockRun(root, source, recipe, base_pins, base_digest, survey.locks, judge, backend,
-                      options.upgrade)  # fmt: skip
+        run = LockRun(
+            root=root,
+            source=source,
+            recipe=recipe,
+            base_pins=base_pins,
+            base_digest=base_digest,
+            fresh_locks=survey.locks,
+            judge=judge,
+            backend=backend,
+            upgrade=options.upgrade,
+        )
         for state in states:
             run.visit(state)
     _summarize(run, options, summary)
@@ -349,10 +384,15 @@ def _summarize(run: LockRun, options: LockOptions, summary: LockSummary) -> None
     summary.written += [state.relpath for state, action in run.done if action == "compiled"]
     summary.fresh = sum(1 for _, action in run.done if action == "kept")
     summary.moved += [
-        {"layer": label, "name": name, "before": old, "after": new,
-         "direction": direction(name, old, new)}
+        {
+            "layer": label,
+            "name": name,
+            "before": old,
+            "after": new,
+            "direction": direction(name, old, new),
+        }
         for label, name, old, new in run.moves
-    ]  # fmt: skip
+    ]
     if not options.quiet:
         print_summary(run.done)
         print_moves(run.moves, options.upgrade)

@@ -17,6 +17,7 @@ WARNING = "warning"
 INFO = "info"
 SEVERITIES = (ERROR, WARNING, INFO)
 LOCATION_KEYS = ("image", "stage", "layer")
+OPTIONAL_KEYS = (*LOCATION_KEYS, "preset_rule")  # left out of JSON when None
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,11 @@ class Finding:
     ``waiver_index`` is that waiver's position in the policy (so a later layer knows it was
     spent); ``override`` rules report a declared ``--no-deps`` re-pin and what it breaks.
     ``image``, ``stage`` and ``layer`` (1-based, within the stage) say in structured form
-    what ``where`` says for a human, where it is known (None otherwise).
+    what ``where`` says for a human, where it is known (None otherwise). ``askers`` are the
+    installed requirements that pin a failing downgrade or variant to its new version
+    (``torch 2.13.0 requires nvidia-nccl-cu13==2.29.7``); ``preset_rule`` is the id of the
+    policy preset's rule that raised it (``lockstep cutlass-dsl``), None for the recipe's own.
+    Every renderer shows these fields; none reads them back out of ``message``.
     """
 
     rule: str
@@ -45,11 +50,19 @@ class Finding:
     image: str | None = None
     stage: str | None = None
     layer: int | None = None
+    askers: tuple[str, ...] = ()
+    preset_rule: str | None = None
 
     def located(self, image: str, stage: str | None = None, layer: int | None = None) -> Finding:
-        """This finding with its structured location (``where`` is left as it is); built
-        directly, as ``dataclasses.replace`` would, without its per-field walk (the gate
-        locates every finding of a fleet)."""
+        """This finding with its structured location (``where`` is left as it is)."""
+        return self.placed(where=self.where, image=image, stage=stage, layer=layer)
+
+    def placed(
+        self, *, where: str, image: str | None, stage: str | None, layer: int | None
+    ) -> Finding:
+        """This finding at ``where`` in ``image``, ``stage`` and ``layer``; built directly, as
+        ``dataclasses.replace`` would, without its per-field walk (the gate places every
+        finding of a fleet)."""
         return Finding(
             rule=self.rule,
             severity=self.severity,
@@ -57,27 +70,45 @@ class Finding:
             before=self.before,
             after=self.after,
             message=self.message,
-            where=self.where,
+            where=where,
             hint=self.hint,
             waiver=self.waiver,
             waiver_index=self.waiver_index,
             image=image,
             stage=stage,
             layer=layer,
+            askers=self.askers,
+            preset_rule=self.preset_rule,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """Every field; the location fields only where known (a JSON key is never null for
-        them, so older readers and documents stay as they were)."""
+        """Every field; the location fields, ``askers`` and ``preset_rule`` only where known
+        (a JSON key is never null or empty for them, so older readers and documents stay as
+        they were)."""
         data = {name: getattr(self, name) for name in _FIELD_NAMES}  # all scalars: no deep copy
-        for key in LOCATION_KEYS:
+        for key in OPTIONAL_KEYS:
             if data[key] is None:
                 del data[key]
+        if self.askers:
+            data["askers"] = list(self.askers)
+        else:
+            del data["askers"]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
-        return cls(**data)
+        """A finding :meth:`to_json` wrote (also one from before ``askers`` existed)."""
+        return cls(**{**data, "askers": tuple(data.get("askers", ()))})
+
+    @property
+    def asked_for(self) -> str:
+        """``asked for by: torch 2.13.0 requires nvidia-nccl-cu13==2.29.7`` ("" with no asker)."""
+        return f"asked for by: {'; '.join(self.askers)}" if self.askers else ""
+
+    @property
+    def told(self) -> str:
+        """The message as a reader should see it where only one text fits: with its askers."""
+        return f"{self.message} ({self.asked_for})" if self.askers else self.message
 
     @property
     def fails(self) -> bool:

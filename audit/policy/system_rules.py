@@ -127,9 +127,11 @@ def native_severity(policy: Policy) -> str:
 
 
 def native_findings(system: System, policy: Policy, where: str) -> list[Finding]:
-    """``shadowed-native`` findings of one image state (no waivers applied)."""
+    """``shadowed-native`` findings of one image state (no waivers applied). Where the snapshot
+    recorded loader facts, the loads are the loader model's (:mod:`audit.native.bridge`): a
+    copy is "shadowed" only where the resolution says the other copy really loads."""
     found = []
-    for library in system.native:
+    for library in _resolved(system):
         for wheel, path, version, users in shadowed_loads(library):
             name, promised = _owner(wheel)
             shown = version or "version unknown"
@@ -145,6 +147,15 @@ def native_findings(system: System, policy: Policy, where: str) -> list[Finding]
                               version or None, message, where)  # fmt: skip
             found.append(_hinted(finding, fix))
     return found
+
+
+def _resolved(system: System) -> tuple[NativeLibrary, ...]:
+    if not system.loader:
+        return system.native
+    # Imported here: only images with CUDA libraries record loader facts.
+    from audit.native.bridge import resolved_libraries
+
+    return resolved_libraries(system)
 
 
 def evaluate_system(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from audit.errors import BadInput
 from audit.history import diff as _diff
-from audit.history.snapshot import Distribution, Environment, canonical_name
+from audit.history.snapshot import Distribution, Environment, canonical_name, parse_version
 from audit.policy.findings import ERROR, INFO, WARNING, Finding
 from audit.policy.model import ALLOW, FAIL, WARN, LockstepGroup, Policy, Waiver
 from audit.policy.presets import PRESETS, label
@@ -69,6 +69,11 @@ def _origin(policy: Policy, rule_id: str) -> str:
     return label(policy.preset, rule_id, policy.preset_rules)
 
 
+def _preset_rule(policy: Policy, rule_id: str) -> str | None:
+    """``rule_id`` when the policy's preset raised it (its findings say so), else None."""
+    return rule_id if _origin(policy, rule_id) else None
+
+
 def change_key(change: _diff.Change) -> ChangeKey:
     """What :func:`change_finding` makes of ``change`` (rule, package, old and new version):
     the key the gate knows a reported finding by."""
@@ -83,7 +88,8 @@ def _reported(change: _diff.Change, reported: Collection[ChangeKey], policy: Pol
 
 def change_finding(change: _diff.Change, policy: Policy, where: str) -> Finding:
     severity = _change_severity(change.kind, policy)
-    origin = _origin(policy, _ACTION_KEY.get(change.kind, "")) if severity == ERROR else ""
+    rule_id = _ACTION_KEY.get(change.kind, "")
+    origin = _origin(policy, rule_id) if severity == ERROR else ""
     return Finding(
         rule=rule_of(change.kind),
         severity=severity,
@@ -92,14 +98,32 @@ def change_finding(change: _diff.Change, policy: Policy, where: str) -> Finding:
         after=change.after.version if change.after else None,
         message=origin + change.message,
         where=where,
+        preset_rule=rule_id if origin else None,
     )
 
 
 # --- state rules -------------------------------------------------------------------------
 
 
-def _state(rule: str, package: str, after: str | None, message: str, where: str) -> Finding:
-    return Finding(rule, ERROR, package, None, after, message, where)
+def _state(
+    rule: str,
+    package: str,
+    after: str | None,
+    message: str,
+    where: str,
+    *,
+    preset_rule: str | None = None,
+) -> Finding:
+    return Finding(
+        rule=rule,
+        severity=ERROR,
+        package=package,
+        before=None,
+        after=after,
+        message=message,
+        where=where,
+        preset_rule=preset_rule,
+    )
 
 
 def _group_members(names: Collection[str], group: LockstepGroup) -> list[str]:
@@ -116,13 +140,15 @@ def _group_members(names: Collection[str], group: LockstepGroup) -> list[str]:
 def _lockstep(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
     for group in policy.lockstep:
         members = _group_members(env, group)
-        versions = {n: _diff.parse_version(env[n].version) for n in members}
+        versions = {n: env[n].parsed_version for n in members}
         public = {v.public for v in versions.values() if v is not None}
         if len(public) > 1:
             listed = ", ".join(f"{n} {env[n].version}" for n in members)
-            origin = _origin(policy, f"lockstep {group.name}") or f"lockstep group {group.name}: "
+            rule_id = f"lockstep {group.name}"
+            origin = _origin(policy, rule_id) or f"lockstep group {group.name}: "
             message = f"{origin}members must share one version: {listed}"
-            yield _state("lockstep", group.name, None, message, where)
+            preset = _preset_rule(policy, rule_id)
+            yield _state("lockstep", group.name, None, message, where, preset_rule=preset)
 
 
 def cuda_major(tag: str) -> str | None:
@@ -138,7 +164,7 @@ def _cuda_marks(dist: Distribution) -> Iterator[tuple[str, str]]:
         yield "package", named.group(1)
     if "+" not in dist.version:  # no local label (PEP 440 has no other separator): skip parsing
         return
-    version = _diff.parse_version(dist.version)
+    version = dist.parsed_version
     for segment in (version.local or "").split(".") if version else ():
         local = _LOCAL_CUDA.match(segment)
         if local:
@@ -181,7 +207,8 @@ def _cuda_suffix(
         unasked = "; no installed package requires it" if kind == "package" and major else ""
         origin = _origin(policy, "cuda_suffix")
         message = f"{origin}{name} {dist.version}: {what} in an image built for {tag}{unasked}"
-        finding = _state("cuda-suffix", name, dist.version, message, where)
+        preset = _preset_rule(policy, "cuda_suffix")
+        finding = _state("cuda-suffix", name, dist.version, message, where, preset_rule=preset)
         yield finding if major else replace(finding, severity=WARNING)
 
 
@@ -278,7 +305,7 @@ def parse_requirement(text: str, key: str) -> Requirement:
 
 
 def _outside(requirement: Requirement, dist: Distribution) -> bool:
-    version = _diff.parse_version(dist.version)
+    version = dist.parsed_version
     return version is None or not requirement.specifier.contains(version, prereleases=True)
 
 
@@ -287,9 +314,11 @@ def _requirements(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
         requirement = parse_requirement(text, f"require[{index}]")
         dist = env.get(canonical_name(requirement.name))
         if dist is not None and _outside(requirement, dist):
-            origin = _origin(policy, f"require {dist.name}")
+            rule_id = f"require {dist.name}"
+            origin = _origin(policy, rule_id)
             message = f"{origin}{dist.name} {dist.version} breaks the policy requirement {text}"
-            yield _state("requirement", dist.name, dist.version, message, where)
+            preset = _preset_rule(policy, rule_id)
+            yield _state("requirement", dist.name, dist.version, message, where, preset_rule=preset)
 
 
 def _forbidden(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
@@ -299,9 +328,11 @@ def _forbidden(env: Env, policy: Policy, where: str) -> Iterator[Finding]:
         if dist is None:
             continue
         if not requirement.specifier or not _outside(requirement, dist):
-            origin = _origin(policy, f"forbid {dist.name}")
+            rule_id = f"forbid {dist.name}"
+            origin = _origin(policy, rule_id)
             message = f"{origin}{dist.name} {dist.version} is forbidden by the policy ({text})"
-            yield _state("forbidden", dist.name, dist.version, message, where)
+            preset = _preset_rule(policy, rule_id)
+            yield _state("forbidden", dist.name, dist.version, message, where, preset_rule=preset)
 
 
 def check_state(
@@ -325,7 +356,7 @@ def _version_matches(pattern: str, actual: str | None) -> bool:
         return True
     if actual is None:
         return False
-    wanted, found = _diff.parse_version(pattern), _diff.parse_version(actual)
+    wanted, found = parse_version(pattern), parse_version(actual)
     return wanted == found if wanted is not None and found is not None else pattern == actual
 
 
@@ -411,8 +442,15 @@ def _spent_note(finding: Finding, waiver: Waiver, ledger: WaiverLedger, index: i
         f"the waiver {waiver.describe()} was used in stage {stage}; it does not waive the same "
         f"change again in a later stage: {finding.message}"
     )
-    return Finding("waiver-spent", WARNING, finding.package, finding.before, finding.after,
-                   message, finding.where)  # fmt: skip
+    return Finding(
+        rule="waiver-spent",
+        severity=WARNING,
+        package=finding.package,
+        before=finding.before,
+        after=finding.after,
+        message=message,
+        where=finding.where,
+    )
 
 
 def _expired_finding(finding: Finding, waiver: Waiver) -> Finding:
@@ -485,10 +523,9 @@ def _with_hint(finding: Finding, scope: Scope, policy: Policy) -> Finding:
 
 def _preset_note(finding: Finding, policy: Policy) -> str:
     """Why the preset has the rule that fired, and the recipe key that turns it off."""
-    prefix = f"preset {policy.preset}: "
-    if policy.preset is None or not finding.message.startswith(prefix):
+    rule_id = finding.preset_rule
+    if policy.preset is None or rule_id is None:
         return ""
-    rule_id = finding.message[len(prefix) :].split(": ", 1)[0]
     reason = PRESETS[policy.preset].reason(rule_id) if policy.preset in PRESETS else ""
     return (
         f"preset {policy.preset} has `{rule_id}` because {reason}; to turn it off, set "
@@ -563,7 +600,8 @@ def evaluate(
     assert pair.before is before and pair.after is after, "compared is of another pair"
     changes = pair.changes
     moved = {c.name for c in changes}
-    kept = [_kept_override(n, after, markers, where) for n in declared if n not in moved]
+    held = _held_with(declared, moved, after, markers or {})
+    kept = [_kept_override(n, after, markers, where, held) for n in declared if n not in moved]
     findings = [f for f in kept if f is not None] + [
         _override(c, after, markers, where)
         if c.name in declared
@@ -581,30 +619,30 @@ def evaluate(
 # --- overrides ----------------------------------------------------------------------------
 
 
-ASKED_BY = " (asked for by: "
-
-
 def _with_askers(finding: Finding, after: Env, markers: Mapping[str, str] | None) -> Finding:
     """A failing downgrade or variant names who asks for the new version, as ``lock`` does:
-    ``torch 2.13.0 requires nvidia-nccl-cu13==2.29.7`` (installed requirements that now pin
-    the package, for these markers)."""
+    ``torch 2.13.0 requires nvidia-nccl-cu13==2.29.7`` (its ``askers``)."""
     if not finding.fails or finding.rule not in ("downgraded", "variant"):
         return finding
-    askers = asking_for(after, finding.package, markers or {})
-    if not askers:
-        return finding
-    return replace(finding, message=f"{finding.message}{ASKED_BY}{'; '.join(askers)})")
+    askers = asking_for(after, finding.package, markers or {}, finding.before)
+    return replace(finding, askers=tuple(askers)) if askers else finding
 
 
-def asking_for(env: Env, name: str, markers: Mapping[str, str]) -> list[str]:
+def asking_for(
+    env: Env, name: str, markers: Mapping[str, str], before: str | None = None
+) -> list[str]:
     """``other version requires <requirement>`` for each installed distribution whose recorded
-    requirement on ``name`` (for these markers, no extras) has a version specifier that the
-    installed version satisfies."""
+    requirement on ``name`` (for these markers, no extras) pins it to the installed version:
+    its specifier allows that version and not ``before`` (the version it moved from). A
+    requirement that allows both (``>=2.20``) asked for nothing: the move came from elsewhere.
+    """
+    old = parse_version(before) if before is not None else None
     return [
         f"{other.raw_name or other.name} {other.version} requires {text}"
         for other, text, requirement, dist in _requirements_on(env, name, markers)
         if str(requirement.specifier)
         and requirement.specifier.contains(dist.version, prereleases=True)
+        and (old is None or not requirement.specifier.contains(old, prereleases=True))
     ]
 
 
@@ -640,17 +678,82 @@ def _override(
     return Finding("override", WARNING, change.name, old, new, message, where)
 
 
+def _held_with(
+    declared: Collection[str], moved: Collection[str], after: Env, markers: Mapping[str, str]
+) -> dict[str, str]:
+    """Overrides kept because another live override pins them exactly, each with what pins it.
+
+    A live override is one the step moves, or keeps against a requirement it breaks. Whatever a
+    live override requires ``==`` its installed version moved with it in the resolution the
+    override undoes (``nvidia-cutlass-dsl`` 4.8.1 brings its ``-libs-*`` 4.8.1), so an override
+    of that pin is part of the same re-pin, not a dead entry; followed transitively."""
+    if not declared:
+        return {}
+    names = set(declared)
+    live = [  # sorted: which live override names a held one is the same on every run
+        n
+        for n in sorted(names, reverse=True)
+        if n in moved or (n in after and broken_requirements(after, n, markers))
+    ]
+    held: dict[str, str] = {}
+    while live:
+        dist = after.get(live.pop())
+        if dist is None:
+            continue
+        for text in dist.requires_dist or ():
+            requirement = _exact_pin(text, markers)
+            if requirement is None:
+                continue
+            pinned = canonical_name(requirement.name)
+            if pinned not in names or pinned in held or pinned in moved or pinned == dist.name:
+                continue
+            kept = after.get(pinned)
+            if kept is not None and requirement.specifier.contains(kept.version, prereleases=True):
+                held[pinned] = f"{dist.raw_name or dist.name} {dist.version} requires {text}"
+                live.append(pinned)
+    return held
+
+
+def _exact_pin(text: str, markers: Mapping[str, str]) -> Requirement | None:
+    """``text`` parsed when it is one ``==`` pin that applies under ``markers`` (no extras)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if "==" not in text:
+        return None
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return None
+    specs = list(requirement.specifier)
+    if len(specs) != 1 or specs[0].operator != "==":
+        return None
+    marker = requirement.marker
+    applies = marker is None or not markers or marker.evaluate(dict(markers, extra=""))
+    return requirement if applies else None
+
+
 def _kept_override(
-    name: str, after: Env, markers: Mapping[str, str] | None, where: str
+    name: str,
+    after: Env,
+    markers: Mapping[str, str] | None,
+    where: str,
+    held: Mapping[str, str] | None = None,
 ) -> Finding | None:
     """An override the step did not move: it keeps what was installed against a requirement
-    that wants another version, or it changes nothing (a warning that says so)."""
+    that wants another version, or together with another override that pins it exactly
+    (:func:`_held_with`), or it changes nothing (a warning that says so)."""
     dist = after.get(name)
     if dist is None:
         return _no_op(name, None, "this step leaves it uninstalled", where)
     broken = broken_requirements(after, name, markers or {})
     if broken:
         message = f"{name} kept at {dist.version} on purpose (override); " + "; ".join(broken)
+        return Finding("override", WARNING, name, dist.version, dist.version, message, where)
+    if held and name in held:
+        message = (
+            f"{name} kept at {dist.version} on purpose (override), with the override it "
+            f"belongs to: {held[name]}"
+        )
         return Finding("override", WARNING, name, dist.version, dist.version, message, where)
     if all(d.requires_dist is not None for d in after.values()):  # else: cannot be told
         why = "the step does not move it and no installed package requires another version"

@@ -22,11 +22,14 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 from audit.errors import GitError
 from audit.gate.compare import GateResult, gate_result
 from audit.host import process as commands
+from audit.project.frontdoor import FrontDoor
+from audit.project.memo import Memo
 from audit.redact import public_source_url
 
 # Blobs larger than this are left out of folder prefetches and read only when asked for.
@@ -59,18 +62,28 @@ class GitSource:
     file that is not UTF-8 text, a link, a folder or a submodule is :class:`GitError` naming
     ``REF:path``. :meth:`close` (or ``with``) ends the ``cat-file`` process; collection does too.
 
-    ``share``: another ref of the same repository whose ``cat-file`` process and fetched blobs
-    this one uses too (blobs are named by content, whatever the ref): a file the pull request
-    leaves alone, such as an image's base snapshot, is then read once for both refs.
+    ``share``: another ref of the same repository whose ``cat-file`` process, fetched blobs
+    and memo this one uses too (blobs are named by content, whatever the ref): a file the pull
+    request leaves alone, such as an image's base snapshot, is then read and parsed once for
+    both refs. ``memo``: the command's (without ``share``; default: a new one).
     """
 
-    def __init__(self, repo: Path, ref: str, share: GitSource | None = None) -> None:
+    def __init__(
+        self, repo: Path, ref: str, share: GitSource | None = None, memo: Memo | None = None
+    ) -> None:
         self.repo = repo
         self.ref = ref
+        own = memo if memo is not None else Memo()
+        self.memo: Memo = share.memo if share is not None else own
         self.commit = resolve_commit(repo, ref)
         self._entries = _list_tree(repo, self.commit)
         self._children = _children(self._entries)
         self._store: _Store = share._store if share is not None else _Store(repo)
+
+    @cached_property
+    def front(self) -> FrontDoor:
+        """The repository's: its work tree's noxfile (the gated checkout's commands)."""
+        return FrontDoor.of(self.repo)
 
     @property
     def _blobs(self) -> OrderedDict[str, bytes]:
@@ -135,8 +148,10 @@ class GitSource:
     def _folder_mates(self, path: str, entry: TreeEntry) -> list[str]:
         """``entry``'s object id and those of the other small files directly beside it."""
         parent = path.rpartition("/")[0]
-        beside = (self._entries[f"{parent}/{name}" if parent else name]
-                  for name in self._children.get(parent, ()))  # fmt: skip
+        beside = (
+            self._entries[f"{parent}/{name}" if parent else name]
+            for name in self._children.get(parent, ())
+        )
         mates = {e.oid for e in beside if _prefetchable(e) and e.oid not in self._blobs}
         return [entry.oid, *sorted(mates - {entry.oid})]
 
@@ -263,10 +278,15 @@ def gate_refs(
     strict_waivers: bool = False,
     strict: bool = False,
     head_matrices: bool = True,
+    memo: Memo | None = None,
 ) -> GateResult:
     """The dependency gate between two refs of ``repo``, read straight from git (no checkout):
-    its report and every image's stage matrices (the head ref's only with ``head_matrices``)."""
-    with GitSource(repo, base_ref) as base, GitSource(repo, head_ref, share=base) as head:
+    its report and every image's stage matrices (the head ref's only with ``head_matrices``);
+    both refs read through the command's ``memo``."""
+    with (
+        GitSource(repo, base_ref, memo=memo) as base,
+        GitSource(repo, head_ref, share=base) as head,
+    ):
         title = f"dependency gate: {_label(base)} → {_label(head)}"
         return gate_result(
             base,

@@ -2,7 +2,7 @@
 
 A project is any folder holding ``images/``: this checkout, or a user's own repository. The
 commands find it by walking up from the working folder, unless ``--project DIR`` named it
-(:func:`use_project`, set by ``audit/cli/main.py`` for one command and cleared after it).
+(the command's run context, :mod:`audit.cli.context`, holds that choice).
 The default templates ship inside the package (:data:`PACKAGE_TEMPLATES`); a project's
 ``templates/`` and an image's ``images/<image>/templates/`` override them file by file.
 """
@@ -17,31 +17,10 @@ ROOT_MARKERS = ("noxfile.py", "images")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PACKAGE_TEMPLATES = PACKAGE_DIR / "templates"  # package data: the default Jinja templates
 
-_project: list[Path] = []  # at most one entry: the folder --project named, for this command
-
-
-def use_project(folder: Path | None) -> None:
-    """Make ``folder`` the project of every :func:`find_root` call (None: walk up again).
-
-    Refuses a folder without ``images/`` (exit 2) so a typo never falls back to walking up.
-    """
-    _project.clear()
-    if folder is None:
-        return
-    resolved = folder.expanduser().resolve()
-    if not (resolved / "images").is_dir():
-        raise UsageError(
-            f"--project {folder}: no images/ folder in {resolved}",
-            "name the folder that holds images/ (or run `layer-audit init` there first)",
-        )
-    _project.append(resolved)
-
 
 def find_root(start: Path | None = None) -> Path:
-    """The project root: the ``--project`` folder, else the nearest folder at or above
-    ``start`` (default: the working folder) holding ``images/``."""
-    if _project and start is None:
-        return _project[0]
+    """The project root: the nearest folder at or above ``start`` (default: the working
+    folder) holding ``images/``; exit 2 when there is none."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "images").is_dir():

@@ -17,6 +17,8 @@ from enum import Enum
 from audit.errors import UsageError
 from audit.lock.files import render_lock
 from audit.lock.plan import layer_inputs, pip_steps, read_base_digest, resolver_label
+from audit.project.frontdoor import CONSOLE_SCRIPT
+from audit.project.memo import Memo
 from audit.project.paths import PACKAGE_DIR
 from audit.recipe.parse import load_recipe
 
@@ -91,6 +93,8 @@ class _Files:
     """A :class:`audit.project.sources.Source` over planned files (nothing written yet)."""
 
     def __init__(self, files: dict[str, bytes]) -> None:
+        self.memo = Memo()
+        self.front = CONSOLE_SCRIPT
         self.files = files
 
     def read_bytes(self, relpath: str) -> bytes:

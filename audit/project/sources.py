@@ -14,10 +14,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
 from audit.errors import ProjectFileError
+from audit.project.frontdoor import FrontDoor
+from audit.project.memo import Memo
 
 MiB = 1024 * 1024
 TEXT_LIMIT = 1 * MiB  # recipes, requirements, includes, templates, copy sources
@@ -33,7 +36,14 @@ _HINT = "make it a regular file inside the project (copy it in instead of linkin
 
 
 class Source(Protocol):
-    """Read-only access to project files by project-relative POSIX path."""
+    """Read-only access to project files by project-relative POSIX path; ``memo``: what the
+    command has already parsed of them (shared by the sources of one command); ``front``: the
+    commands the project's users run, which its hints name."""
+
+    memo: Memo
+
+    @property
+    def front(self) -> FrontDoor: ...
 
     def read_bytes(self, relpath: str) -> bytes:
         """The file's bytes; raises FileNotFoundError when it does not exist at this source."""
@@ -117,8 +127,13 @@ def _read_at_most(fd: int, size: int) -> bytes:
 class DirectorySource:
     """Project files in a folder on disk (the working tree), read by :func:`read_project_file`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, memo: Memo | None = None) -> None:
         self.root = root
+        self.memo = memo if memo is not None else Memo()
+
+    @cached_property
+    def front(self) -> FrontDoor:
+        return FrontDoor.of(self.root)
 
     def read_bytes(self, relpath: str) -> bytes:
         return read_project_file(self.root, relpath)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,40 +38,12 @@ def read_toml(source: Source, relpath: str) -> Node:
     except OSError as exc:  # a directory or an unreadable file where the recipe should be
         raise RecipeError(where, f"cannot read ({exc.strerror})", "make it a plain file") from exc
     try:
-        data = _parsed(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(where, text, str(exc)) from exc
     except RecursionError as exc:  # tomllib recurses once per nested array or inline table
         raise RecipeError(where, "values are nested too deeply", "see docs/recipes.md") from exc
     return Node(where, "", data)
-
-
-# Parsed texts, the most recent few: the gate reads every recipe at two refs, and a fleet's
-# recipes are often the same text in folders of their own (tomllib is pure Python).
-_PARSED: OrderedDict[str, dict[str, Any]] = OrderedDict()
-_PARSED_LIMIT = 64
-
-
-def _parsed(text: str) -> dict[str, Any]:
-    """``tomllib.loads(text)``, remembered by the text; each caller gets its own copy of the
-    tables and arrays (the values in them are immutable). A failure is never remembered."""
-    data = _PARSED.get(text)
-    if data is None:
-        data = _PARSED[text] = tomllib.loads(text)
-        if len(_PARSED) > _PARSED_LIMIT:
-            _PARSED.popitem(last=False)
-    else:
-        _PARSED.move_to_end(text)
-    return {key: _copy(item) for key, item in data.items()}
-
-
-def _copy(value: Any) -> Any:
-    """A copy of parsed TOML: new tables and arrays, the same immutable scalars."""
-    if type(value) is dict:
-        return {key: _copy(item) for key, item in value.items()}
-    if type(value) is list:
-        return [_copy(item) for item in value]
-    return value
 
 
 def _toml_error(where: str, text: str, message: str) -> RecipeError:

@@ -3,6 +3,13 @@
 ``audit.recipe.parse.load_recipe`` builds a :class:`Recipe` from ``images/<name>/image.toml``
 once, validating everything; all later code trusts it. Key paths are 1-based:
 ``stage[2].layer[1]`` is the first layer of the second stage (v2).
+
+Stages form a graph, as a Dockerfile's do: each starts from an earlier stage (by default the
+one before; v1 from ``[image] base``) or from an image of its own, and a layer may copy or
+mount files from another stage. Invariants the parser guarantees and this module relies on:
+a stage's parent and every stage a layer names come before it (file order is a topological
+order); some stage's chain starts from ``[image] base``; pip layers live only in *audited*
+stages (:meth:`Recipe.audited`), whose chain starts from the recorded base.
 """
 
 from __future__ import annotations
@@ -17,6 +24,11 @@ from audit.policy.model import Policy
 DEFAULT_TAG_PATTERN = "{stage}-{arch}-{cuda}"
 DEFAULT_LATEST_PATTERN = "latest-{arch}-{cuda}"
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
+# BuildKit's own build arguments: declared in a stage (``ARG TARGETARCH``), filled per platform
+PLATFORM_ARGS = (
+    "TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT",
+    "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -25,6 +37,27 @@ class Index:
 
     name: str
     url: str  # never holds credentials: those reach pip as BuildKit secrets
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A BuildKit mount of one RUN (``RUN --mount=type=…``), kept on a run or pip layer.
+
+    ``type`` is bind, cache, tmpfs, secret or ssh. A bind without ``from_`` mounts a file or
+    folder of the recipe (``source``, recipe-relative: rendered under ``files/``); with
+    ``from_`` (a stage name or an image) a path of that stage or image. A secret names only its
+    ``id``: its value reaches the build as a BuildKit secret (``build --secret``), never as a
+    file of the recipe, an ARG or an ENV. ``options`` are the remaining keys as BuildKit spells
+    them (``sharing``, ``mode``, ``uid``, ``gid``, ``size``, ``required``, ``readonly``), each
+    value one word without commas or quotes.
+    """
+
+    type: str
+    target: str | None = None
+    source: str | None = None
+    from_: str | None = None
+    id: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -40,6 +73,10 @@ class PipLayer:
     # the field's fix in one layer: these exact pins ("name==version", canonical names) win over
     # what the layer's resolution asks for, as a --no-deps re-pin right after it would
     override: tuple[str, ...] = ()
+    # a declared index that replaces the image's index_url for this layer only (a Dockerfile
+    # RUN's own --index-url); None: the image's index_url
+    primary_index: str | None = None
+    mounts: tuple[Mount, ...] = ()  # the RUN's own BuildKit mounts (a cache, a secret …)
 
     @property
     def override_names(self) -> tuple[str, ...]:
@@ -54,16 +91,19 @@ class RunLayer:
     # a file of the recipe folder fed to the command's standard input (a Dockerfile heredoc,
     # kept as a file: the file is bind-mounted for this step only, never left in a layer)
     stdin: str | None = None
+    mounts: tuple[Mount, ...] = ()  # the RUN's own BuildKit mounts (a cache, a bind …)
 
 
 @dataclass(frozen=True)
 class CopyLayer:
-    """Copy a file or folder from the recipe folder into the image."""
+    """Copy a file or folder from the recipe folder into the image, or (``from_``) a path of
+    an earlier stage or of another image (``COPY --from``: ``src`` is a path there)."""
 
     src: str
     dest: str
     mode: str | None = None  # octal, e.g. "0755": COPY --chmod
     owner: str | None = None  # user[:group], names or ids: COPY --chown
+    from_: str | None = None  # a stage name (vK) or an image reference
 
 
 @dataclass(frozen=True)
@@ -82,7 +122,16 @@ class EnvLayer:
     expand: bool = False
 
 
-Layer = PipLayer | RunLayer | CopyLayer | EnvLayer | WorkdirLayer
+@dataclass(frozen=True)
+class ArgLayer:
+    """Declare build arguments in the stage here (``ARG NAME``): later run layers see them in
+    their environment, env layers with ``expand`` may name them. Defaults live in ``[args]``;
+    the platform arguments (:data:`PLATFORM_ARGS`) are BuildKit's, filled per platform."""
+
+    names: tuple[str, ...]
+
+
+Layer = PipLayer | RunLayer | CopyLayer | EnvLayer | WorkdirLayer | ArgLayer
 
 
 @dataclass(frozen=True)
@@ -125,6 +174,18 @@ class Stage:
     layers: tuple[Layer, ...]
     description: str = ""
     smoke: str | None = None  # a command run in the built stage image
+    parent: str | None = None  # the stage it starts from; None: ``base`` or the default
+    base: str | None = None  # or an image of its own (``FROM base``), e.g. a runtime base
+    base_digest: str | None = None
+    target: str | None = None  # the Dockerfile's name for it: ``--target`` accepts it too
+    config: ImageConfig = ImageConfig()  # CMD, ENTRYPOINT … set at the end of this stage
+
+    @property
+    def base_ref(self) -> str | None:
+        """The stage's own image as FROM names it (pinned by digest when one is given)."""
+        if self.base is None:
+            return None
+        return f"{self.base}@{self.base_digest}" if self.base_digest else self.base
 
 
 @dataclass(frozen=True)
@@ -177,6 +238,10 @@ class Recipe:
     # Python) with PIP_BREAK_SYSTEM_PACKAGES=1; off, pip refuses and the build says so (exit 2)
     break_system_packages: bool = False
     config: ImageConfig = ImageConfig()  # CMD, ENTRYPOINT, USER … of the last stage
+    args: tuple[tuple[str, str], ...] = ()  # [args]: build arguments and their defaults
+    # the base has no Python: this stage, built, is what the base record describes (its
+    # ancestors and itself are the prelude, built without the guard)
+    base_stage: str | None = None
 
     @property
     def source(self) -> Path:
@@ -192,17 +257,110 @@ class Recipe:
         return f"{self.base}@{self.base_digest}" if self.base_digest else self.base
 
     def stage(self, name: str) -> Stage:
+        """The stage named ``name`` (``vK``), or whose Dockerfile name (``target``) it is."""
         for stage in self.stages:
-            if stage.name == name:
+            if name in (stage.name, stage.target):
                 return stage
         raise KeyError(name)
 
     def steps(self, until: str | None = None) -> Iterator[Step]:
-        """Every layer in build order, up to and including stage ``until``."""
-        if until is None:
+        """Every layer in build order; with ``until``, only those of the stages building it
+        needs (:meth:`needs`: its chain and the stages it copies or mounts from). An unknown
+        stage stops nowhere."""
+        if until is None or not self._is_stage(until):
             return iter(self._steps)
-        last = next((n for n, s in enumerate(self.stages, 1) if s.name == until), len(self.stages))
-        return (step for step in self._steps if step.stage_number <= last)
+        needed = set(self.needs(until))
+        return (step for step in self._steps if step.stage.name in needed)
+
+    # -- the stage graph ----------------------------------------------------------------------
+
+    def parent(self, stage: Stage) -> Stage | None:
+        """The stage ``stage`` starts from; None when it starts from an image."""
+        if stage.parent is not None:
+            return self.stage(stage.parent)
+        if stage.base is not None or stage is self.stages[0]:
+            return None
+        return self.stages[self.stages.index(stage) - 1]
+
+    def from_ref(self, stage: Stage) -> str:
+        """What the stage's FROM names: its parent stage, its own image or ``[image] base``."""
+        parent = self.parent(stage)
+        if parent is not None:
+            return parent.name
+        return stage.base_ref or self.base_ref
+
+    def lineage(self, stage: Stage) -> tuple[Stage, ...]:
+        """The stage's chain, root first: what its image is built on, and itself."""
+        chain = [stage]
+        while (parent := self.parent(chain[-1])) is not None:
+            chain.append(parent)
+        return tuple(reversed(chain))
+
+    def root_ref(self, stage: Stage) -> str:
+        """The image the stage's chain starts from."""
+        return self.from_ref(self.lineage(stage)[0])
+
+    def audited(self, stage: Stage) -> bool:
+        """Whether the stage builds on what the base record describes, so the guard can audit
+        its layers: its chain starts from ``[image] base`` and, with ``base_stage``, passes
+        through that stage after it (the prelude itself is not audited: it has no Python)."""
+        chain = self.lineage(stage)
+        if self.root_ref(stage) != self.base_ref:
+            return False
+        if self.base_stage is None:
+            return True
+        names = [s.name for s in chain]
+        return self.base_stage in names and names[-1] != self.base_stage
+
+    def needs(self, name: str) -> tuple[str, ...]:
+        """The stages building ``name`` needs, in file order: its chain and, recursively, the
+        stages its layers copy or mount from."""
+        wanted: set[str] = set()
+        todo = [self.stage(name)]
+        while todo:
+            stage = todo.pop()
+            if stage.name in wanted:
+                continue
+            wanted.add(stage.name)
+            parent = self.parent(stage)
+            todo += [parent] if parent is not None else []
+            todo += [self.stage(n) for n in _stages_named(stage) if self._is_stage(n)]
+        return tuple(s.name for s in self.stages if s.name in wanted)
+
+    def _is_stage(self, name: str) -> bool:
+        return any(name in (s.name, s.target) for s in self.stages)
+
+    def before(self, step: Step) -> frozenset[str]:
+        """Slugs of the layers built before ``step`` in its own image (its chain's)."""
+        chain = {s.name for s in self.lineage(step.stage)}
+        return frozenset(
+            s.slug
+            for s in self._steps
+            if s.stage.name in chain
+            and (s.stage_number, s.position) < (step.stage_number, step.position)
+        )
+
+    @property
+    def recorded_ref(self) -> str:
+        """The image the base record describes: ``[image] base``, or (``base_stage``) the
+        local tag ``lock --record-base`` and ``build`` give that stage built without guard."""
+        if self.base_stage is None:
+            return self.base_ref
+        return f"{self.repository}:{self.tag(self.base_stage)}-base"
+
+    @property
+    def recorded_base(self) -> str:
+        """How the base record names its base: ``base``, plus ``+vK`` with ``base_stage``."""
+        return self.base if self.base_stage is None else f"{self.base}+{self.base_stage}"
+
+    def layer_index_url(self, layer: PipLayer) -> str:
+        """A pip layer's primary index: its own ``primary_index``, else ``index_url``."""
+        return self.index(layer.primary_index).url if layer.primary_index else self.index_url
+
+    def args_of(self, stage: Stage) -> tuple[str, ...]:
+        """Every build argument the stage's arg layers declare, in order."""
+        layers = [layer for layer in stage.layers if isinstance(layer, ArgLayer)]
+        return tuple(name for layer in layers for name in layer.names)
 
     @cached_property
     def _steps(self) -> tuple[Step, ...]:
@@ -225,3 +383,14 @@ class Recipe:
 
     def latest_tag(self) -> str:
         return self.latest_tag_pattern.format(stage="latest", arch=self.arch, cuda=self.cuda)
+
+
+def _stages_named(stage: Stage) -> list[str]:
+    """What the stage's layers copy or mount from (stage names and images alike)."""
+    found = []
+    for layer in stage.layers:
+        if isinstance(layer, CopyLayer) and layer.from_:
+            found.append(layer.from_)
+        if isinstance(layer, PipLayer | RunLayer):
+            found += [mount.from_ for mount in layer.mounts if mount.from_]
+    return found

@@ -13,11 +13,10 @@ re-pins into the layer they correct.
 
 from __future__ import annotations
 
-import posixpath
+import dataclasses
 import re
 import string
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -26,11 +25,21 @@ from packaging.version import Version
 
 from audit.errors import UsageError
 from audit.project.sources import Source
+from audit.recipe.build_args import SECRET_NAME, parse_arg_layer, parse_args
+from audit.recipe.context import (
+    STAGE_NAME,
+    ParseContext,
+    earlier_stage,
+    own_file,
+    recipe_file,
+)
+from audit.recipe.graph import check_graph
 from audit.recipe.located_toml import SIMPLE_NAME, Node, read_toml
 from audit.recipe.model import (
     DEFAULT_INDEX_URL,
     DEFAULT_LATEST_PATTERN,
     DEFAULT_TAG_PATTERN,
+    ArgLayer,
     CopyLayer,
     EnvLayer,
     Healthcheck,
@@ -43,24 +52,28 @@ from audit.recipe.model import (
     Stage,
     WorkdirLayer,
 )
+from audit.recipe.mounts import IMAGE_SOURCE, parse_mounts
 from audit.recipe.policy_parse import parse_policy
 from audit.recipe.repins import fold_repins
 from audit.recipe.requirements_in import RequirementsFile, parse_requirements, url_problem
 from audit.suggest import did_you_mean, one_of
 
-TOP_KEYS = ("image", "indexes", "stage", "policy", "config")
+TOP_KEYS = ("image", "indexes", "args", "stage", "policy", "config")
 IMAGE_KEYS = (
     "base", "base_digest", "platform", "cuda", "interpreters", "repository",
     "tag_pattern", "latest_tag_pattern", "index_url", "resolver", "break_system_packages",
+    "base_stage",
 )  # fmt: skip
 RESOLVER_NAMES = ("pip-tools", "uv")
 IMAGE_REQUIRED = ("base", "platform", "cuda", "interpreters", "repository")
-STAGE_KEYS = ("name", "description", "smoke", "layer")
+STAGE_KEYS = (
+    "name", "description", "smoke", "from", "base", "base_digest", "target", "config", "layer",
+)  # fmt: skip
 LAYER_OPTIONS: dict[str, tuple[str, ...]] = {
-    "pip": ("index", "pre", "no_deps", "override"), "run": ("stdin",), "copy": (),
-    "env": ("expand",), "workdir": (),
+    "pip": ("index", "primary_index", "pre", "no_deps", "override", "mounts"),
+    "run": ("stdin", "mounts"), "copy": (), "env": ("expand",), "workdir": (), "arg": (),
 }  # fmt: skip
-COPY_KEYS = ("src", "dest", "mode", "owner")
+COPY_KEYS = ("src", "dest", "mode", "owner", "from")
 CONFIG_KEYS = (
     "cmd", "entrypoint", "user", "expose", "labels", "healthcheck", "stopsignal", "shell",
 )  # fmt: skip
@@ -77,12 +90,13 @@ PLATFORM = re.compile(r"linux/(amd64|arm64|ppc64le|s390x|riscv64)")
 CUDA = re.compile(r"cu[0-9]{2,4}|cpu")
 INTERPRETER = re.compile(r"/[A-Za-z0-9._+/-]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# a word of the name (split at _) says it holds a secret: HF_TOKEN, DB_PASSWORD, not TOKENIZERS_…
-SECRET_NAME = re.compile(
-    r"(?:^|_)(?:TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIALS?|API_?KEY)S?(?:_|$)", re.IGNORECASE
-)
+# SECRET_NAME (audit.recipe.build_args): a word of the name (split at _) says it holds a
+# secret: HF_TOKEN, DB_PASSWORD, not TOKENIZERS_…
 PIP_SOURCE_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
 CONTAINER_PATH = re.compile(r"/[\w.+@:/=,-]*")
+# a COPY --from source: a path in that stage or image (relative to its root), globs allowed
+FROM_PATH = re.compile(r"[\w.+@:/=,*?\[\]-]+")
+TARGET_NAME = re.compile(r"[a-z][a-z0-9_.-]*")  # a Dockerfile stage name (Docker lowers them)
 HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*['\"]?[A-Za-z_]")  # not the here-string <<<
 FILE_MODE = re.compile(r"0?[0-7]{3}")
 OWNER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]*)?")
@@ -116,25 +130,15 @@ def load_all(source: Source) -> list[Recipe]:
 # --- the recipe -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Context:
-    """What layer validation needs beyond its own table."""
-
-    source: Source
-    folder: str
-    index_url: str
-    indexes: tuple[Index, ...]
-
-
 def _recipe(source: Source, image: str, root: Node) -> Recipe:
     root.check_keys(TOP_KEYS, required=("image", "stage"))
     head = root.table("image")
     head.check_keys(IMAGE_KEYS, required=IMAGE_REQUIRED)
     index_url = _url(head, "index_url", DEFAULT_INDEX_URL)
     indexes = _indexes(root.table("indexes")) if "indexes" in root.data else ()
-    context = _Context(source, f"images/{image}", index_url, indexes)
+    context = ParseContext(source, f"images/{image}", index_url, indexes)
     cuda = head.matching("cuda", CUDA, "a CUDA tag like 'cu130' or 'cpu'")
-    return Recipe(
+    recipe = Recipe(
         name=image,
         directory=Path(context.folder),
         base=_base(head),
@@ -150,11 +154,20 @@ def _recipe(source: Source, image: str, root: Node) -> Recipe:
         index_url=index_url,
         indexes=indexes,
         stages=(stages := _stages(root, context)),
-        policy=parse_policy(root.table("policy") if "policy" in root.data else None, cuda, stages),
+        policy=parse_policy(
+            root.table("policy") if "policy" in root.data else None,
+            cuda,
+            {stage.name: len(stage.layers) for stage in stages},
+        ),
         resolver=_resolver(head),
         break_system_packages=head.boolean("break_system_packages", False),
         config=_config(root.table("config")) if "config" in root.data else ImageConfig(),
+        args=parse_args(root.table("args")) if "args" in root.data else (),
+        base_stage=head.matching("base_stage", STAGE_NAME, "a stage name like 'v1'")
+        if "base_stage" in head.data
+        else None,
     )
+    return check_graph(root, recipe)
 
 
 def _resolver(head: Node) -> str:
@@ -227,30 +240,67 @@ def _indexes(table: Node) -> tuple[Index, ...]:
     return tuple(Index(name, _url(table, name)) for name in table.data)
 
 
-def _stages(root: Node, context: _Context) -> tuple[Stage, ...]:
+def _stages(root: Node, context: ParseContext) -> tuple[Stage, ...]:
     nodes = root.tables("stage")
     if not nodes:
         raise root.error("stage", "needs at least one [[stage]]")
-    return tuple(_stage(node, number, context) for number, node in enumerate(nodes, start=1))
+    last = len(nodes)
+    stages = []
+    for number, node in enumerate(nodes, start=1):
+        earlier = tuple(f"v{n}" for n in range(1, number))
+        config_here = number == last and "config" in root.data
+        here = dataclasses.replace(context, earlier=earlier)
+        stages.append(_stage(node, number, here, config_here))
+    return tuple(stages)
 
 
-def _stage(node: Node, number: int, context: _Context) -> Stage:
-    node.check_keys(STAGE_KEYS, required=("name", "layer"))
+def _stage(node: Node, number: int, context: ParseContext, top_config: bool = False) -> Stage:
+    node.check_keys(STAGE_KEYS, required=("name",))
     name = node.text("name")
     if name != f"v{number}":
         raise node.error(
             "name",
             f"stage {number} is named {name!r}: stages are v1 … vN in order",
-            f"name it 'v{number}' (each stage builds on the one before it)",
+            f"name it 'v{number}' (by default each stage builds on the one before it)",
         )
-    layers = tuple(_layer(layer, context) for layer in node.tables("layer"))
-    if not layers:
-        raise node.error("layer", "a stage needs at least one [[stage.layer]]")
-    layers = fold_repins(node, layers)
-    return Stage(name, layers, node.text("description", ""), node.optional_text("smoke"))
+    # no layer: the stage is the image it starts from, with its own config (a Dockerfile's
+    # FROM runtime AS serve + ENTRYPOINT)
+    layers = fold_repins(node, tuple(_layer(layer, context) for layer in node.tables("layer")))
+    if top_config and "config" in node.data:
+        raise node.error("config", "the last stage's configuration is [config]: keep one of them")
+    return Stage(
+        name,
+        layers,
+        node.text("description", ""),
+        node.optional_text("smoke"),
+        parent=_parent(node, context),
+        base=_base(node) if "base" in node.data else None,
+        base_digest=_stage_digest(node),
+        target=node.matching("target", TARGET_NAME, "a Dockerfile stage name (lower case)")
+        if "target" in node.data
+        else None,
+        config=_config(node.table("config")) if "config" in node.data else ImageConfig(),
+    )
 
 
-def _layer(node: Node, context: _Context) -> Layer:
+def _parent(node: Node, context: ParseContext) -> str | None:
+    """``from``: an earlier stage; exclusive with ``base`` (an image of the stage's own)."""
+    if "from" not in node.data:
+        return None
+    if "base" in node.data:
+        raise node.error("from", "a stage starts from a stage (from) or an image (base), not both")
+    return earlier_stage(node, "from", node.text("from"), context)
+
+
+def _stage_digest(node: Node) -> str | None:
+    if "base_digest" not in node.data:
+        return None
+    if "base" not in node.data:
+        raise node.error("base_digest", "pins the stage's own base: give base too")
+    return node.matching("base_digest", DIGEST, "a sha256:<64 hex> digest")
+
+
+def _layer(node: Node, context: ParseContext) -> Layer:
     every_key = (*LAYER_OPTIONS, *{o for opts in LAYER_OPTIONS.values() for o in opts})
     node.check_keys(every_key)
     kinds = [kind for kind in LAYER_OPTIONS if kind in node.data]
@@ -264,24 +314,36 @@ def _layer(node: Node, context: _Context) -> Layer:
     for key in node.data:
         if key not in (kind, *LAYER_OPTIONS[kind]):
             raise node.error(key, f"not an option of a {kind} layer", "see docs/recipes.md")
-    builders: dict[str, Callable[[Node, _Context], Layer]] = {
+    builders: dict[str, Callable[[Node, ParseContext], Layer]] = {
         "pip": _pip_layer, "run": _run_layer, "copy": _copy_layer, "env": _env_layer,
-        "workdir": _workdir_layer,
+        "workdir": _workdir_layer, "arg": _arg_layer,
     }  # fmt: skip
     return builders[kind](node, context)
 
 
-def _pip_layer(node: Node, context: _Context) -> PipLayer:
-    path = _recipe_file(node, "pip", context, under="requirements/")
-    index = node.optional_text("index")
+def _arg_layer(node: Node, context: ParseContext) -> ArgLayer:
+    return parse_arg_layer(node)
+
+
+def _declared_index(node: Node, key: str, context: ParseContext) -> str | None:
+    """A pip layer's ``index`` or ``primary_index``: the name of a declared index."""
+    index = node.optional_text(key)
     names = [i.name for i in context.indexes]
     if index is not None and index not in names:
         raise node.error(
-            "index",
+            key,
             f"index {index!r} is not declared{did_you_mean(index, names)}",
             f"declare it under [indexes] (declared: {one_of(names) or 'none'})",
         )
-    urls = [context.index_url, *(i.url for i in context.indexes if i.name == index)]
+    return index
+
+
+def _pip_layer(node: Node, context: ParseContext) -> PipLayer:
+    path = recipe_file(node, "pip", context, under="requirements/")
+    index = _declared_index(node, "index", context)
+    primary = _declared_index(node, "primary_index", context)
+    primary_url = next((i.url for i in context.indexes if i.name == primary), context.index_url)
+    urls = [primary_url, *(i.url for i in context.indexes if i.name == index)]
     parsed = parse_requirements(
         context.source,
         f"{context.folder}/{path}",
@@ -299,7 +361,8 @@ def _pip_layer(node: Node, context: _Context) -> PipLayer:
     override = _override(node) if "override" in node.data else ()
     if no_deps:
         override = _exact_pins_only(node, parsed)
-    return PipLayer(path, index, node.boolean("pre", False), no_deps, override)
+    mounts = parse_mounts(node, context) if "mounts" in node.data else ()
+    return PipLayer(path, index, node.boolean("pre", False), no_deps, override, primary, mounts)
 
 
 def _override(node: Node) -> tuple[str, ...]:
@@ -343,18 +406,7 @@ def _exact_pins_only(node: Node, parsed: RequirementsFile) -> tuple[str, ...]:
     return tuple(pins)
 
 
-def _recipe_file(node: Node, key: str, context: _Context, under: str = "") -> str:
-    """A path inside the recipe folder (``under`` it, when given) that exists."""
-    path = node.text(key)
-    clean = posixpath.normpath(path)
-    if path.startswith("/") or clean.startswith("..") or not clean.startswith(under):
-        raise node.error(key, f"{path!r} must be a relative path inside {context.folder}/{under}")
-    if not context.source.exists(f"{context.folder}/{clean}"):
-        raise node.error(key, f"{context.folder}/{clean} does not exist", "create it or fix it")
-    return clean
-
-
-def _run_layer(node: Node, context: _Context) -> RunLayer:
+def _run_layer(node: Node, context: ParseContext) -> RunLayer:
     # a list of commands reads better in image.toml than one long line
     listed = isinstance(node.data["run"], list)
     command = " && ".join(node.texts("run")) if listed else node.text("run")
@@ -368,35 +420,42 @@ def _run_layer(node: Node, context: _Context) -> RunLayer:
             "heredocs ('<<') are not supported in run layers",
             'put the heredoc in a file and name it with stdin = "FILE" on this layer',
         )
-    stdin = _own_file(node, "stdin", context) if "stdin" in node.data else None
-    return RunLayer(command, stdin)
+    stdin = own_file(node, "stdin", context) if "stdin" in node.data else None
+    mounts = parse_mounts(node, context) if "mounts" in node.data else ()
+    return RunLayer(command, stdin, mounts)
 
 
-def _own_file(node: Node, key: str, context: _Context) -> str:
-    """A file or folder of the recipe folder that is the user's own (not the recipe itself)."""
-    path = _recipe_file(node, key, context)
-    if path in ("image.toml", ".") or path.startswith("templates"):
-        raise node.error(key, "name a file or folder of your own, not the recipe itself")
-    return path
-
-
-def _copy_layer(node: Node, context: _Context) -> CopyLayer:
+def _copy_layer(node: Node, context: ParseContext) -> CopyLayer:
     table = node.table("copy")
     table.check_keys(COPY_KEYS, required=("src", "dest"))
-    src = _own_file(table, "src", context)
+    origin = _copy_origin(table, context) if "from" in table.data else None
+    if origin is None:
+        src = own_file(table, "src", context)
+    else:
+        src = table.matching("src", FROM_PATH, f"a path in {origin} (no spaces or quotes)")
     dest = table.matching("dest", CONTAINER_PATH, "an absolute path inside the image")
     mode = _maybe(table, "mode", FILE_MODE, "an octal mode like '0755'")
     owner = _maybe(table, "owner", OWNER, "user[:group] (names or ids)")
-    return CopyLayer(src, dest, mode, owner)
+    return CopyLayer(src, dest, mode, owner, origin)
 
 
-def _workdir_layer(node: Node, context: _Context) -> WorkdirLayer:
+def _copy_origin(table: Node, context: ParseContext) -> str:
+    """``copy.from``: an earlier stage (``vK``), or an image reference."""
+    name = table.text("from")
+    if STAGE_NAME.fullmatch(name):
+        return earlier_stage(table, "from", name, context)
+    if not IMAGE_SOURCE.fullmatch(name):
+        raise table.error("from", f"{name!r} is neither a stage (vK) nor an image reference")
+    return name
+
+
+def _workdir_layer(node: Node, context: ParseContext) -> WorkdirLayer:
     return WorkdirLayer(
         node.matching("workdir", CONTAINER_PATH, "an absolute path inside the image")
     )
 
 
-def _env_layer(node: Node, context: _Context) -> EnvLayer:
+def _env_layer(node: Node, context: ParseContext) -> EnvLayer:
     table = node.table("env")
     if not table.data:
         raise node.error("env", 'needs at least one NAME = "value"')

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -17,8 +18,8 @@ from packaging.version import InvalidVersion, Version
 
 from audit.policy import presets, rules
 from audit.policy.model import ACTIONS, FAIL, WARN, LockstepGroup, Policy, Waiver
-from audit.recipe.located_toml import SIMPLE_NAME, Node
-from audit.recipe.model import Stage
+from audit.project.sources import Source
+from audit.recipe.located_toml import SIMPLE_NAME, Node, read_toml
 from audit.suggest import did_you_mean, one_of
 
 POLICY_ACTIONS = {
@@ -38,9 +39,10 @@ PACKAGE_GLOB = re.compile(r"[A-Za-z0-9*?][A-Za-z0-9._*?-]*")
 LIBRARY_PREFIX = re.compile(r"lib[A-Za-z0-9_+-]+")
 
 
-def parse_policy(node: Node | None, cuda: str, stages: tuple[Stage, ...]) -> Policy:
-    """``[policy]`` (``node``, None when absent) of a recipe with this ``cuda`` tag and ``stages``
-    (waivers may name a stage and a layer of them), with its preset merged under it."""
+def parse_policy(node: Node | None, cuda: str, stages: Mapping[str, int]) -> Policy:
+    """``[policy]`` (``node``, None when absent) of a recipe with this ``cuda`` tag, with its
+    preset merged under it. ``stages`` maps each stage a waiver may name to its number of
+    layers (a recipe's stages, or a Dockerfile's stages and their instructions)."""
     recipe_cuda = None if cuda == "cpu" else cuda
     if node is None:
         return Policy(cuda=recipe_cuda)
@@ -154,7 +156,7 @@ def _lockstep(table: Node) -> tuple[LockstepGroup, ...]:
     return tuple(groups)
 
 
-def _waiver(node: Node, stages: tuple[Stage, ...]) -> Waiver:
+def _waiver(node: Node, stages: Mapping[str, int]) -> Waiver:
     node.check_keys(WAIVER_KEYS, required=("package", "from", "to", "reason"))
     package = node.text("package")
     if not PACKAGE_GLOB.fullmatch(package) or "*" in package or "?" in package:
@@ -183,10 +185,10 @@ def _waiver_rule(node: Node) -> str | None:
     return rule
 
 
-def _waiver_scope(node: Node, stages: tuple[Stage, ...]) -> tuple[str | None, int | None]:
-    """The stage (a recipe stage name) and 1-based layer a waiver is limited to, if any."""
+def _waiver_scope(node: Node, stages: Mapping[str, int]) -> tuple[str | None, int | None]:
+    """The stage (a stage name) and 1-based layer a waiver is limited to, if any."""
     stage = node.optional_text("stage")
-    names = [s.name for s in stages]
+    names = list(stages)
     if stage is not None and stage not in names:
         raise node.error(
             "stage", f"no stage {stage!r}{did_you_mean(stage, names)}", f"use {one_of(names)}"
@@ -194,7 +196,7 @@ def _waiver_scope(node: Node, stages: tuple[Stage, ...]) -> tuple[str | None, in
     if "layer" not in node.data:
         return stage, None
     layer = node.data["layer"]
-    count = len(next((s.layers for s in stages if s.name == stage), ()))
+    count = stages.get(stage, 0) if stage is not None else 0
     if stage is None or type(layer) is not int or not 1 <= layer <= count:
         raise node.error(
             "layer",
@@ -227,3 +229,12 @@ def _expiry(node: Node) -> dt.date | None:
             "write it unquoted: expires = 2026-12-31",
         )
     return value
+
+
+def read_policy_file(source: Source, relpath: str, cuda: str, stages: Mapping[str, int]) -> Policy:
+    """The ``[policy]`` table of a policy file (or of a recipe's ``image.toml``), for an image
+    that has no recipe of its own: a Dockerfile's build, an image walked as it is."""
+    root = read_toml(source, relpath)
+    if "image" not in root.data:
+        root.check_keys(("policy",))
+    return parse_policy(root.table("policy") if "policy" in root.data else None, cuda, stages)

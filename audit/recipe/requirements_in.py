@@ -8,11 +8,9 @@ with ``<file>:<line>: problem`` and a hint. Paths are project-relative POSIX pat
 
 from __future__ import annotations
 
-import functools
 import posixpath
 import re
 import shlex
-from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -22,6 +20,7 @@ from packaging.utils import canonicalize_name
 
 from audit.errors import ProjectFileError, RecipeError
 from audit.lock.format import logical_lines
+from audit.project.memo import Kind
 from audit.project.sources import Source
 from audit.redact import redact
 
@@ -95,11 +94,8 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 def parse_requirement(line: str) -> Requirement:
-    """``Requirement(line)``, parsed once per process: a run reads each file several times
-    (recipe validation, every lock look, the gate's two refs). The object is shared, so callers
-    only read it, as everything here does (RequirementsFile is frozen)."""
+    """``Requirement(line)``."""
     return Requirement(line)
 
 
@@ -109,12 +105,12 @@ _PLAIN_SPEC = r"(?:(?:==|!=|<=|>=|<|>)[0-9]+(?:\.[0-9]+)*|~=[0-9]+(?:\.[0-9]+)+)
 _PLAIN_LINE = re.compile(
     rf"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:{_PLAIN_SPEC}(?:,{_PLAIN_SPEC})*)?"
 )
-# Files without includes, by everything their checks depend on (their text and the declared
-# indexes, not their path): a run reads each layer's file several times (recipe validation,
-# every lock look, the gate's two refs), and a fleet's images ask for the same lines in files
-# of their own. Bounded, small.
-_READ: OrderedDict[tuple[str, tuple[str, ...]], RequirementsFile] = OrderedDict()
-_READ_LIMIT = 512
+
+
+# Files without includes, validated, by their text and the declared indexes, in the command's
+# memo: without it callgrind counts 19 % more instructions for benchmarks/bench_gate.py's
+# 40-image gate.
+VALIDATED: Kind[tuple[str, tuple[str, ...]], RequirementsFile] = Kind("requirements files", 512)
 
 
 def parse_requirements(
@@ -124,15 +120,16 @@ def parse_requirements(
 
     ``origin`` (``images/x/image.toml: stage[2].layer[1].pip``) is added to every error's hint,
     so the user sees which layer asked for the file. A file that includes nothing is validated
-    once per process for its bytes, wherever it lies (errors are never remembered: a bad file
-    fails every time; a file's path matters to its includes only).
+    once per ``source.memo`` for its bytes and the declared indexes, wherever it lies: a run
+    reads each layer's file several times (recipe validation, every lock look, the gate's two
+    refs), and a fleet's images ask for the same lines in files of their own. Errors are never
+    remembered: a bad file fails every time; a file's path matters to its includes only.
     """
     reader = _Reader(source, _containment(relpath), allowed_index_urls, origin)
     text = reader.decoded(relpath)
     key = (text, tuple(allowed_index_urls))
-    known = _READ.get(key)
+    known = source.memo.table(VALIDATED).get(key)
     if known is not None:  # these very bytes passed every check below before
-        _READ.move_to_end(key)
         return (
             known if known.relpath == relpath else replace(known, relpath=relpath, files=(relpath,))
         )
@@ -140,9 +137,7 @@ def parse_requirements(
     reader.read(relpath, constraint=False, stack=(), text=text)
     parsed = reader.result(relpath)
     if parsed.files == (relpath,):
-        _READ[key] = parsed
-        if len(_READ) > _READ_LIMIT:
-            _READ.popitem(last=False)
+        source.memo.table(VALIDATED).made(key, lambda: parsed)
     return parsed
 
 
@@ -313,9 +308,8 @@ class _Reader:
         self.trusted_hosts.append(host)
 
 
-@functools.lru_cache(maxsize=8192)
 def _canonical(name: str) -> str:
-    """PEP 503 ``name``, remembered: a fleet's files name the same packages again and again."""
+    """PEP 503 ``name``."""
     return canonicalize_name(name)
 
 

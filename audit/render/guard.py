@@ -8,7 +8,8 @@ Layout (every file deterministic: re-rendering unchanged inputs rewrites nothing
     _guard/base.json       locks/<image>/base.json: what the first layer is compared with
                            (absent until ``lock`` recorded it; the guard then refuses)
     _guard/lib/audit/      the pure modules the guard judges with (VENDORED: the errors,
-                           the policy package, the history model, the lock format), each
+                           the policy package, the history model, the lock format, the
+                           loader model), each
                            subject package with a one-line __init__ of its own
     _guard/lib/packaging/  the host's ``packaging``, so images need nothing but Python
 
@@ -19,17 +20,15 @@ cache on the mount's content), which is right: the policy or the base changed.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import packaging
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from audit.errors import RecipeError
 from audit.lock.files import base_relpath, parse_base
-from audit.project import frontdoor
+from audit.project.frontdoor import FrontDoor
 from audit.recipe.model import PipLayer, Recipe
 
 GUARD_DIR = "_guard"
@@ -38,28 +37,51 @@ VENDORED = (
     "errors", "history/debversion", "history/diff", "history/model", "history/snapshot",
     "history/system", "lock/format", "policy/findings", "policy/judge", "policy/model",
     "policy/presets", "policy/rules", "policy/system_rules", "policy/verdict",
+    # the loader model, which shadowed-native and the versioned-symbol rule run in the build
+    "native/bridge", "native/catalog", "native/elf", "native/fsview", "native/ldcache",
+    "native/process", "native/pyrules", "native/scene", "native/search", "native/versions",
 )  # fmt: skip
 FILE_MODE = 0o644
 _AUDIT_PACKAGE = Path(__file__).parent.parent
 _VENDORED_INIT = '"""layer-audit, as vendored for the build guard: only its pure judge."""\n'
 
 
-def _package_files(package_dir: Path, dest: str) -> Iterator[tuple[str, bytes]]:
-    """Every source file of a package (no caches), in sorted order."""
-    for path in sorted(package_dir.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            yield f"{dest}/{path.relative_to(package_dir).as_posix()}", path.read_bytes()
+@dataclass(frozen=True)
+class PackagingCopy:
+    """A ``packaging`` to vendor: its version, Requires-Python and files (``packaging/…``);
+    which one is :mod:`audit.render.packaging_copy`'s choice."""
+
+    version: str
+    requires_python: str
+    files: dict[str, bytes]  # path inside the package folder -> bytes, sorted
+
+    def admits(self, python: str) -> bool:
+        """Whether this copy declares support for Python ``python`` (any, when it says none)."""
+        if not self.requires_python:
+            return True
+        try:
+            return SpecifierSet(self.requires_python).contains(python, prereleases=True)
+        except InvalidSpecifier:
+            return False
 
 
-def guard_config(recipe: Recipe) -> bytes:
+def base_pythons(root: Path, recipe: Recipe) -> list[str]:
+    """The Python version of every interpreter the recorded base holds ([] when unrecorded)."""
+    base = root / base_relpath(recipe)
+    if not base.is_file():
+        return []
+    return [env.python for env in parse_base(base.read_bytes(), base_relpath(recipe)).environments]
+
+
+def guard_config(recipe: Recipe, front: FrontDoor) -> bytes:
     document = {
         "image": recipe.name,
         "interpreters": list(recipe.interpreters),
         "policy": recipe.policy.to_json(),
         "overrides": overrides_config(recipe),
         "commands": {  # what the guard's hints tell the user to run on the host
-            "lock": frontdoor.command("lock", recipe.name),
-            "record": frontdoor.command("lock", f"{recipe.name} --record-base"),
+            "lock": front.command("lock", recipe.name),
+            "record": front.command("lock", f"{recipe.name} --record-base"),
         },
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
@@ -76,48 +98,44 @@ def overrides_config(recipe: Recipe) -> dict[str, list[str]]:
     return found
 
 
-def vendored_requires_python() -> str:
-    """``Requires-Python`` of the ``packaging`` copied into the guard ("" when it declares none)."""
-    values = importlib.metadata.metadata("packaging").get_all("Requires-Python") or [""]
-    return str(values[0])
-
-
-def check_vendored_python(recipe: Recipe, base: bytes, requires: str, where: str) -> None:
+def check_vendored_python(recipe: Recipe, base: bytes, copy: PackagingCopy, where: str) -> None:
     """Every interpreter of the recorded base must run the vendored ``packaging``.
 
-    The guard would otherwise fail inside the build, after the first layer's pip install.
+    The guard would otherwise fail inside the build, after the first layer's pip install. The
+    copy is already the one that suits the base where any does (:mod:`.packaging_copy`), so a
+    refusal here means a Python older than every packaging the guard can carry.
     """
-    if not requires:
-        return
     for env in parse_base(base, where).environments:
-        if not SpecifierSet(requires).contains(env.python, prereleases=True):
+        if not copy.admits(env.python):
             raise RecipeError(
                 f"{recipe.source}: image.base",
                 f"{env.interpreter} in {recipe.base} is Python {env.python} ({where}), but the "
-                f"build guard's copy of packaging {packaging.__version__} needs Python {requires}",
-                "install a packaging that supports it where layer-audit runs: "
-                "pip install 'packaging>=24.2,<26' (the range pyproject.toml declares)",
+                f"build guard's copy of packaging {copy.version} needs Python "
+                f"{copy.requires_python}, and the guard runs on Python 3.9 or later",
+                "use a base whose interpreters run Python 3.9 or later (or a virtual "
+                "environment's newer Python first in interpreters)",
             )
 
 
-def guard_files(root: Path, recipe: Recipe) -> dict[str, bytes]:
-    """Relative path inside ``_guard/`` -> bytes, for every file the guard needs."""
+def guard_files(root: Path, recipe: Recipe, copy: PackagingCopy) -> dict[str, bytes]:
+    """Relative path inside ``_guard/`` -> bytes, for every file the guard needs; ``copy``:
+    the ``packaging`` it carries (:func:`audit.render.packaging_copy.copy_for`)."""
     inimage = _AUDIT_PACKAGE / "inimage"
     files = {
         "guard.py": (inimage / "guard.py").read_bytes(),
         "snapshot.py": (inimage / "snapshot.py").read_bytes(),
-        "guard.json": guard_config(recipe),
+        "guard.json": guard_config(recipe, FrontDoor.of(root)),
         "lib/audit/__init__.py": _VENDORED_INIT.encode(),
     }
     base = root / base_relpath(recipe)
     if base.is_file():
         files["base.json"] = base.read_bytes()
         where = base_relpath(recipe)
-        check_vendored_python(recipe, files["base.json"], vendored_requires_python(), where)
+        check_vendored_python(recipe, files["base.json"], copy, where)
     for module in VENDORED:
         files[f"lib/audit/{module}.py"] = (_AUDIT_PACKAGE / f"{module}.py").read_bytes()
         package = module.rpartition("/")[0]
         if package:
             files[f"lib/audit/{package}/__init__.py"] = _VENDORED_INIT.encode()
-    files.update(_package_files(Path(packaging.__file__).parent, "lib/packaging"))
+    files.update({f"lib/packaging/{relpath}": data for relpath, data in copy.files.items()})
     return files

@@ -3,6 +3,11 @@
 This module plans only: every file's bytes and mode are computed in memory, templates
 rendered, all errors raised, before anything is written. :mod:`audit.render.write` writes
 the plan (atomically, only changed bytes) and removes what a previous render left.
+
+The stage graph is rendered as the recipe says it (:mod:`audit.render.stages`: each FROM, the
+build arguments, the USER/SHELL reset a stage needs); the guard runs after every pip and run
+layer of an audited stage, and only there: a stage built on an image nothing recorded (or the
+prelude before the base has Python) has nothing the guard could compare with.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from audit.errors import BadInput, RecipeError, UsageError
 from audit.project.paths import PACKAGE_DIR, PACKAGE_TEMPLATES, image_dir, locks_dir
 from audit.project.sources import DirectorySource, check_inside, read_project_file
 from audit.recipe.model import (
+    ArgLayer,
     CopyLayer,
     EnvLayer,
     Healthcheck,
     ImageConfig,
+    Mount,
     PipLayer,
     Recipe,
     RunLayer,
@@ -35,6 +42,13 @@ from audit.recipe.model import (
     WorkdirLayer,
 )
 from audit.recipe.requirements_in import parse_requirements
+from audit.render.stages import (
+    BuildArgs,
+    arg_lines,
+    stage_config,
+    stage_reset,
+    unguarded_reason,
+)
 from audit.suggest import did_you_mean
 
 RECIPE_SCHEMA = 1
@@ -43,7 +57,8 @@ LOCK_TARGET = "/tmp/layer-audit/lock.txt"  # noqa: S108 - a path inside the imag
 REQUIREMENTS_TARGET = "/tmp/layer-audit/requirements"  # noqa: S108 - inside the image
 STDIN_TARGET = "/tmp/layer-audit/stdin"  # noqa: S108 - inside the image
 BREAK_SYSTEM_PACKAGES = "PIP_BREAK_SYSTEM_PACKAGES"
-PIP_CACHE_MOUNT = "--mount=type=cache,target=/root/.cache/pip"
+PIP_CACHE_TARGET = "/root/.cache/pip"
+PIP_CACHE_MOUNT = f"--mount=type=cache,target={PIP_CACHE_TARGET}"
 FILE_MODE = 0o644
 EXECUTABLE_MODE = 0o755
 
@@ -66,24 +81,31 @@ class RenderResult:
 
 
 def select_stages(recipe: Recipe, stage: str | None) -> tuple[Stage, ...]:
-    """The stages to render: all, or v1 up to ``stage``."""
+    """The stages to render: all, or those building ``stage`` (a name ``vK`` or a stage's
+    ``target``) needs, in file order: for a chain, v1 up to it."""
     names = [s.name for s in recipe.stages]
     if stage is None:
         return recipe.stages
-    if stage not in names:
+    try:
+        wanted = recipe.needs(stage)
+    except KeyError:
+        known = names + [s.target for s in recipe.stages if s.target]
         raise UsageError(
-            f"{recipe.source.as_posix()}: no stage {stage!r}{did_you_mean(stage, names)}",
-            f"stages: {', '.join(names)}",
-        )
-    return recipe.stages[: names.index(stage) + 1]
+            f"{recipe.source.as_posix()}: no stage {stage!r}{did_you_mean(stage, known)}",
+            f"stages: {', '.join(known)}",
+        ) from None
+    return tuple(s for s in recipe.stages if s.name in wanted)
 
 
 # --- planning (no writes) -------------------------------------------------------------------
 
 
-def plan_context(root: Path, recipe: Recipe, stages: tuple[Stage, ...]) -> dict[str, ContextFile]:
-    """Every file of the build context, by context-relative POSIX path."""
-    steps = list(recipe.steps(until=stages[-1].name))
+def plan_context(
+    root: Path, recipe: Recipe, stages: tuple[Stage, ...], build_args: BuildArgs = ()
+) -> dict[str, ContextFile]:
+    """Every file of the build context, by context-relative POSIX path; ``build_args``
+    (``render --build-arg``) replace ``[args]`` defaults in the Dockerfile."""
+    steps = [s for s in recipe.steps() if s.stage in stages]
     locks = read_locks(root, recipe.name)
     files = {f"locks/{name}": ContextFile(data) for name, data in locks.items()}
     inputs = requirement_inputs(root, recipe, steps)
@@ -95,7 +117,8 @@ def plan_context(root: Path, recipe: Recipe, stages: tuple[Stage, ...]) -> dict[
     )
     files["policy.json"] = ContextFile(to_json(recipe.policy.to_json()))
     files["recipe.json"] = ContextFile(to_json(describe_recipe(recipe, stages, steps, layers)))
-    files["Dockerfile"] = ContextFile(render_dockerfile(root, recipe, stages, layers).encode())
+    dockerfile = render_dockerfile(root, recipe, stages, layers, build_args)
+    files["Dockerfile"] = ContextFile(dockerfile.encode())
     return dict(sorted(files.items()))
 
 
@@ -148,8 +171,9 @@ def requirement_inputs(
 
 
 def allowed_urls(recipe: Recipe, layer: PipLayer) -> list[str]:
-    """The indexes a pip layer may use: the image's index and the layer's own extra index."""
-    return [recipe.index_url, *([recipe.index(layer.index).url] if layer.index else [])]
+    """The indexes a pip layer may use: its primary index and its own extra index."""
+    extra = [recipe.index(layer.index).url] if layer.index else []
+    return [recipe.layer_index_url(layer), *extra]
 
 
 def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, ContextFile]:
@@ -161,9 +185,8 @@ def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, Con
     folder = image_dir(root, recipe.name)
     files: dict[str, ContextFile] = {}
     for step in steps:
-        src = _context_source(step)
-        if src is not None:
-            for path in _walk(folder, folder / src, recipe, step):
+        for key, src in _context_sources(step):
+            for path in _walk(folder, folder / src, recipe, f"{step.key_path}.{key}"):
                 mode = EXECUTABLE_MODE if os.access(path, os.X_OK) else FILE_MODE
                 rel = path.relative_to(folder).as_posix()
                 data = read_project_file(root, path.relative_to(root).as_posix())
@@ -171,21 +194,27 @@ def copied_files(root: Path, recipe: Recipe, steps: list[Step]) -> dict[str, Con
     return files
 
 
-def _context_source(step: Step) -> str | None:
-    """The recipe-folder path a layer brings into the build context: a copy layer's source,
-    a run layer's standard input."""
-    if isinstance(step.layer, CopyLayer):
-        return step.layer.src
-    if isinstance(step.layer, RunLayer):
-        return step.layer.stdin
-    return None
+def _context_sources(step: Step) -> list[tuple[str, str]]:
+    """(key, recipe-folder path) of what a layer brings into the build context: a copy
+    layer's source (not one copied from a stage or image), a run layer's standard input, the
+    recipe files its bind mounts name."""
+    layer = step.layer
+    if isinstance(layer, CopyLayer):
+        return [] if layer.from_ else [("copy.src", layer.src)]
+    found = [("stdin", layer.stdin)] if isinstance(layer, RunLayer) and layer.stdin else []
+    if isinstance(layer, RunLayer | PipLayer):
+        found += [
+            (f"mounts[{n}].source", m.source)
+            for n, m in enumerate(layer.mounts, 1)
+            if m.type == "bind" and m.from_ is None and m.source
+        ]
+    return found
 
 
-def _walk(folder: Path, start: Path, recipe: Recipe, step: Step) -> Iterator[Path]:
+def _walk(folder: Path, start: Path, recipe: Recipe, key_path: str) -> Iterator[Path]:
     """Entries at or under ``start`` that are not folders, sorted, refusing links that leave
     the recipe folder (FIFOs and devices are yielded, so that reading them refuses them)."""
-    key = "copy.src" if isinstance(step.layer, CopyLayer) else "stdin"
-    where = f"{recipe.source.as_posix()}: {step.key_path}.{key}"
+    where = f"{recipe.source.as_posix()}: {key_path}"
     hint = "copy the file into the recipe folder instead of linking it"
     try:
         check_inside(folder, start, str(start.relative_to(folder)))
@@ -210,20 +239,22 @@ def _walk(folder: Path, start: Path, recipe: Recipe, step: Step) -> Iterator[Pat
 def stage_views(
     recipe: Recipe, stages: tuple[Stage, ...], layers: LayerFiles
 ) -> list[dict[str, Any]]:
-    steps = list(recipe.steps(until=stages[-1].name))
+    steps = [s for s in recipe.steps() if s.stage in stages]
     views = []
-    for number, stage in enumerate(stages, start=1):
-        last = stage is recipe.stages[-1]
+    for stage in stages:
+        number = recipe.stages.index(stage) + 1
+        config, origin = stage_config(recipe, stage)
         views.append(
             {
                 "name": stage.name,
                 "number": number,
-                "parent": recipe.base_ref if number == 1 else stages[number - 2].name,
+                "parent": recipe.from_ref(stage),
                 "description": stage.description,
                 "origin": f"{recipe.source.as_posix()} stage[{number}] ({stage.name})",
+                "reset": stage_reset(recipe, stage),
                 "steps": [step_view(recipe, s, layers) for s in steps if s.stage is stage],
-                "config": config_instructions(recipe.config) if last else [],
-                "config_origin": f"{recipe.source.as_posix()} [config]",
+                "config": config_instructions(config) if config else [],
+                "config_origin": f"{recipe.source.as_posix()} {origin}",
             }
         )
     return views
@@ -233,17 +264,22 @@ def step_view(recipe: Recipe, step: Step, layers: LayerFiles) -> dict[str, Any]:
     """Everything a layer template needs, precomputed so templates only lay text out."""
     origin = f"{recipe.source.as_posix()} {step.key_path}"
     view: dict[str, Any] = {"slug": step.slug, "key_path": step.key_path, "mounts": []}
+    view["unguarded"] = unguarded_reason(recipe, step.stage)
     layer = step.layer
     if isinstance(layer, PipLayer):
         lock = layers.lock(step)
         mounts = pip_mounts(lock, layers.requirements[step.slug])
         view |= {"kind": "pip", "origin": f"{origin} pip {layer.requirements}", "lock": lock}
-        view |= {"mounts": mounts, "commands": pip_commands(recipe, layer, lock)}
+        view |= {"mounts": mounts + own_mounts(layer.mounts, mounts)}
+        view |= {"commands": pip_commands(recipe, layer, lock)}
     elif isinstance(layer, RunLayer):
         view |= {"kind": "run", "origin": f"{origin} run", "commands": [layer.command]}
         view |= {"stdin": STDIN_TARGET if layer.stdin else None}
         if layer.stdin:
             view["mounts"] = [f"--mount=type=bind,source=files/{layer.stdin},target={STDIN_TARGET}"]
+        view["mounts"] += own_mounts(layer.mounts, view["mounts"])
+    elif isinstance(layer, ArgLayer):
+        view |= {"kind": "arg", "origin": f"{origin} arg", "names": list(layer.names)}
     elif isinstance(layer, CopyLayer):
         view |= {"kind": "copy", "origin": f"{origin} copy {layer.src}"}
         view["arguments"] = copy_arguments(layer)
@@ -258,10 +294,32 @@ def step_view(recipe: Recipe, step: Step, layers: LayerFiles) -> dict[str, Any]:
 
 
 def copy_arguments(layer: CopyLayer) -> str:
-    """``--chmod=… --chown=… ["files/src", "/dest"]`` (JSON form: paths may hold spaces)."""
-    flags = [f"--chmod={layer.mode}"] if layer.mode else []
+    """``[--from=vK] --chmod=… --chown=… ["files/src", "/dest"]`` (JSON form: paths may hold
+    spaces); a copy from a stage or image names its path there."""
+    flags = [f"--from={layer.from_}"] if layer.from_ else []
+    flags += [f"--chmod={layer.mode}"] if layer.mode else []
     flags += [f"--chown={layer.owner}"] if layer.owner else []
-    return " ".join([*flags, json.dumps([f"files/{layer.src}", layer.dest])])
+    src = layer.src if layer.from_ else f"files/{layer.src}"
+    return " ".join([*flags, json.dumps([src, layer.dest])])
+
+
+def mount_flag(mount: Mount) -> str:
+    """``--mount=type=cache,target=/root/.cache/uv``: keys in a fixed order; a bind of a
+    recipe file names it under ``files/`` in the build context."""
+    source = mount.source
+    if mount.type == "bind" and mount.from_ is None and source:
+        source = f"files/{source}"
+    keys = [("type", mount.type), ("id", mount.id), ("from", mount.from_), ("source", source)]
+    keys += [("target", mount.target), *mount.options]
+    return "--mount=" + ",".join(f"{key}={value}" for key, value in keys if value is not None)
+
+
+def own_mounts(mounts: tuple[Mount, ...], ours: list[str]) -> list[str]:
+    """A layer's own mounts as flags, less any whose target one of ``ours`` already mounts
+    (a Dockerfile's pip cache: the render's own cache mount serves it)."""
+    taken = {part.partition("=")[2] for flag in ours for part in flag.split(",")
+             if part.startswith("target=")}  # fmt: skip
+    return [mount_flag(m) for m in mounts if m.target is None or m.target not in taken]
 
 
 def config_instructions(config: ImageConfig) -> list[str]:
@@ -323,7 +381,7 @@ def pip_commands(recipe: Recipe, layer: PipLayer, lock: str | None) -> list[str]
     commands = [pip_command(recipe, layer, lock)]
     if layer.override and not lock:
         repin = ["PIP_CONFIG_FILE=/dev/null", recipe.interpreters[0], "-m", "pip", "install"]
-        repin += ["--no-deps", "--index-url", recipe.index_url]
+        repin += ["--no-deps", "--index-url", recipe.layer_index_url(layer)]
         if layer.index:
             repin += ["--extra-index-url", recipe.index(layer.index).url]
         commands.append(" ".join(shlex.quote(arg) for arg in [*repin, *layer.override]))
@@ -338,7 +396,7 @@ def pip_command(recipe: Recipe, layer: PipLayer, lock: str | None) -> str:
         args += ["--require-hashes", "--no-deps"]
     else:
         args += (["--pre"] if layer.pre else []) + (["--no-deps"] if layer.no_deps else [])
-    args += ["--index-url", recipe.index_url]
+    args += ["--index-url", recipe.layer_index_url(layer)]
     if layer.index:
         args += ["--extra-index-url", recipe.index(layer.index).url]
     in_file = layer.requirements.removeprefix("requirements/")
@@ -372,34 +430,58 @@ def describe_recipe(
 
     The build guard does not read it: its settings are ``_guard/guard.json``.
     """
-    return {
-        "schema": RECIPE_SCHEMA,
-        "name": recipe.name,
-        "source": recipe.source.as_posix(),
-        "base": recipe.base,
-        "base_digest": recipe.base_digest,
-        "base_ref": recipe.base_ref,
-        "platform": recipe.platform,
-        "arch": recipe.arch,
-        "cuda": recipe.cuda,
-        "interpreters": list(recipe.interpreters),
-        "break_system_packages": recipe.break_system_packages,
-        "repository": recipe.repository,
-        "latest_tag": recipe.latest_tag(),
-        "index_url": recipe.index_url,
-        "indexes": {index.name: index.url for index in recipe.indexes},
-        "config": config_instructions(recipe.config),
-        "stages": [
-            {
-                "name": stage.name,
-                "description": stage.description,
-                "smoke": stage.smoke,
-                "tag": recipe.tag(stage.name),
-                "layers": [layer_data(s, layers) for s in steps if s.stage is stage],
-            }
-            for stage in stages
-        ],
-    }
+    return with_graph(
+        recipe,
+        stages,
+        {
+            "schema": RECIPE_SCHEMA,
+            "name": recipe.name,
+            "source": recipe.source.as_posix(),
+            "base": recipe.base,
+            "base_digest": recipe.base_digest,
+            "base_ref": recipe.base_ref,
+            "platform": recipe.platform,
+            "arch": recipe.arch,
+            "cuda": recipe.cuda,
+            "interpreters": list(recipe.interpreters),
+            "break_system_packages": recipe.break_system_packages,
+            "repository": recipe.repository,
+            "latest_tag": recipe.latest_tag(),
+            "index_url": recipe.index_url,
+            "indexes": {index.name: index.url for index in recipe.indexes},
+            "config": config_instructions(recipe.config),
+            "stages": [
+                {
+                    "name": stage.name,
+                    "description": stage.description,
+                    "smoke": stage.smoke,
+                    "tag": recipe.tag(stage.name),
+                    "layers": [layer_data(s, layers) for s in steps if s.stage is stage],
+                }
+                for stage in stages
+            ],
+        },
+    )
+
+
+def with_graph(recipe: Recipe, stages: tuple[Stage, ...], data: dict[str, Any]) -> dict[str, Any]:
+    """``recipe.json``'s stage graph, present only where the recipe has one (a chain of
+    stages on ``[image] base`` renders as it always did): ``args``, ``base_stage`` and per
+    stage ``from`` (a stage or an image), ``target``, ``audited``."""
+    if recipe.args:
+        data["args"] = dict(recipe.args)
+    if recipe.base_stage:
+        data |= {"base_stage": recipe.base_stage, "recorded_ref": recipe.recorded_ref}
+    chain = all(recipe.from_ref(s) == (recipe.stages[n - 1].name if n else recipe.base_ref)
+                for n, s in enumerate(recipe.stages))  # fmt: skip
+    if chain and not recipe.base_stage and not any(s.target for s in recipe.stages):
+        return data
+    for view, stage in zip(data["stages"], stages, strict=True):
+        view.update(
+            {"from": recipe.from_ref(stage), "audited": recipe.audited(stage)}
+            | ({"target": stage.target} if stage.target else {})
+        )
+    return data
 
 
 def layer_data(step: Step, layers: LayerFiles) -> dict[str, Any]:
@@ -418,7 +500,21 @@ def layer_data(step: Step, layers: LayerFiles) -> dict[str, Any]:
         data["expand"] = layer.expand
     elif isinstance(layer, WorkdirLayer):
         data |= {"kind": "workdir", "path": layer.path}
+    elif isinstance(layer, ArgLayer):
+        data |= {"kind": "arg", "names": list(layer.names)}
+    _graph_layer_data(layer, data)
     return data
+
+
+def _graph_layer_data(layer: object, data: dict[str, Any]) -> None:
+    """The keys a layer of a real Dockerfile carries beyond the recipe's first ones, each
+    present only when set: a copy's ``from``, a pip layer's ``primary_index``, mounts."""
+    if isinstance(layer, CopyLayer) and layer.from_:
+        data["from"] = layer.from_
+    if isinstance(layer, PipLayer) and layer.primary_index:
+        data["primary_index"] = layer.primary_index
+    if isinstance(layer, PipLayer | RunLayer) and layer.mounts:
+        data["mounts"] = [mount_flag(m).removeprefix("--mount=") for m in layer.mounts]
 
 
 # --- templates ------------------------------------------------------------------------------
@@ -481,12 +577,17 @@ def environment(root: Path, recipe: Recipe) -> jinja2.Environment:
 
 
 def render_dockerfile(
-    root: Path, recipe: Recipe, stages: tuple[Stage, ...], layers: LayerFiles
+    root: Path,
+    recipe: Recipe,
+    stages: tuple[Stage, ...],
+    layers: LayerFiles,
+    build_args: BuildArgs = (),
 ) -> str:
     views = stage_views(recipe, stages, layers)
+    args = arg_lines(recipe, build_args)
     try:
         template = environment(root, recipe).get_template("Dockerfile.j2")
-        text = template.render(recipe=recipe, stages=views)
+        text = template.render(recipe=recipe, stages=views, args=args)
     except jinja2.TemplateSyntaxError as exc:
         where = f"{_template_name(root, exc.filename or exc.name or '?')}:{exc.lineno}"
         raise RecipeError(where, f"template syntax error: {exc.message}", _TEMPLATE_HINT) from exc

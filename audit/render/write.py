@@ -16,19 +16,27 @@ from audit.project.paths import build_dir
 from audit.project.sources import DirectorySource
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
-from audit.render.guard import FILE_MODE, GUARD_DIR, guard_files
+from audit.render import packaging_copy
+from audit.render.guard import FILE_MODE, GUARD_DIR, base_pythons, guard_files
 from audit.render.plan import MANIFEST, ContextFile, RenderResult, plan_context, select_stages
+from audit.render.stages import BuildArgs
 
 
-def render_image(root: Path, image: str, *, stage: str | None = None) -> RenderResult:
+def render_image(
+    root: Path, image: str, *, stage: str | None = None, build_args: BuildArgs = ()
+) -> RenderResult:
     """Load ``images/<image>/`` of the project at ``root`` and render it (see :func:`render`)."""
-    return render(root, load_recipe(DirectorySource(root), image), stage=stage)
+    recipe = load_recipe(DirectorySource(root), image)
+    return render(root, recipe, stage=stage, build_args=build_args)
 
 
-def render(root: Path, recipe: Recipe, *, stage: str | None = None) -> RenderResult:
-    """Render ``recipe`` (up to and including ``stage``) into ``build/<image>/``."""
+def render(
+    root: Path, recipe: Recipe, *, stage: str | None = None, build_args: BuildArgs = ()
+) -> RenderResult:
+    """Render ``recipe`` (what building ``stage`` needs, when given) into ``build/<image>/``;
+    ``build_args`` replace ``[args]`` defaults in the Dockerfile (``render --build-arg``)."""
     stages = select_stages(recipe, stage)
-    plan = plan_context(root, recipe, stages)
+    plan = plan_context(root, recipe, stages, build_args)
     result = write_context(build_dir(root, recipe.name), plan)
     write_guard_context(root, recipe, result.context)
     return result
@@ -89,7 +97,8 @@ def _remove_empty_parents(folder: Path, context: Path) -> None:
 def write_guard_context(root: Path, recipe: Recipe, context: Path) -> Path:
     """Write ``<context>/_guard/`` (removing files no longer part of it); return the folder."""
     folder = context / GUARD_DIR
-    files = guard_files(root, recipe)
+    copy = packaging_copy.copy_for(base_pythons(root, recipe))
+    files = guard_files(root, recipe, copy)
     for relpath, data in files.items():
         atomic.write_bytes(folder / relpath, data)
         # mkstemp makes 0600 files: a RUN under a non-root USER could not read them.

@@ -7,7 +7,8 @@ Host only (uses rich). JSON schema ``layer-audit.report/1``::
      "sections": [{"title": str, "counts": {...}, "findings": [Finding.to_json(), ...]}]}
 
 Each finding has the keys rule, severity, package, before, after, message, where, hint, waiver,
-waiver_index, and where known image, stage and layer (``audit/schemas/report.schema.json``).
+waiver_index, and where known image, stage, layer, askers and preset_rule
+(``audit/schemas/report.schema.json``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from io import StringIO
 from operator import attrgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -26,7 +26,6 @@ from rich.markup import escape
 
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.policy.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
-from audit.policy.verdict import ASKED_BY
 from audit.redact import redact, redact_json
 from audit.report import json_text
 
@@ -34,12 +33,23 @@ if TYPE_CHECKING:
     from rich.table import Table  # imported where a table is made: the gate may draw none
 
 REPORT_SCHEMA = "layer-audit.report/1"
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("terminal", "json", "markdown")
 # Most alarming first: a reviewer reads downgrades before anything else.
 RULE_ORDER = (
-    "downgraded", "removed", "variant", "waiver-expired", "requirement", "lockstep",
-    "cuda-suffix", "forbidden", "rebuilt", "shadowed", "unparsable-version", "upgraded", "added",
-)  # fmt: skip
+    "downgraded",
+    "removed",
+    "variant",
+    "waiver-expired",
+    "requirement",
+    "lockstep",
+    "cuda-suffix",
+    "forbidden",
+    "rebuilt",
+    "shadowed",
+    "unparsable-version",
+    "upgraded",
+    "added",
+)
 NOT_AUDITED = "not-audited"  # an image with no base record: see audit.gate.unrecorded
 DETAILS_AFTER = 10  # Markdown tables longer than this fold into <details>
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "dim"}
@@ -143,16 +153,9 @@ def summary_line(report: Report) -> str:
 _PLAIN_CHANGES = frozenset({"added", "removed", "upgraded", "downgraded", "variant", "rebuilt"})
 
 
-def asked_for(finding: Finding) -> str:
-    """``asked for by: torch 2.13.0 requires …`` when a change's message names who asks, else ""."""
-    if ASKED_BY not in finding.message:
-        return ""
-    return "asked for by: " + finding.message.split(ASKED_BY, 1)[1].removesuffix(")")
-
-
 def _note(finding: Finding) -> str:
     """What the rule, package and change columns do not already say."""
-    parts = [asked_for(finding)] if finding.rule in _PLAIN_CHANGES else [finding.message]
+    parts = [finding.asked_for] if finding.rule in _PLAIN_CHANGES else [finding.message]
     parts = [part for part in parts if part]
     if finding.waiver:
         parts.append(f"waived: {finding.waiver}")
@@ -297,25 +300,14 @@ def report_markdown(report: Report) -> str:
 
 
 def render_text(report: Report, fmt: str, width: int = 100) -> str:
-    """The report as text in ``fmt`` (``table`` renders without colour at ``width`` columns)."""
+    """The report as text in ``fmt`` (``terminal`` renders without colour at ``width`` columns)."""
     if fmt == "json":
         return json_text.redacted_dumps(report_document(report)) + "\n"
     if fmt == "markdown":
         return report_markdown(report)
-    if fmt == "table":
+    if fmt == "terminal":
         buffer = StringIO()
         console = Console(file=buffer, width=width, no_color=True, highlight=False, emoji=False)
         print_report(report, console)
         return redact(buffer.getvalue())
     raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
-
-
-def check_output(output: Path | None, option: str = "--output") -> None:
-    """Refuse an output path that cannot become a file, before any work is done."""
-    if output is None:
-        return
-    if output.is_dir():
-        raise UsageError(f"{option} {output}: is a directory", "name a file to write")
-    parent = next((p for p in output.parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise UsageError(f"{option} {output}: {parent} is not a directory", "name a file to write")

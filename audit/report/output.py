@@ -14,7 +14,7 @@ def write_report(report: Report, fmt: str, output: Path | None, console: Console
     """Print the report to ``console`` or write it atomically to ``output``."""
     if output is not None:  # callers check_output() before their work, atomic the rest
         atomic.write_text(output, render_text(report, fmt))
-    elif fmt == "table":
+    elif fmt == "terminal":
         print_report(report, console)
     else:
         console.print(

@@ -34,8 +34,8 @@ CREATED_BY = "layer-audit"
 
 
 @dataclass(frozen=True)
-class IndexFile:
-    """One file an index lists for a project: its file name, absolute URL and sha256."""
+class ExportedFile:
+    """A file of a package as the export names it (PEP 751): file name, absolute URL and sha256."""
 
     filename: str
     url: str
@@ -129,7 +129,7 @@ def _split(
 
 
 def pylock_document(
-    export: StageExport, files: Mapping[str, Sequence[IndexFile]], index_of: Mapping[str, str]
+    export: StageExport, files: Mapping[str, Sequence[ExportedFile]], index_of: Mapping[str, str]
 ) -> dict[str, Any]:
     """The PEP 751 table: ``files`` are each locked package's matching files, ``index_of``
     the index that listed them (by package name)."""
@@ -157,7 +157,7 @@ def _python_version(export: StageExport) -> str | None:
     return found[0].python if found and found[0].python else None
 
 
-def _package(pin: Locked, files: Sequence[IndexFile], index: str) -> dict[str, Any]:
+def _package(pin: Locked, files: Sequence[ExportedFile], index: str) -> dict[str, Any]:
     wheels = [f for f in files if f.filename.endswith(".whl")]
     sdists = [f for f in files if not f.filename.endswith(".whl")]
     package: dict[str, Any] = {"name": pin.name, "version": pin.version, "index": redact(index)}
@@ -168,7 +168,7 @@ def _package(pin: Locked, files: Sequence[IndexFile], index: str) -> dict[str, A
     return package
 
 
-def _file(found: IndexFile) -> dict[str, Any]:
+def _file(found: ExportedFile) -> dict[str, Any]:
     return {"name": found.filename, "url": redact(found.url), "hashes": {"sha256": found.sha256}}
 
 
@@ -184,7 +184,7 @@ def _tool_table(export: StageExport) -> dict[str, Any]:
     }
 
 
-def matching_files(pin: Locked, listed: Iterable[IndexFile]) -> list[IndexFile]:
+def matching_files(pin: Locked, listed: Iterable[ExportedFile]) -> list[ExportedFile]:
     """The files of ``pin``'s version the lock allows (by sha256), in file-name order."""
     allowed = set(pin.hashes)
     return sorted((f for f in listed if f.sha256 in allowed), key=lambda f: f.filename)
@@ -197,8 +197,11 @@ def render_toml(document: Mapping[str, Any]) -> str:
     """``document`` as TOML: top-level keys, then ``[[packages]]`` (with ``[packages.sdist]``
     and ``[[packages.wheels]]``), then ``[tool.layer-audit]``. Strings are JSON-escaped, which
     TOML basic strings accept."""
-    lines = [f"{key} = {_value(value)}" for key, value in document.items() if key not in
-             ("packages", "tool")]  # fmt: skip
+    lines = [
+        f"{key} = {_value(value)}"
+        for key, value in document.items()
+        if key not in ("packages", "tool")
+    ]
     for package in document["packages"]:
         lines += ["", "[[packages]]"]
         lines += [f"{k} = {_value(v)}" for k, v in package.items() if k not in ("sdist", "wheels")]

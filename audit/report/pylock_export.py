@@ -20,7 +20,7 @@ from audit.index.files import project_files
 from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from audit.report.pylock import (
-    IndexFile,
+    ExportedFile,
     Locked,
     StageExport,
     matching_files,
@@ -29,7 +29,7 @@ from audit.report.pylock import (
     stage_export,
 )
 
-Listings = dict[tuple[str, str], list[IndexFile]]
+Listings = dict[tuple[str, str], list[ExportedFile]]
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,14 @@ def export_pylock(root: Path, image: str, stage: str | None, output: Path) -> li
 
 
 def _render(export: StageExport, listings: Listings) -> str:
-    files: dict[str, Sequence[IndexFile]] = {}
+    files: dict[str, Sequence[ExportedFile]] = {}
     index_of: dict[str, str] = {}
     for pin in export.locked:
         files[pin.name], index_of[pin.name] = _find(pin, listings)
     return render_toml(pylock_document(export, files, index_of))
 
 
-def _find(pin: Locked, listings: Listings) -> tuple[list[IndexFile], str]:
+def _find(pin: Locked, listings: Listings) -> tuple[list[ExportedFile], str]:
     """The files of ``pin`` on the first of its indexes that lists one the lock allows."""
     for index in pin.indexes:
         key = (index, pin.name)

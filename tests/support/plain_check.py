@@ -8,7 +8,7 @@ from io import StringIO
 
 from rich.console import Console
 
-from audit.gate.plain_table import Cell, Grid, rich_table
+from audit.gate.plain_table import Grid, TextCell, rich_table
 
 
 def colourless(width: int, soft_wrap: bool) -> tuple[Console, StringIO]:
@@ -24,7 +24,7 @@ def rich_text(grid: Grid, width: int, soft_wrap: bool) -> str:
     return buffer.getvalue()
 
 
-def rich_line(line: Cell, width: int, soft_wrap: bool, highlight: bool | None = None) -> str:
+def rich_line(line: TextCell, width: int, soft_wrap: bool, highlight: bool | None = None) -> str:
     console, buffer = colourless(width, soft_wrap)
     console.print(line.markup, highlight=highlight)
     return buffer.getvalue()

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from audit.errors import EnvironmentProblem, LockError
 from audit.lock.files import BaseRecord
+from audit.lock.host_builds import WHEELS_ONLY, HostBuilds
 from audit.lock.plan import Constraint, LayerInputs
 from audit.lock.resolvers.job import CompileJob, OnLine, Outcome
 from audit.recipe.model import Recipe
@@ -58,14 +59,20 @@ class Resolver(Protocol):
         ...
 
 
-def select(recipe: Recipe, record: BaseRecord, *, host: bool) -> Resolver:
-    """uv on this machine for the target, or pip-tools in the image (or on a matching host)."""
+def select(
+    recipe: Recipe, record: BaseRecord, *, host: bool, builds: HostBuilds = WHEELS_ONLY
+) -> Resolver:
+    """uv on this machine for the target, or pip-tools in the image (or on a matching host).
+
+    ``builds``: the source distributions a resolver running on this machine may build here
+    (:mod:`audit.lock.host_builds`); pip-tools in the image builds inside the container.
+    """
     if recipe.resolver == "uv":
         from audit.lock.resolvers.uv import Uv, uv_target
 
-        return Uv(uv_target(record, recipe.interpreters[0], recipe.platform))
+        return Uv(uv_target(record, recipe.interpreters[0], recipe.platform), builds)
     from audit.lock.resolvers.piptools import PipTools, host_target, image_target
 
     if host:
-        return PipTools(host_target(recipe.platform, record, recipe.interpreters[0]))
+        return PipTools(host_target(recipe.platform, record, recipe.interpreters[0], builds))
     return PipTools(image_target(recipe, record))

@@ -215,6 +215,38 @@ def probe_indexes(inputs: LayerInputs, log: str) -> EnvironmentProblem | None:
     return None
 
 
+# pip (and pip-compile) found no candidate it may use for a requirement
+_NO_CANDIDATE = re.compile(
+    r"(?:No matching distribution found for|Could not find a version that satisfies the "
+    r"requirement) (?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)"
+)
+
+
+def sources_only(inputs: LayerInputs, log: str) -> tuple[str, str] | None:
+    """(name, newest version) of the requirement pip found no candidate for, when the recipe's
+    indexes list only source distributions of it (pip refused to build one, ``--only-binary``);
+    None when pip's failure was another one or an index cannot tell."""
+    from audit.errors import AuditError
+    from audit.history.snapshot import canonical_name
+    from audit.index.http import FetchStats
+    from audit.index.simple import project_files
+    from audit.lock.host_builds import newest_sdist
+
+    found = _NO_CANDIDATE.search(log)
+    if found is None:
+        return None
+    name = canonical_name(found["name"])
+    files: list[str] = []
+    for url in filter(None, (inputs.index_url, inputs.extra_index_url)):
+        try:
+            listed = project_files(url, name, context=tls_context(), stats=FetchStats())
+        except AuditError:
+            return None
+        files += [item.filename for item in listed]
+    version = newest_sdist(files)
+    return (name, version) if version is not None else None
+
+
 def disk_full(where: str, log: str) -> EnvironmentProblem | None:
     if "No space left on device" not in log:
         return None

@@ -4,7 +4,9 @@ By default inside the base image (a container, emulated with ``--platform`` when
 pip-tools in a throwaway virtual environment made from the image's own interpreter and cached in a
 host folder keyed by image id (mounted at /cache), so the next run starts at once. ``--host`` runs
 the same driver (:mod:`audit.inimage.lock_driver`) with the host's interpreter, allowed only when
-the host's platform and Python match the base record.
+the host's platform and Python match the base record; there pip takes wheels only, but for the
+packages ``lock --build-on-host`` names (:mod:`audit.lock.host_builds`): in the image, pip
+builds a source distribution inside the container, on the host it would run its code here.
 
 Hermetic: the driver builds pip-compile's environment from scratch (no ``PIP_*`` from anywhere,
 ``PIP_CONFIG_FILE=/dev/null``, pip ``--isolated``, ``--no-config``), names only the recipe's
@@ -38,6 +40,7 @@ from audit.host import console
 from audit.host import process as commands
 from audit.inimage import lock_driver
 from audit.lock.files import BaseRecord
+from audit.lock.host_builds import WHEELS_ONLY, HostBuilds, refused
 from audit.lock.plan import PIP_TOOLS_VERSION, PIP_VERSION, Constraint, LayerInputs
 from audit.lock.plan import RESOLVER as PIP_TOOLS_RESOLVER
 from audit.lock.resolvers.job import (
@@ -57,6 +60,7 @@ from audit.lock.resolvers.job import (
     network_failure,
     prepare_work,
     probe_indexes,
+    sources_only,
     tail,
     tools_index,
     unreachable_index,
@@ -67,6 +71,7 @@ from audit.redact import redact
 CA_TARGET = "/run/layer-audit-ca.pem"
 ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 DRIVER_SCRIPT = Path(lock_driver.__file__)  # copied into each work folder
+IN_IMAGE_ROUTE = "drop --host (pip-compile then runs inside the base image)"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,13 @@ class CompileTarget:
     interpreter: str
     platform: str  # linux/arm64
     ca_bundle: Path | None
+    # on the host, the source distributions pip may build there (no other); in the image, None:
+    # pip builds inside the container, as the image's own pip install will
+    builds: HostBuilds | None = None
+
+    def pip_options(self) -> list[str]:
+        """pip's options of where sources may be built: none on the host but those allowed."""
+        return self.builds.resolver_args() if self.builds is not None else []
 
 
 # -- host checks ----------------------------------------------------------------------------
@@ -99,31 +111,33 @@ def host_problem(recipe_platform: str, record: BaseRecord, interpreter: str) -> 
     return None
 
 
-def host_target(recipe_platform: str, record: BaseRecord, interpreter: str) -> CompileTarget:
+def host_target(
+    recipe_platform: str, record: BaseRecord, interpreter: str, builds: HostBuilds = WHEELS_ONLY
+) -> CompileTarget:
     problem = host_problem(recipe_platform, record, interpreter)
     if problem:
         raise UsageError(
             f"--host: cannot compile on this machine: {problem}",
             "drop --host to compile inside the base image (emulated when foreign)",
         )
-    return CompileTarget(None, "host", sys.executable, recipe_platform, ambient_ca_bundle())
+    return CompileTarget(None, "host", sys.executable, recipe_platform, ambient_ca_bundle(), builds)
 
 
 def image_target(recipe: Recipe, record: BaseRecord) -> CompileTarget:
     """The base image (pulled by digest when pinned), warning when it is not the recorded one."""
     from audit.docker.registry import ensure_image
 
-    ensure_image(recipe.base_ref, f"compiling {recipe.name}'s locks in its base")
-    info = docker_host.image_info(recipe.base_ref)
+    ref = recipe.recorded_ref  # a base without Python: its prelude (lock built it first)
+    if recipe.base_stage is None:
+        ensure_image(ref, f"compiling {recipe.name}'s locks in its base")
+    info = docker_host.image_info(ref)
     if info.id != record.image_id:
         console.stderr.print(
-            f"[yellow]warning:[/] {recipe.base_ref} is now {info.id}, the base record has "
+            f"[yellow]warning:[/] {ref} is now {info.id}, the base record has "
             f"{record.image_id}: re-record it with --record-base"
         )
     interpreter = recipe.interpreters[0]
-    return CompileTarget(
-        recipe.base_ref, info.id, interpreter, recipe.platform, ambient_ca_bundle()
-    )
+    return CompileTarget(ref, info.id, interpreter, recipe.platform, ambient_ca_bundle())
 
 
 # -- arguments and the job file ---------------------------------------------------------------
@@ -136,30 +150,39 @@ def index_args(inputs: LayerInputs) -> list[str]:
     return [*args, "--pre"] if inputs.pre else args
 
 
-def compile_args(inputs: LayerInputs, constrained: bool = False) -> list[str]:
+def compile_args(
+    inputs: LayerInputs, constrained: bool = False, pip_options: Sequence[str] = ()
+) -> list[str]:
     """pip-compile's arguments: hashes (reused from the existing output for pins that did not
-    move), explicit indexes, the stand-ins as find-links; nothing machine-specific emitted."""
+    move), explicit indexes, the stand-ins as find-links; nothing machine-specific emitted.
+    ``pip_options`` join pip's own (where sources may be built: :meth:`CompileTarget.pip_options`).
+    """
+    pip_args = " ".join(["--isolated --no-input --retries 2 --timeout 30", *pip_options])
     args = [
         "--no-header", "--no-config", "--generate-hashes", "--reuse-hashes", "--strip-extras",
         "--allow-unsafe", "--no-emit-index-url", "--no-emit-trusted-host",
         "--no-emit-find-links", "--newline", "LF",
-        "--pip-args", "--isolated --no-input --retries 2 --timeout 30",
+        "--pip-args", pip_args,
         "--find-links", f"../{STANDINS}",
     ]  # fmt: skip
     limits = ["-c", f"../{CONSTRAINTS}"] if constrained else []
     return [*args, *index_args(inputs), *limits, "-o", f"../{OUTPUT}", inputs.requirements]
 
 
-def job_document(job: CompileJob, cache: str, cert: str) -> dict[str, Any]:
-    """The driver's job file: every parameter of its run (it reads nothing else)."""
+def job_document(
+    job: CompileJob, cache: str, cert: str, pip_options: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The driver's job file: every parameter of its run (it reads nothing else).
+    ``pip_options``: where pip may build sources, for pip-compile and the report alike."""
+    constrained = bool(job.constraints)
     return {
         "cache": cache,
         "cert": cert,
         "tools_index": tools_index(),
         "pip": PIP_VERSION,
         "pip_tools": PIP_TOOLS_VERSION,
-        "compile": [] if job.no_deps else compile_args(job.inputs, bool(job.constraints)),
-        "report": index_args(job.inputs),
+        "compile": [] if job.no_deps else compile_args(job.inputs, constrained, pip_options),
+        "report": [*index_args(job.inputs), *pip_options],
         "requirements": job.inputs.requirements,
         "overrides": list(job.overrides),
         "known": known_pins(job),
@@ -205,8 +228,9 @@ def with_known(report: str, moved: str, job: CompileJob) -> str:
     return json.dumps({"install": [*items, *extra]})
 
 
-def _write_job(work: Path, job: CompileJob, cache: str, cert: str) -> None:
-    (work / lock_driver.JOB_FILE).write_text(json.dumps(job_document(job, cache, cert)))
+def _write_job(work: Path, job: CompileJob, target: CompileTarget, cache: str, cert: str) -> None:
+    document = job_document(job, cache, cert, target.pip_options())
+    (work / lock_driver.JOB_FILE).write_text(json.dumps(document))
     shutil.copyfile(DRIVER_SCRIPT, work / "driver.py")
 
 
@@ -215,7 +239,7 @@ def _compile_on_host(
 ) -> tuple[int, str]:
     cache = cache_root() / "host"
     cache.mkdir(parents=True, exist_ok=True)
-    _write_job(work, job, str(cache), str(target.ca_bundle) if target.ca_bundle else "")
+    _write_job(work, job, target, str(cache), str(target.ca_bundle) if target.ca_bundle else "")
     done = commands.stream(
         [target.interpreter, "-I", str(work / "driver.py"), str(work)],
         on_line,
@@ -237,7 +261,7 @@ def _compile_in_image(
     ]
     if target.ca_bundle:
         mounts.append(docker_host.BindMount(target.ca_bundle, CA_TARGET))
-    _write_job(work, job, "/cache", CA_TARGET if target.ca_bundle else "")
+    _write_job(work, job, target, "/cache", CA_TARGET if target.ca_bundle else "")
     argv = [target.interpreter, "-I", "/work/driver.py", "/work"]
     user = f"{os.getuid()}:{os.getgid()}"
     with Container(
@@ -287,6 +311,12 @@ class PipTools:
     def explain(
         self, log: str, inputs: LayerInputs, installed: Mapping[str, Constraint], log_path: str
     ) -> LockError | EnvironmentProblem:
+        if self.target.builds is not None:  # on the host, pip took wheels only
+            sdist = sources_only(inputs, log)
+            if sdist is not None:
+                saved = f" (full log: {log_path})" if log_path else ""
+                error = refused(inputs.step.label, *sdist, in_image_route=IN_IMAGE_ROUTE)
+                return type(error)(error.message, error.hint + saved)
         return explain_failure(log, inputs, installed, log_path)
 
     def yanked(self, log: str) -> list[str]:

@@ -11,6 +11,11 @@ downloading payloads (:mod:`audit.index.wheel_metadata`: PEP 658 metadata files,
 requests into the wheel), and only a pin with no wheel for the target is downloaded (``uv pip
 install --target --no-deps``), counted and reported.
 
+uv runs here, so every uv process takes wheels only (``--only-binary :all:``): a source
+distribution would be built, its code run, on this machine. A package ``lock --build-on-host``
+names is the one exception (:mod:`audit.lock.host_builds`); any other with no wheel for the
+target is refused by name (:func:`explain_uv_failure`).
+
 Index semantics differ from pip's on purpose: uv's default ``first-index`` strategy takes a
 package from the first index that has it, and a layer's declared extra index comes first, so a
 name that exists on the nightly index can never be taken from the primary one (dependency
@@ -50,6 +55,7 @@ from audit.index.wheel_metadata import (
     target_tags,
 )
 from audit.lock.files import BaseRecord
+from audit.lock.host_builds import WHEELS_ONLY, HostBuilds, refused
 from audit.lock.plan import RESOLVERS, UV_VERSION, Constraint, LayerInputs
 from audit.lock.progress import STEP_MARK
 from audit.lock.resolvers.job import (
@@ -133,7 +139,9 @@ def _install_uv(venv: Path) -> None:
     partial = venv.with_name(venv.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     commands.run([sys.executable, "-m", "venv", str(partial)], capture=True)
-    pip = [str(partial / "bin" / "python"), "-m", "pip", "install", "--isolated", "-q"]
+    # a wheel only: uv's source distribution would be compiled (its build code run) here
+    pip = [str(partial / "bin" / "python"), "-m", "pip", "install", "--isolated", "-q",
+           "--only-binary", ":all:"]  # fmt: skip
     bundle = ambient_ca_bundle()
     certs = ["--cert", str(bundle)] if bundle else []
     done = commands.run(
@@ -151,8 +159,14 @@ def _install_uv(venv: Path) -> None:
 # -- one layer ---------------------------------------------------------------------------------
 
 
-def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFIG}") -> list[str]:
+def common_args(
+    inputs: LayerInputs, target: UvTarget, builds: HostBuilds, config: str = f"../{CONFIG}"
+) -> list[str]:
     """The target's arguments; the indexes are in the run's configuration (:func:`uv_config`).
+
+    Wheels only, but for the packages ``builds`` allows: uv builds a source distribution (runs
+    its code) to read its dependencies, and it would do so on this machine
+    (:mod:`audit.lock.host_builds`); refused, uv names the package (:func:`explain_uv_failure`).
 
     uv resolves for ``--python-version``/``--python-platform`` but wants an interpreter to run
     beside: this one (``--python``; never a download, :func:`uv_environment`). Without it, uv
@@ -162,7 +176,7 @@ def common_args(inputs: LayerInputs, target: UvTarget, config: str = f"../{CONFI
     args = ["--no-config", "--config-file", config, "--python", sys.executable]
     if inputs.pre:
         args += ["--prerelease", "allow"]
-    return [*args, "--python-version", target.python_version,
+    return [*args, *builds.resolver_args(), "--python-version", target.python_version,
             "--python-platform", target.python_platform]  # fmt: skip
 
 
@@ -180,14 +194,16 @@ def uv_config(inputs: LayerInputs, run_cache: bool) -> str:
     )
 
 
-def read_ahead_argv(target: UvTarget, inputs: LayerInputs, work: Path) -> list[str]:
+def read_ahead_argv(
+    target: UvTarget, builds: HostBuilds, inputs: LayerInputs, work: Path
+) -> list[str]:
     """``uv pip compile`` of the read-ahead's union file in ``work/recipe`` (its configuration
     written beside, as a layer's is): pages and metadata land in the run's uv cache; its log
     (``-v``) names each wheel whose metadata uv fetches, as it fetches it."""
     (work / CONFIG).write_text(uv_config(inputs, run_cache=True))
     argv = ["pip", "compile", "layer-audit-read-ahead.in", "-o", f"../{AHEAD_OUTPUT}",
             "--format", "pylock.toml", "--no-header", "-v"]  # fmt: skip
-    return [str(uv_binary()), *argv, *common_args(inputs, target)]
+    return [str(uv_binary()), *argv, *common_args(inputs, target, builds)]
 
 
 def shared_cache() -> Path:
@@ -238,14 +254,17 @@ def run_uv(
     job: CompileJob,
     on_line: OnLine = print,
     ahead: ReadAhead | None = None,
+    builds: HostBuilds = WHEELS_ONLY,
 ) -> Outcome:
     """One layer's job with uv in a fresh work folder; the folder is always removed. Output
     lines and step announcements go to ``on_line`` as they come. ``ahead``: the run's
-    read-ahead, whose metadata the layer takes for the pins it holds."""
+    read-ahead, whose metadata the layer takes for the pins it holds; ``builds``: the source
+    distributions uv may build here (no other)."""
     work = Path(tempfile.mkdtemp(prefix=work_prefix(WORK_PREFIX)))
     try:
         prepare_work(work, job)
-        session = _Session(work, common_args(job.inputs, target), on_line, job.inputs, ahead)
+        common = common_args(job.inputs, target, builds)
+        session = _Session(work, common, on_line, job.inputs, ahead)
         return _run(session, target, job)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -427,13 +446,14 @@ class Uv:
     """uv on this machine, for the base's Python and platform: no image, no emulation."""
 
     target: UvTarget
+    builds: HostBuilds = WHEELS_ONLY  # the source distributions it may build here
     label: str = RESOLVER
     merges_indexes: bool = False  # uv's first-index strategy: the extra index wins by itself
     _ahead: list[ReadAhead] = field(default_factory=list, compare=False, repr=False)
 
     def compile(self, job: CompileJob, on_line: OnLine) -> Outcome:
         ahead = self._ahead[-1] if self._ahead else None
-        return run_uv(self.target, job, on_line, ahead)
+        return run_uv(self.target, job, on_line, ahead, self.builds)
 
     @contextmanager
     def warm(
@@ -444,7 +464,7 @@ class Uv:
         shared = shared_cache()
         run = open_run_cache(shared)
         ahead = ReadAhead(
-            functools.partial(read_ahead_argv, self.target),
+            functools.partial(read_ahead_argv, self.target, self.builds),
             uv_environment(run),
             functools.partial(_read_ahead, self.target),
             installed,
@@ -475,6 +495,10 @@ _UV_YANKED = re.compile(
 )
 _UV_NOT_FOUND = re.compile(r"Because (?P<name>\S+) was not found in the package registry")
 _UV_NO_SOLUTION = "No solution found when resolving dependencies"
+# --only-binary :all: met a package with no wheel for the target (and the version it tried)
+_UV_NO_WHEEL = re.compile(r"Wheels are required for `(?P<name>[^`]+)` because building from source")
+_UV_UNUSABLE = re.compile(r"(?P<name>[A-Za-z0-9._-]+)==(?P<version>[^\s,]+) has no usable wheels")
+IN_IMAGE_ROUTE = 'set resolver = "pip-tools" under [image] in image.toml'
 
 
 def yanked_pins(log: str) -> list[str]:
@@ -488,8 +512,9 @@ def yanked_pins(log: str) -> list[str]:
 def explain_uv_failure(
     log: str, inputs: LayerInputs, log_path: str = ""
 ) -> LockError | EnvironmentProblem:
-    """A failed uv run as one clear error: the machine (exit 3), a name no index has, or uv's
-    own account of why no resolution exists (its "Because ..." lines), never pip's regexes."""
+    """A failed uv run as one clear error: the machine (exit 3), a source distribution it was
+    not allowed to build here, a name no index has, or uv's own account of why no resolution
+    exists (its "Because ..." lines), never pip's regexes."""
     where = inputs.step.label
     saved = f" (full log: {log_path})" if log_path else ""
     error = disk_full(where, log) or _uv_explained(where, log, inputs)
@@ -499,6 +524,9 @@ def explain_uv_failure(
 def _uv_explained(where: str, log: str, inputs: LayerInputs) -> LockError | EnvironmentProblem:
     if network_failure(log):
         return unreachable_index(where, log, (inputs.index_url, inputs.extra_index_url))
+    sdist = source_only(log)
+    if sdist is not None:
+        return refused(where, *sdist, in_image_route=IN_IMAGE_ROUTE)
     missing = _UV_NOT_FOUND.search(log)
     if missing:
         return probe_indexes(inputs, log) or LockError(
@@ -521,3 +549,14 @@ def _uv_explained(where: str, log: str, inputs: LayerInputs) -> LockError | Envi
         f"{where}: uv pip compile failed: {last}",
         "fix the requirements file, or check that the recipe's indexes are reachable",
     )
+
+
+def source_only(log: str) -> tuple[str, str] | None:
+    """(name, version or "") of the package uv found no wheel of and was not allowed to build."""
+    wanted = _UV_NO_WHEEL.search(log)
+    if wanted is None:
+        return None
+    name = canonical_name(wanted["name"])
+    unusable = _UV_UNUSABLE.finditer(log)
+    versions = [m["version"] for m in unusable if canonical_name(m["name"]) == name]
+    return name, versions[0] if versions else ""

@@ -4,6 +4,7 @@ The capability check was written for Hopper and Blackwell datacenter parts (9.x,
 draft path itself runs unchanged on sm_121 with bf16 KV.
 """
 
+import importlib.metadata
 import importlib.util
 import sys
 from pathlib import Path
@@ -11,6 +12,14 @@ from pathlib import Path
 OLD = "if major not in (9, 10):"
 NEW = "if major not in (9, 10, 12):"
 
+# On a replica base (a dry build) sglang is a metadata-only stand-in: no code to patch.
+try:
+    installer = importlib.metadata.distribution("sglang").read_text("INSTALLER") or ""
+except importlib.metadata.PackageNotFoundError:
+    sys.exit("patch: sglang is not installed")
+if installer.strip() == "layer-audit-replica":
+    print("patch: sglang is a stand-in (dry build): nothing to patch")
+    sys.exit(0)
 spec = importlib.util.find_spec("sglang")
 if spec is None or spec.origin is None:
     sys.exit("patch: sglang is not installed")

@@ -1,0 +1,3 @@
+import sys
+
+print("building the wheel", sys.argv)

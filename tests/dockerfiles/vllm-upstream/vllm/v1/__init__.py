@@ -1,0 +1,1 @@
+"""vLLM v1 (for the test image)."""

@@ -142,7 +142,7 @@ def test_the_walk_agrees_with_the_in_image_snapshot(serving: Built, tmp_path: Pa
         (inside,) = parse_snapshot(out.encode(), serving.tag)
         assert inside.distributions == env.distributions, env.interpreter
         assert inside.paths == env.paths and inside.python == env.python, env.interpreter
-        assert inside.libc == env.libc
+        assert inside.libc == env.libc and inside.platform == env.platform == "linux/amd64"
         assert inside.system is not None and last.system is not None
         assert inside.system.packages == last.system.packages
         assert inside.system.distro == last.system.distro

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from audit.history.model import WALK, History, LayerRef, LayerState
-from audit.history.snapshot import Distribution, Environment
+from audit.history.snapshot import Distribution, Environment, platform_of
 from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
 from audit.history.walk.config import ImageConfig, layer_refs
 from audit.history.walk.delta import (
@@ -508,7 +508,12 @@ def environments(state: ImageState, image: ImageFacts) -> tuple[Environment, ...
                 cache[real] = _site_distributions(state, real, sites.get(real, {}))
             dists += [_located(d, path) for d in cache[real]]
         markers = _markers(env.short, env.full, image.machine)
-        found.append(Environment(env.interpreter, env.full, markers, env.paths, tuple(dists), libc))
+        platform = platform_of(markers)
+        found.append(
+            Environment(
+                env.interpreter, env.full, markers, env.paths, tuple(dists), libc, None, platform
+            )
+        )
     return tuple(found)
 
 

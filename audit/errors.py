@@ -76,6 +76,12 @@ class ResolutionConflict(LockError):
     exit_code = EXIT_VIOLATION
 
 
+class ImageFormatError(BadInput):
+    """An image given to read (a tarball, an OCI layout, a registry's answer, one of its
+    layers) is not what its format says: not an archive, truncated, or naming paths outside
+    the image."""
+
+
 class GitError(BadInput):
     """A git ref or a file at a ref cannot be read."""
 

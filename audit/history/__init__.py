@@ -7,5 +7,5 @@ Docker), the in-build guard (``audit/inimage/guard.py``), the layer walk (``walk
 own layers, no container), and, for one final state, ``image_audit`` (a container) and
 ``host_snapshot`` (an interpreter here). ``snapshot_diff`` judges two snapshot files.
 
-Edge: host_snapshot, image_audit
+Edge: host_snapshot, image_audit, walk.cache, walk.engine, walk.registry, walk.run
 """

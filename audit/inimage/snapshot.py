@@ -189,10 +189,9 @@ def read_header(path: str) -> tuple[str, str, list[str], str] | None:
     return name, version, requires, python
 
 
-def _egg_requires(folder: str) -> list[str]:
-    """``requires.txt`` of an ``.egg-info`` folder as PEP 508 strings: ``[extra]`` and
-    ``[extra:marker]``/``[:marker]`` sections become markers."""
-    data = _read(folder + "/requires.txt")
+def egg_requires(data: bytes | None) -> list[str]:
+    """``requires.txt`` (the bytes of an ``.egg-info`` folder's) as PEP 508 strings: ``[extra]``
+    and ``[extra:marker]``/``[:marker]`` sections become markers."""
     found, marker = [], ""
     for raw in (data or b"").decode("utf-8", "replace").splitlines():
         line = raw.strip()
@@ -226,8 +225,8 @@ def _digest(folder: str | None, metadata_file: str) -> str:
     return ""
 
 
-def _installer(entry: str) -> str:
-    data = _read(entry + "/INSTALLER")
+def installer_text(data: bytes | None) -> str:
+    """What an ``INSTALLER`` file's bytes say (``pip``, ``uv``), "" when absent or empty."""
     return data.decode("utf-8", "replace").strip() if data else ""
 
 
@@ -240,17 +239,43 @@ def describe(site: str, folder: str, kind: str, is_folder: bool) -> dict[str, ob
     """One distribution record; unreadable metadata gives an empty version (reported later)."""
     entry = site + "/" + folder
     metadata_file = _metadata_file(entry, kind, is_folder)
-    raw_name, version, requires, python = read_header(metadata_file) or ("", "", [], "")
+    header = read_header(metadata_file)
+    requires_txt = None
+    if kind == "egg-info" and is_folder and not (header and header[2]):
+        requires_txt = _read(entry + "/requires.txt")
+    installer = installer_text(_read(entry + "/INSTALLER")) if is_folder else ""
+    digest = _digest(entry if is_folder else None, metadata_file)
+    return distribution_record(
+        site, folder, kind, header=header, installer=installer, digest=digest,
+        requires_txt=requires_txt,
+    )  # fmt: skip
+
+
+def distribution_record(
+    site: str,
+    folder: str,
+    kind: str,
+    *,
+    header: tuple[str, str, list[str], str] | None,
+    installer: str,
+    digest: str,
+    requires_txt: bytes | None,
+) -> dict[str, object]:
+    """The record of one distribution from what was read of it: ``header`` (None when the
+    metadata file is missing), the INSTALLER text, the digest, and ``requires.txt`` (an
+    ``.egg-info`` folder's, read only when the header names no requirement). The layer walk
+    builds its records here too, so both producers agree field for field."""
+    raw_name, version, requires, python = header or ("", "", [], "")
     raw_name = raw_name or _name_from_folder(folder)
-    if kind == "egg-info" and is_folder and not requires:
-        requires = _egg_requires(entry)
+    if kind == "egg-info" and not requires and requires_txt is not None:
+        requires = egg_requires(requires_txt)
     return {
         "name": canonical_name(raw_name),
         "raw_name": raw_name,
         "version": version,
         "location": site,
-        "installer": _installer(entry) if is_folder else "",
-        "digest": _digest(entry if is_folder else None, metadata_file),
+        "installer": installer,
+        "digest": digest,
         "metadata": kind,
         "requires_dist": requires,
         "requires_python": python,
@@ -356,7 +381,11 @@ def apk_packages(text: str) -> list[dict[str, str]]:
 
 def os_release(root: str) -> str:
     """``debian-12``, ``ubuntu-24.04``, ``alpine-3.20.3``: ID and VERSION_ID of os-release."""
-    data = _read(root + "etc/os-release") or _read(root + "usr/lib/os-release") or b""
+    return distro_of(_read(root + "etc/os-release") or _read(root + "usr/lib/os-release") or b"")
+
+
+def distro_of(data: bytes) -> str:
+    """:func:`os_release` of an os-release file's bytes."""
     fields = {}
     for line in data.decode("utf-8", "replace").splitlines():
         key, _, value = line.partition("=")
@@ -503,7 +532,11 @@ def _dynamic_strings(
 
 def ld_cache(root: str) -> dict[str, list[str]]:
     """soname -> paths, in the order of ``/etc/ld.so.cache`` (glibc's new format); {} if absent."""
-    data = _read(root + LD_CACHE)
+    return ld_cache_entries(_read(root + LD_CACHE))
+
+
+def ld_cache_entries(data: bytes | None) -> dict[str, list[str]]:
+    """:func:`ld_cache` of the cache file's bytes (None: no file)."""
     start = data.find(_LD_CACHE_MAGIC) if data else -1
     if data is None or start < 0:
         return {}

@@ -1,0 +1,492 @@
+"""One layer's tar stream read into a :class:`~audit.history.walk.delta.LayerDelta`.
+
+PURE: standard library, the delta model and the in-image snapshot's parsers (one code path for
+metadata headers, package databases, os-release and the ld.so cache, so the walk and the guard
+agree byte for byte). Bytes come in through :meth:`LayerScanner.feed`; nothing is written.
+
+What is read of each member (the rest is skipped as it streams): see
+:mod:`audit.history.walk.delta`. Bounds keep memory flat whatever the layer holds: a metadata
+header is read up to its first blank line (at most :data:`HEADER_LIMIT`), a small text file up
+to :data:`TEXT_LIMIT`, a package database up to :data:`DATABASE_LIMIT`; past a bound the file is
+still hashed and the delta's ``notes`` say what was cut.
+
+Member names are normalised to absolute paths; a name or hard-link target that leaves the
+image root (``../../etc/passwd``) raises :class:`LayerFormatError`. Symbolic link targets are
+kept as written (an absolute target means the image's root, never the host's).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from hashlib import sha256
+from typing import IO, Any
+
+from audit.history.system import OsPackage
+from audit.history.walk.delta import (
+    DIST_DIR,
+    DYNLOAD,
+    EXECUTABLE,
+    SITE_DIR,
+    STDLIB,
+    Blob,
+    Fact,
+    LayerDelta,
+    LdCache,
+    Library,
+    Link,
+    Marker,
+    Meta,
+    Packages,
+)
+from audit.history.walk.tarstream import (
+    DIRECTORY,
+    FILE,
+    HARDLINK,
+    SYMLINK,
+    Member,
+    Sink,
+    TarFormatError,
+    TarReader,
+)
+from audit.inimage.snapshot import RPM_DATABASES as _RPM_DATABASES
+from audit.inimage.snapshot import _header_fields, apk_packages, dpkg_packages, ld_cache_entries
+
+# The ELF hook: (path in the image, the member's bytes as a forward-only stream, its size) ->
+# JSON-able facts, or None. Called while the member streams past (in a helper thread: the
+# stream blocks until the bytes arrive); whatever it leaves unread is skipped.
+ElfReader = Callable[[str, IO[bytes], int], Mapping[str, Any] | None]
+
+# Shared libraries of the CUDA family (file name prefixes; a name must also hold ".so").
+CUDA_FAMILIES = (
+    "libcudart", "libcublas", "libcudnn", "libcufft", "libcurand", "libcusolver",
+    "libcusparse", "libnvJitLink", "libnvrtc", "libcupti", "libcufile", "libnccl",
+    "libnvshmem", "libnvToolsExt",
+)  # fmt: skip
+# What is read of a member (its role)
+HEADER, TEXT, DIGEST, RECORD, DPKG, APK, LD_CACHE_ROLE = (
+    "header", "text", "digest", "record", "dpkg", "apk", "ld.so.cache",
+)  # fmt: skip
+_DIST_INFO_FILES = {
+    "METADATA": HEADER, "direct_url.json": TEXT, "INSTALLER": TEXT, "RECORD": RECORD,
+    "installed-files.txt": DIGEST,
+}  # fmt: skip
+_EGG_INFO_FILES = {
+    "PKG-INFO": HEADER, "requires.txt": TEXT, "INSTALLER": TEXT, "RECORD": RECORD,
+    "installed-files.txt": DIGEST,
+}  # fmt: skip
+
+
+HEADER_LIMIT = 8 << 20
+TEXT_LIMIT = 1 << 20
+DATABASE_LIMIT = 64 << 20
+_HEADER_CHUNK = 8192  # the in-image script's first read: a header is checked past it
+DPKG_STATUS = "/var/lib/dpkg/status"
+DPKG_STATUS_D = "/var/lib/dpkg/status.d"
+APK_INSTALLED = "/lib/apk/db/installed"
+OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
+LD_CACHE = "/etc/ld.so.cache"
+LD_CONF = "/etc/ld.so.conf"
+LD_CONF_D = "/etc/ld.so.conf.d"
+RPM_DATABASES = tuple("/" + p for p in _RPM_DATABASES)
+_SYSTEM_FILES = {
+    DPKG_STATUS: DPKG, APK_INSTALLED: APK, LD_CACHE: LD_CACHE_ROLE, LD_CONF: TEXT,
+    **dict.fromkeys(OS_RELEASE, TEXT), **dict.fromkeys(RPM_DATABASES, DIGEST),
+}  # fmt: skip
+_DIST_SUFFIXES = (".dist-info", ".egg-info")
+
+
+class LayerFormatError(ValueError):
+    """The layer is not a tar archive, is cut short, or names paths outside the image."""
+
+
+def normalise(name: str) -> str:
+    """``./usr/bin/`` -> ``/usr/bin``; ``/`` for the root; :class:`LayerFormatError` when the
+    name climbs out of the root."""
+    if ".." not in name and "//" not in name and "./" not in name and not name.startswith("/"):
+        return "/" + name.rstrip("/") if name not in ("", ".") else "/"
+    parts: list[str] = []
+    for part in name.split("/"):
+        if part == "..":
+            if not parts:
+                raise LayerFormatError(f"member {name!r} leaves the image root")
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _split(path: str) -> tuple[str, str]:
+    cut = path.rfind("/")
+    return (path[:cut] or "/"), path[cut + 1 :]
+
+
+def _is_version_folder(name: str, prefix: str) -> bool:
+    """``python3.11`` (or ``python3.13t``) for prefix ``python``."""
+    rest = name[len(prefix) :] if name.startswith(prefix) else ""
+    major, dot, minor = rest.partition(".")
+    return bool(dot) and major.isdigit() and minor.rstrip("tdm").isdigit()
+
+
+def is_python_executable(name: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` (not ``python3-config``, not ``python3.11m``)."""
+    if not name.startswith("python"):
+        return False
+    major, dot, minor = name[6:].partition(".")
+    return not name[6:] or (major.isdigit() and (not dot or minor.isdigit()))
+
+
+# ----------------------------------------------------------------------------- sinks
+
+
+class _Digest:
+    """Hashes a member; keeps its first ``limit`` bytes when ``limit`` > 0."""
+
+    def __init__(self, limit: int, done: Callable[[_Digest], None]) -> None:
+        self.hasher = sha256()
+        self.limit = limit
+        self.kept = bytearray()
+        self.cut = False
+        self._done = done
+
+    def write(self, data: memoryview) -> None:
+        self.hasher.update(data)
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]
+            self.cut = self.cut or len(data) > room
+        elif self.limit and len(data):
+            self.cut = True
+
+    def close(self) -> None:
+        self._done(self)
+
+    def digest(self) -> str:
+        return "sha256:" + str(self.hasher.hexdigest())
+
+    def text(self) -> str:
+        return self.kept.decode("utf-8", "replace")
+
+
+class _Header(_Digest):
+    """A metadata file: hashed whole, kept until its header block is complete."""
+
+    def write(self, data: memoryview) -> None:
+        self.hasher.update(data)
+        if self.limit and len(self.kept) < self.limit:
+            self.kept += data[: self.limit - len(self.kept)]
+            if len(self.kept) >= _HEADER_CHUNK and _header_fields(bytes(self.kept))[4]:
+                self.limit = 0  # the header is complete: hash the rest only
+            elif len(self.kept) >= self.limit:
+                self.cut = True
+
+
+class _Queued:
+    """A forward-only stream over chunks a feeder thread hands over (the ELF hook reads it)."""
+
+    def __init__(self, chunks: queue.Queue[bytes | None]) -> None:
+        self._chunks = chunks
+        self._current = b""
+        self._at = 0
+        self._ended = False
+
+    def read(self, size: int = -1) -> bytes:
+        parts: list[bytes] = []
+        wanted = size if size >= 0 else 1 << 62
+        while wanted > 0:
+            if self._at >= len(self._current):
+                if self._ended:
+                    break
+                chunk = self._chunks.get()
+                if chunk is None:
+                    self._ended = True
+                    break
+                self._current, self._at = chunk, 0
+            piece = self._current[self._at : self._at + wanted]
+            self._at += len(piece)
+            wanted -= len(piece)
+            parts.append(piece)
+        return b"".join(parts)
+
+    def drain(self) -> None:
+        while not self._ended:
+            self._ended = self._chunks.get() is None
+
+
+class _ElfFeed:
+    """Runs the ELF hook on one member in a helper thread, fed chunk by chunk (bounded)."""
+
+    def __init__(self, reader: ElfReader, path: str, size: int, done: Callable[[_ElfFeed], None]):
+        self.path, self.size = path, size
+        self.result: Mapping[str, Any] | None = None
+        self.error = ""
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self._stream = _Queued(self._chunks)
+        self._done = done
+        self._thread = threading.Thread(target=self._run, args=(reader,), daemon=True)
+        self._thread.start()
+
+    def _run(self, reader: ElfReader) -> None:
+        try:
+            self.result = reader(self.path, self._stream, self.size)  # type: ignore[arg-type]
+        except Exception as exc:  # a hook's failure is a note, never the walk's
+            self.error = f"{type(exc).__name__}: {exc}"[:200]
+        finally:
+            self._stream.drain()
+
+    def write(self, data: memoryview) -> None:
+        self._chunks.put(bytes(data))
+
+    def close(self) -> None:
+        self._chunks.put(None)
+        self._thread.join()
+        self._done(self)
+
+
+# ----------------------------------------------------------------------------- the scanner
+
+
+class LayerScanner:
+    """Feed a layer's (uncompressed) tar bytes; :meth:`finish` gives its delta."""
+
+    def __init__(
+        self, elf_reader: ElfReader | None = None, families: tuple[str, ...] = CUDA_FAMILIES
+    ) -> None:
+        self._reader = TarReader(self._member)
+        self._elf_reader = elf_reader
+        self._families = families
+        self._facts: dict[str, Fact] = {}
+        self._whiteouts: list[str] = []
+        self._opaque: list[str] = []
+        self._dirs: list[str] = []
+        self._others: list[str] = []
+        self._notes: list[str] = []
+        self._size = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Consume the next piece of the layer's tar stream."""
+        self._size += len(data)
+        try:
+            self._reader.feed(data)
+        except TarFormatError as exc:
+            raise LayerFormatError(str(exc)) from None
+
+    def finish(self) -> LayerDelta:
+        """The delta; :class:`LayerFormatError` when the stream was cut short."""
+        try:
+            self._reader.finish()
+        except TarFormatError as exc:
+            raise LayerFormatError(str(exc)) from None
+        return LayerDelta(
+            facts=tuple(self._facts.values()),
+            whiteouts=tuple(self._whiteouts),
+            opaque=tuple(self._opaque),
+            dirs=tuple(self._dirs),
+            others=tuple(self._others),
+            size=self._size,
+            files=len(self._others),
+            notes=tuple(self._notes),
+        )
+
+    def _add(self, fact: Fact) -> None:
+        self._facts.pop(fact.path, None)  # a path named twice: the last one counts
+        self._facts[fact.path] = fact
+
+    def _member(self, member: Member) -> Sink | None:
+        path = normalise(member.name)
+        parent, name = _split(path)
+        if path == "/" or name.startswith(".wh."):
+            if path != "/":
+                self._whiteout(parent, name)
+            return None
+        if member.kind == DIRECTORY:
+            self._dirs.append(path)
+            self._folder(path, parent, name)
+            return None
+        self._others.append(path)
+        self._facts.pop(path, None)  # replaced by this member, whatever it is
+        return self._non_folder(member, path, parent, name)
+
+    def _non_folder(self, member: Member, path: str, parent: str, name: str) -> Sink | None:
+        if member.kind == SYMLINK:
+            self._add(Link(path, member.linkname))
+        elif member.kind == HARDLINK:
+            self._hard_link(path, member.linkname)
+        elif member.kind == FILE:
+            return self._file(path, parent, name, member.size)
+        return None
+
+    def _whiteout(self, parent: str, name: str) -> None:
+        if name == ".wh..wh..opq":
+            self._opaque.append(parent)
+        elif not name.startswith(".wh..wh."):  # other .wh..wh. names are aufs bookkeeping
+            self._whiteouts.append((parent if parent != "/" else "") + "/" + name[4:])
+
+    def _folder(self, path: str, parent: str, name: str) -> None:
+        if name in ("site-packages", "dist-packages"):
+            self._add(Marker(path, SITE_DIR))
+        elif name.endswith(_DIST_SUFFIXES):
+            self._add(Marker(path, DIST_DIR))
+        elif name == "lib-dynload" and _is_version_folder(_split(parent)[1], "python"):
+            self._add(Marker(path, DYNLOAD))
+
+    def _hard_link(self, path: str, target: str) -> None:
+        source = normalise(target)
+        known = self._facts.get(source)
+        if known is None:
+            self._add(Link(path, source, hard=True))
+        else:
+            self._add(_moved(known, path))
+
+    def _file(self, path: str, parent: str, name: str, size: int) -> Sink | None:
+        folder = _split(parent)[1]
+        if folder.endswith(_DIST_SUFFIXES):
+            table = _DIST_INFO_FILES if folder.endswith(".dist-info") else _EGG_INFO_FILES
+            return self._sink(table.get(name), path, folder.lower().startswith("nvidia"))
+        if name.endswith(".egg-info"):  # a distutils .egg-info file: the PKG-INFO itself
+            return self._sink(HEADER, path)
+        marker = _marker(parent, folder, name)
+        if marker:
+            self._add(Marker(path, marker))
+            return None
+        if name.startswith(self._families) and ".so" in name:
+            return self._library(path, size)
+        return self._sink(_system_role(path, parent, folder, name), path)
+
+    def _sink(self, role: str | None, path: str, nvidia: bool = False) -> Sink | None:
+        """The sink that reads what ``role`` needs of the member at ``path``."""
+        if role == HEADER:
+            return _Header(HEADER_LIMIT, self._meta_done(path))
+        if role == TEXT:
+            return _Digest(TEXT_LIMIT, self._blob_done(path))
+        if role == DIGEST:
+            return _Digest(0, self._blob_done(path))
+        if role == RECORD:
+            return _Digest(TEXT_LIMIT * 16 if nvidia else 0, self._record_done(path, nvidia))
+        if role in (DPKG, APK):
+            return _Digest(DATABASE_LIMIT, self._packages_done(path, role))
+        return _Digest(DATABASE_LIMIT, self._ld_cache_done(path)) if role == LD_CACHE_ROLE else None
+
+    def _library(self, path: str, size: int) -> Sink | None:
+        if self._elf_reader is None:
+            self._add(Library(path, size))
+            return None
+
+        def done(feed: _ElfFeed) -> None:
+            if feed.error:
+                self._notes.append(f"{path}: the ELF reader failed ({feed.error})")
+            self._add(Library(path, size, _json_value(feed.result, path, self._notes)))
+
+        return _ElfFeed(self._elf_reader, path, size, done)
+
+    # ------------------------------------------------------------------ what each sink leaves
+
+    def _cut(self, sink: _Digest, path: str) -> None:
+        if sink.cut:
+            self._notes.append(f"{path}: read only its first {sink.limit} bytes")
+
+    def _meta_done(self, path: str) -> Callable[[_Digest], None]:
+        def done(sink: _Digest) -> None:
+            self._cut(sink, path)
+            name, version, requires, python, _ = _header_fields(bytes(sink.kept))
+            self._add(Meta(path, sink.digest(), name, version, tuple(requires), python))
+
+        return done
+
+    def _blob_done(self, path: str) -> Callable[[_Digest], None]:
+        def done(sink: _Digest) -> None:
+            self._cut(sink, path)
+            self._add(Blob(path, sink.digest(), sink.text()))
+
+        return done
+
+    def _record_done(self, path: str, libraries: bool) -> Callable[[_Digest], None]:
+        def done(sink: _Digest) -> None:
+            self._cut(sink, path)
+            found = _record_libraries(sink.text(), self._families) if libraries else ()
+            self._add(Blob(path, sink.digest(), "", found))
+
+        return done
+
+    def _packages_done(self, path: str, manager: str) -> Callable[[_Digest], None]:
+        def done(sink: _Digest) -> None:
+            self._cut(sink, path)
+            reader = dpkg_packages if manager == "dpkg" else apk_packages
+            rows = tuple(
+                OsPackage(p["name"], p["version"], p["architecture"], p["source"])
+                for p in reader(sink.text())
+            )
+            self._add(Packages(path, manager, rows))
+
+        return done
+
+    def _ld_cache_done(self, path: str) -> Callable[[_Digest], None]:
+        def done(sink: _Digest) -> None:
+            self._cut(sink, path)
+            entries = ld_cache_entries(bytes(sink.kept))
+            self._add(LdCache(path, tuple((k, tuple(v)) for k, v in entries.items())))
+
+        return done
+
+
+def _system_role(path: str, parent: str, folder: str, name: str) -> str | None:
+    """What is read of a file below Python (package databases, os-release, the loader's
+    configuration, ``pyvenv.cfg`` and ``patchlevel.h`` for Python's own version)."""
+    role = _SYSTEM_FILES.get(path)
+    if role is None and (
+        name == "pyvenv.cfg"
+        or (name == "patchlevel.h" and _is_version_folder(folder, "python"))
+        or (parent == LD_CONF_D and name.endswith(".conf"))
+    ):
+        role = TEXT
+    if role is None and parent == DPKG_STATUS_D and not name.endswith(".md5sums"):
+        role = DPKG
+    return role
+
+
+def _marker(parent: str, folder: str, name: str) -> str:
+    """The marker kind of a file whose existence matters: a Python executable in a ``bin``
+    folder, a standard library's ``os.py``; "" for any other file."""
+    if name.startswith("python") and folder == "bin" and is_python_executable(name):
+        return EXECUTABLE
+    if name == "os.py" and _is_version_folder(folder, "python") and _in_lib(parent):
+        return STDLIB
+    return ""
+
+
+def _in_lib(folder: str) -> bool:
+    """``/usr/lib/python3.11`` (or ``lib64``): a standard library's folder."""
+    return _split(_split(folder)[0])[1] in ("lib", "lib64")
+
+
+def _record_libraries(text: str, families: tuple[str, ...]) -> tuple[str, ...]:
+    """RECORD lines naming a library of ``families``: their paths (relative to the site)."""
+    found = []
+    for line in text.splitlines():
+        relpath = line.rsplit(",", 2)[0]
+        name = relpath.rsplit("/", 1)[-1]
+        if ".so" in name and name.startswith(families):
+            found.append(relpath)
+    return tuple(found)
+
+
+def _moved(fact: Fact, path: str) -> Fact:
+    """``fact`` of a file hard-linked at ``path`` too (same bytes, another name)."""
+    return replace(fact, path=path)
+
+
+def _json_value(
+    value: Mapping[str, Any] | None, path: str, notes: list[str]
+) -> Mapping[str, Any] | None:
+    """The hook's answer as plain JSON data (it is cached); a note and None when it is not."""
+    if value is None:
+        return None
+    try:
+        plain = json.loads(json.dumps(value, sort_keys=True))
+    except (TypeError, ValueError) as exc:
+        notes.append(f"{path}: the ELF reader's answer is not JSON data ({exc})")
+        return None
+    return plain if isinstance(plain, dict) else None

@@ -55,7 +55,7 @@ class Sink(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class TarMember:
     """One archive member as its header says: ``name`` as stored (not normalised), its kind,
     data size and link target (symlinks and hard links)."""
 
@@ -65,7 +65,7 @@ class Member:
     linkname: str
 
 
-OnMember = Callable[[Member], Sink | None]
+OnMember = Callable[[TarMember], Sink | None]
 
 
 class _Capture:
@@ -218,7 +218,7 @@ class TarReader:
             size = 0
         self.members += 1
         self.data_offset = offset + BLOCK
-        self._sink = self._on_member(Member(name, kind, size, linkname))
+        self._sink = self._on_member(TarMember(name, kind, size, linkname))
         self._open(size)
 
     @staticmethod

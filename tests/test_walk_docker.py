@@ -142,7 +142,7 @@ def test_the_walk_agrees_with_the_in_image_snapshot(serving: Built, tmp_path: Pa
         (inside,) = parse_snapshot(out.encode(), serving.tag)
         assert inside.distributions == env.distributions, env.interpreter
         assert inside.paths == env.paths and inside.python == env.python, env.interpreter
-        assert inside.libc == env.libc
+        assert inside.libc == env.libc and inside.platform == env.platform == "linux/amd64"
         assert inside.system is not None and last.system is not None
         assert inside.system.packages == last.system.packages
         assert inside.system.distro == last.system.distro
@@ -180,8 +180,10 @@ def test_an_arm64_image_walked_here_with_no_container(
     tag = f"{REPOSITORY}-walk/arm:1"
     build(context, tag, {"BASE": base}, platform="linux/arm64")
     try:
-        result = walk(tag, WalkContext(cache_root=tmp_path / "cache",
-                                       docker=lambda: NoContainers(docker_host.daemon())))  # fmt: skip
+        guarded = WalkContext(
+            cache_root=tmp_path / "cache", docker=lambda: NoContainers(docker_host.daemon())
+        )
+        result = walk(tag, guarded)
     finally:
         docker("rmi", tag)
     assert result.image.platform == "linux/arm64"
@@ -190,4 +192,5 @@ def test_an_arm64_image_walked_here_with_no_container(
     assert venv.markers["platform_machine"] == "aarch64"
     assert ("alpha", "1.0") in [(d.name, d.version) for d in venv.distributions]
     assert result.history.states[-1].system is not None
-    assert {p.architecture for p in result.history.states[-1].system.packages} <= {"arm64", "all"}
+    packages = result.history.states[-1].system.packages
+    assert {p.architecture for p in packages} <= {"arm64", "all"}

@@ -26,7 +26,7 @@ from audit.history.walk.delta import (
     delta_to_json,
 )
 from audit.history.walk.layer import LayerFormatError, LayerScanner, normalise
-from audit.history.walk.tarstream import Member, TarFormatError, TarReader
+from audit.history.walk.tarstream import TarFormatError, TarMember, TarReader
 from tests.support.walk_images import Layer, dist_info, dpkg_status, egg_info, sha256
 
 SITE = "/usr/local/lib/python3.11/site-packages"
@@ -54,11 +54,11 @@ class Collect:
         self.found[self.name] = bytes(self.parts)
 
 
-def read_all(data: bytes, chunk: int) -> tuple[list[Member], dict[str, bytes]]:
-    members: list[Member] = []
+def read_all(data: bytes, chunk: int) -> tuple[list[TarMember], dict[str, bytes]]:
+    members: list[TarMember] = []
     contents: dict[str, bytes] = {}
 
-    def on_member(member: Member) -> Collect:
+    def on_member(member: TarMember) -> Collect:
         members.append(member)
         return Collect(contents, member.name)
 
@@ -95,6 +95,7 @@ def test_a_cut_or_damaged_archive_is_refused() -> None:
         read_all(data[:1500], 512)
     damaged = bytearray(data)
     damaged[100:108] = b"garbage!"
+    damaged[257:262] = b"xxxxx"  # no ustar magic: the checksum must add up, and does not
     with pytest.raises(TarFormatError, match="checksum"):
         read_all(bytes(damaged), 512)
     with pytest.raises(TarFormatError, match="empty"):

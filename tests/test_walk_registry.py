@@ -84,6 +84,20 @@ def test_a_second_walk_downloads_no_layer(tmp_path: Path) -> None:
     assert all(layer.cached for layer in second.image.layers)
 
 
+def test_a_registry_that_asks_for_basic_auth(tmp_path: Path) -> None:
+    with token_registry(two_platforms(), REPO, USER, PASSWORD, scheme="basic") as served:
+        result = walk(f"registry:{served.host}/{REPO}:1", logged_in(tmp_path))
+        anonymous = WalkContext(
+            cache_root=None, registry=RegistrySettings(config_dir=tmp_path, environ={})
+        )
+        error = refused(f"registry:{served.host}/{REPO}:1", anonymous)
+    assert [d.version for d in result.history.states[-1].environments[0].distributions] == [
+        "2.29.7"
+    ]
+    assert not any("/token" in path for path in served.paths)
+    assert error.exit_code == 3 and "a login is required" in error.message
+
+
 def test_credentials_from_the_docker_config(tmp_path: Path) -> None:
     with token_registry(two_platforms(), REPO, USER, PASSWORD) as served:
         folder = docker_config(tmp_path / "docker", served.host, USER, PASSWORD)

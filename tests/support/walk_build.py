@@ -42,8 +42,10 @@ ARG TOOLS_URL=""
 ARG UV_VERSION=""
 ARG NCCL_VERSION=2.30.0
 RUN --mount=type=cache,target=/root/.cache/pip \\
-    for wheel in alpha==1.0 beta==1.0 nccl-like==${NCCL_VERSION} nccl-like==2.29.7 flashy==1.0; do \\
-      /opt/venv/bin/pip download --no-deps --index-url "$INDEX_URL" -d /wheels "$wheel" || exit 1; \\
+    for wheel in alpha==1.0 beta==1.0 nccl-like==${NCCL_VERSION} nccl-like==2.29.7 \\
+        flashy==1.0; do \\
+      /opt/venv/bin/pip download --no-deps --index-url "$INDEX_URL" -d /wheels "$wheel" \\
+        || exit 1; \\
     done
 RUN --mount=type=cache,target=/root/.cache/pip \\
     mkdir -p /opt/tools && if [ -n "$TOOLS_URL" ]; then \\
@@ -63,7 +65,8 @@ RUN install-ml.sh alpha==1.0 nccl-like==${NCCL_VERSION}
 RUN if [ -x /opt/tools/uv/bin/uv ]; then \\
       PATH=/usr/bin:/bin /opt/tools/uv/bin/uv pip install --system --break-system-packages \\
         --no-index --find-links /wheels beta==1.0; \\
-    else python3 -m pip install --break-system-packages --no-index --find-links /wheels beta==1.0; fi
+    else python3 -m pip install --break-system-packages --no-index --find-links /wheels \\
+      beta==1.0; fi
 ENV LD_LIBRARY_PATH=/usr/local/nvidia/lib64
 RUN /opt/venv/bin/"""
     + LATE_LAYER
@@ -112,12 +115,12 @@ def build(
         argv += ["--build-arg", f"{key}={value}"]
     env = dict(os.environ, DOCKER_BUILDKIT="1")
     done = subprocess.run(
-        [*argv, str(context)], env=env, capture_output=True, text=True, timeout=1200
+        [*argv, str(context)], env=env, capture_output=True, text=True, timeout=1200, check=False
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def docker(*args: str) -> str:
-    done = subprocess.run([CLIENT, *args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([CLIENT, *args], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

@@ -44,8 +44,11 @@ def _handler(
     password: str,
     served: Served,
     storage: list[str],
+    scheme: str,
 ) -> type[BaseHTTPRequestHandler]:
     index = json.loads(files["index.json"])
+    basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    accepted = f"Bearer {TOKEN}" if scheme == "bearer" else basic
     tags = {
         e.get("annotations", {}).get("org.opencontainers.image.ref.name", ""): e["digest"]
         for e in index["manifests"]
@@ -57,7 +60,7 @@ def _handler(
             parts = urlsplit(self.path)
             if parts.path == "/token":
                 self._token(parse_qs(parts.query))
-            elif self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            elif self.headers.get("Authorization") != accepted:
                 self._challenge()
             else:
                 self._serve(parts.path)
@@ -66,15 +69,15 @@ def _handler(
             realm = f"http://{served.host}/token"
             scope = f"repository:{repository}:pull"
             self.send_response(401)
+            challenge = f'Bearer realm="{realm}",service="tests",scope="{scope}"'
             self.send_header(
-                "WWW-Authenticate", f'Bearer realm="{realm}",service="tests",scope="{scope}"'
+                "WWW-Authenticate", challenge if scheme == "bearer" else 'Basic realm="tests"'
             )
             self.send_header("Content-Length", "0")
             self.end_headers()
 
         def _token(self, query: dict[str, list[str]]) -> None:
-            expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-            if self.headers.get("Authorization") != expected or query.get("service") != ["tests"]:
+            if self.headers.get("Authorization") != basic or query.get("service") != ["tests"]:
                 self._send(401, b'{"errors": [{"code": "UNAUTHORIZED"}]}', "application/json")
                 return
             self._send(200, json.dumps({"token": TOKEN}).encode(), "application/json")
@@ -131,15 +134,20 @@ def _storage_handler(files: Mapping[str, bytes], served: Served) -> type[BaseHTT
 
 @contextlib.contextmanager
 def token_registry(
-    files: Mapping[str, bytes], repository: str, user: str = "ci", password: str = "s3cret-pw"
+    files: Mapping[str, bytes],
+    repository: str,
+    user: str = "ci",
+    password: str = "s3cret-pw",
+    scheme: str = "bearer",
 ) -> Iterator[Served]:
     """Serve ``files`` (an OCI layout) as ``repository``; yields what was served (``host``
-    is ``127.0.0.1:PORT``)."""
+    is ``127.0.0.1:PORT``). ``scheme`` ``basic``: the registry asks for basic auth itself."""
     served = Served()
     storage_address: list[str] = []
     storage = QuietServer(("127.0.0.1", 0), _storage_handler(files, served))
     registry = QuietServer(
-        ("127.0.0.1", 0), _handler(files, repository, user, password, served, storage_address)
+        ("127.0.0.1", 0),
+        _handler(files, repository, user, password, served, storage_address, scheme),
     )
     storage_address.append(f"127.0.0.1:{storage.server_address[1]}")
     served.host = f"127.0.0.1:{registry.server_address[1]}"

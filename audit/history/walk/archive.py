@@ -33,7 +33,7 @@ from audit.history.walk.layout import (
     Selection,
     select_image,
 )
-from audit.history.walk.tarstream import FILE, Member, Sink, TarFormatError, TarReader
+from audit.history.walk.tarstream import FILE, Sink, TarFormatError, TarMember, TarReader
 
 _DOCUMENTS = ("manifest.json", "index.json", "oci-layout", "repositories")
 _LAYER_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", "/layer")
@@ -158,7 +158,7 @@ class ArchiveReader:
 
     # ------------------------------------------------------------------ routing
 
-    def _member(self, member: Member) -> Sink | None:
+    def _member(self, member: TarMember) -> Sink | None:
         name = member.name.removeprefix("./")
         if member.kind != FILE:
             return None

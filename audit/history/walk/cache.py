@@ -13,22 +13,25 @@ Invariants:
 - every entry is checked before use (the header names the diff-id and the sha256 of the body;
   a config's sha256 is its image id): a damaged, truncated or foreign entry reads as absent and
   is written again by the next walk that reads the layer;
-- writes are atomic (a temporary file beside the entry, then a rename: see
-  :mod:`audit.host.atomic`), so concurrent walks never see half an entry; two runs writing the
-  same entry write the same bytes;
+- writes are atomic (a temporary file beside the entry, named as :mod:`audit.host.atomic`
+  names its temporaries so its clean-up sweeps what a killed run left, then a rename), so
+  concurrent walks never see half an entry; two runs writing the same entry write the same
+  bytes. They are not synced to disk: an entry a crash damaged fails its check and is written
+  again, and a walk does not wait on a busy disk's journal for a cache;
 - a cache that cannot be written (read-only, full) costs speed, never the walk: the failure is
   counted in :attr:`CacheStats.write_errors`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
 
-from audit.errors import AuditError
 from audit.history.walk.delta import FORMAT, LayerDelta, delta_from_json, delta_to_json
 from audit.host import atomic
 
@@ -90,8 +93,9 @@ class WalkCache:
         if path is None:
             return
         try:
-            self.stats.writes += int(atomic.write_bytes(path, data))
-        except (AuditError, OSError):
+            _replace(path, data)
+            self.stats.writes += 1
+        except OSError:
             self.stats.write_errors += 1
 
     # ------------------------------------------------------------------ layers
@@ -129,6 +133,24 @@ class WalkCache:
 
     def put_config(self, data: bytes) -> None:
         self._write(self._path("configs", _digest(data)), data)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """``data`` into a temporary file beside ``path``, renamed over it (no fsync)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.clean_temporaries(path.parent)
+    prefix = f".{path.name}.{atomic.TEMP_MARKER}-{os.getpid()}-"
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    temporary = Path(name)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a shared cache is read by others too
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
 
 
 def _parse_entry(data: bytes, diff_id: str) -> tuple[LayerDelta | None, bool]:

@@ -43,7 +43,7 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True)
-class ImageConfig:
+class OciConfig:
     """What the walk reads of a config."""
 
     architecture: str
@@ -106,7 +106,7 @@ def _history(value: Any) -> tuple[HistoryEntry, ...]:
     return tuple(entries)
 
 
-def parse_config(data: bytes) -> ImageConfig:
+def parse_config(data: bytes) -> OciConfig:
     """The config's facts; :class:`ConfigError` when ``data`` is not an image config."""
     if len(data) > CONFIG_LIMIT:
         raise ConfigError(f"{len(data)} bytes: too big for an image config")
@@ -126,7 +126,7 @@ def parse_config(data: bytes) -> ImageConfig:
     if not isinstance(config, dict):
         raise ConfigError("config: expected an object")
     user = config.get("User") or ""
-    return ImageConfig(
+    return OciConfig(
         architecture=str(document.get("architecture") or ""),
         os=str(document.get("os") or ""),
         variant=str(document.get("variant") or ""),
@@ -137,7 +137,7 @@ def parse_config(data: bytes) -> ImageConfig:
     )
 
 
-def layer_refs(config: ImageConfig) -> tuple[LayerRef, ...]:
+def layer_refs(config: OciConfig) -> tuple[LayerRef, ...]:
     """One ref per history entry (see the module's invariant)."""
     entries = config.history
     if sum(1 for e in entries if not e.empty_layer) != len(config.diff_ids):

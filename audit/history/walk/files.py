@@ -22,7 +22,7 @@ from audit.history.walk.archive import ArchiveError, ArchiveReader, ArchiveResul
 from audit.history.walk.blobs import LayerBlob
 from audit.history.walk.layout import JSON_LIMIT, Incomplete, LayoutError, Selection, select_image
 from audit.history.walk.source import Fetched, Known, SourceSettings, pair_layers
-from audit.history.walk.tarstream import FILE, Member, TarFormatError, TarReader, read_seekable
+from audit.history.walk.tarstream import FILE, TarFormatError, TarMember, TarReader, read_seekable
 
 CHUNK = 1 << 20
 
@@ -51,7 +51,7 @@ def fetch_file(path: str, tag: str, settings: SourceSettings, known: Known) -> F
 
 
 def tar_index(handle: BinaryIO) -> dict[str, tuple[int, int]]:
-    """Member name -> (data offset, size) of every regular file of a seekable tarball, read
+    """TarMember name -> (data offset, size) of every regular file of a seekable tarball, read
     from its headers alone; :class:`ArchiveError` when it is not a (whole) tar archive."""
     found: dict[str, tuple[int, int]] = {}
     reader = TarReader(lambda m: _note(found, reader, m))
@@ -65,7 +65,7 @@ def tar_index(handle: BinaryIO) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _note(found: dict[str, tuple[int, int]], reader: TarReader, member: Member) -> None:
+def _note(found: dict[str, tuple[int, int]], reader: TarReader, member: TarMember) -> None:
     if member.kind == FILE:
         found[member.name.removeprefix("./")] = (reader.data_offset, member.size)
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from audit.history.model import WALK, History, LayerRef, LayerState
-from audit.history.snapshot import Distribution, Environment
+from audit.history.snapshot import Distribution, Environment, platform_of
 from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
-from audit.history.walk.config import ImageConfig, layer_refs
+from audit.history.walk.config import OciConfig, layer_refs
 from audit.history.walk.delta import (
     EXECUTABLE,
     SITE_DIR,
@@ -210,7 +210,7 @@ class _Install:
 
 
 @dataclass(frozen=True)
-class ImageFacts:
+class ConfigFacts:
     """What the environments depend on besides the layers: from the config."""
 
     machine: str
@@ -331,7 +331,7 @@ class _Env:
     paths: tuple[str, ...]
 
 
-def _base_envs(state: ImageState, installs: list[_Install], image: ImageFacts) -> list[_Env]:
+def _base_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) -> list[_Env]:
     found = []
     home = image.get("HOME", "/root")
     front = [p for p in image.get("PYTHONPATH").split(":") if p.startswith("/")]
@@ -357,7 +357,7 @@ def _venv_config(text: str) -> dict[str, str]:
     return found
 
 
-def _venv_envs(state: ImageState, installs: list[_Install], image: ImageFacts) -> list[_Env]:
+def _venv_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) -> list[_Env]:
     found = []
     front = [p for p in image.get("PYTHONPATH").split(":") if p.startswith("/")]
     for fact in state.of_type(Blob):
@@ -489,7 +489,7 @@ def _site_distributions(
     return sorted(found, key=lambda d: (d.name, d.raw_name, d.version))
 
 
-def environments(state: ImageState, image: ImageFacts) -> tuple[Environment, ...]:
+def environments(state: ImageState, image: ConfigFacts) -> tuple[Environment, ...]:
     """Every Python environment of ``state`` (see the module's rules), by interpreter."""
     debs = _debian_versions(state)
     installs = [_with_version(i, state, debs) for i in installations(state)]
@@ -508,7 +508,12 @@ def environments(state: ImageState, image: ImageFacts) -> tuple[Environment, ...
                 cache[real] = _site_distributions(state, real, sites.get(real, {}))
             dists += [_located(d, path) for d in cache[real]]
         markers = _markers(env.short, env.full, image.machine)
-        found.append(Environment(env.interpreter, env.full, markers, env.paths, tuple(dists), libc))
+        platform = platform_of(markers)
+        found.append(
+            Environment(
+                env.interpreter, env.full, markers, env.paths, tuple(dists), libc, None, platform
+            )
+        )
     return tuple(found)
 
 
@@ -558,7 +563,7 @@ def _databases(state: ImageState) -> tuple[str, list[OsPackage], str]:
     return "", [], NO_DATABASE
 
 
-def _search_folders(state: ImageState, image: ImageFacts) -> list[tuple[str, str]]:
+def _search_folders(state: ImageState, image: ConfigFacts) -> list[tuple[str, str]]:
     """(real folder, origin) of the loader's search path: LD_LIBRARY_PATH, the default folders
     (with the architecture's triplet) and those ``ld.so.conf`` names."""
     triplet = f"{image.machine}-linux-gnu"
@@ -627,7 +632,7 @@ def _wheel_owners(state: ImageState, sites: dict[str, dict[str, str]]) -> dict[s
     return owners
 
 
-def native_copies(state: ImageState, image: ImageFacts) -> tuple[NativeLibrary, ...]:
+def native_copies(state: ImageState, image: ConfigFacts) -> tuple[NativeLibrary, ...]:
     """Every CUDA-family library file, grouped by SONAME; ``loads`` left empty (the loader
     model lives in ``audit/native/``). A copy's origin: ``wheel`` (an ``nvidia-*`` RECORD lists
     it), else the first search folder holding it, else ""."""
@@ -651,7 +656,7 @@ def _origin(folder: str, folders: list[tuple[str, str]]) -> str:
     return next((origin for path, origin in folders if path == folder), "")
 
 
-def system(state: ImageState, image: ImageFacts) -> System:
+def system(state: ImageState, image: ConfigFacts) -> System:
     """The state below Python: the package database, the distro, the CUDA-family copies."""
     manager, packages, note = _databases(state)
     ordered = sorted(packages, key=lambda p: (p.name, p.architecture, p.version))
@@ -663,11 +668,11 @@ def system(state: ImageState, image: ImageFacts) -> System:
 # ----------------------------------------------------------------------------- the fold
 
 
-def fold(image: str, config: ImageConfig, deltas: dict[str, LayerDelta]) -> History:
+def fold(image: str, config: OciConfig, deltas: dict[str, LayerDelta]) -> History:
     """The history of ``image``: ``states[0]`` the empty image, then one state per history
     entry (an empty entry repeats the state before it). ``deltas`` maps each diff-id of
     ``config`` to its delta."""
-    facts = ImageFacts(config.machine, config.env)
+    facts = ConfigFacts(config.machine, config.env)
     state = ImageState()
     current = LayerState(EMPTY_REF, (), None)
     states = [current]

@@ -10,7 +10,7 @@ header is read up to its first blank line (at most :data:`HEADER_LIMIT`), a smal
 to :data:`TEXT_LIMIT`, a package database up to :data:`DATABASE_LIMIT`; past a bound the file is
 still hashed and the delta's ``notes`` say what was cut.
 
-Member names are normalised to absolute paths; a name or hard-link target that leaves the
+TarMember names are normalised to absolute paths; a name or hard-link target that leaves the
 image root (``../../etc/passwd``) raises :class:`LayerFormatError`. Symbolic link targets are
 kept as written (an absolute target means the image's root, never the host's).
 """
@@ -47,9 +47,9 @@ from audit.history.walk.tarstream import (
     FILE,
     HARDLINK,
     SYMLINK,
-    Member,
     Sink,
     TarFormatError,
+    TarMember,
     TarReader,
 )
 from audit.inimage.snapshot import RPM_DATABASES as _RPM_DATABASES
@@ -295,7 +295,7 @@ class LayerScanner:
         self._facts.pop(fact.path, None)  # a path named twice: the last one counts
         self._facts[fact.path] = fact
 
-    def _member(self, member: Member) -> Sink | None:
+    def _member(self, member: TarMember) -> Sink | None:
         path = normalise(member.name)
         parent, name = _split(path)
         if path == "/" or name.startswith(".wh."):
@@ -310,7 +310,7 @@ class LayerScanner:
         self._facts.pop(path, None)  # replaced by this member, whatever it is
         return self._non_folder(member, path, parent, name)
 
-    def _non_folder(self, member: Member, path: str, parent: str, name: str) -> Sink | None:
+    def _non_folder(self, member: TarMember, path: str, parent: str, name: str) -> Sink | None:
         if member.kind == SYMLINK:
             self._add(Link(path, member.linkname))
         elif member.kind == HARDLINK:

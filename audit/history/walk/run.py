@@ -23,7 +23,7 @@ from audit.docker.container import daemon
 from audit.errors import BadInput, ImageFormatError
 from audit.history.model import History
 from audit.history.walk.cache import CacheStats, WalkCache, default_root
-from audit.history.walk.config import MACHINES, ConfigError, ImageConfig, parse_config
+from audit.history.walk.config import MACHINES, ConfigError, OciConfig, parse_config
 from audit.history.walk.delta import LayerDelta
 from audit.history.walk.engine import fetch_engine
 from audit.history.walk.files import exists, fetch_file
@@ -129,14 +129,14 @@ def _fetch(
     return fetch_registry(spec.target, context.registry, settings, known)
 
 
-def _config(data: bytes, where: str) -> ImageConfig:
+def _config(data: bytes, where: str) -> OciConfig:
     try:
         return parse_config(data)
     except ConfigError as exc:
         raise ImageFormatError(f"{where}: the image config: {exc}", "check the image") from None
 
 
-def _check_platform(config: ImageConfig, wanted: str | None, where: str) -> None:
+def _check_platform(config: OciConfig, wanted: str | None, where: str) -> None:
     if wanted and config.platform and not _same_platform(config.platform, wanted):
         raise BadInput(
             f"{where}: the image is {config.platform}, not {wanted}",
@@ -144,9 +144,7 @@ def _check_platform(config: ImageConfig, wanted: str | None, where: str) -> None
         )
 
 
-def _deltas(
-    config: ImageConfig, fetched: Fetched, known: Known, where: str
-) -> dict[str, LayerDelta]:
+def _deltas(config: OciConfig, fetched: Fetched, known: Known, where: str) -> dict[str, LayerDelta]:
     deltas: dict[str, LayerDelta] = {}
     for index, diff_id in enumerate(config.diff_ids):
         delta = fetched.deltas.get(diff_id) or known.delta(diff_id)
@@ -160,7 +158,7 @@ def _deltas(
 
 
 def _facts(
-    fetched: Fetched, config: ImageConfig, deltas: dict[str, LayerDelta], where: str
+    fetched: Fetched, config: OciConfig, deltas: dict[str, LayerDelta], where: str
 ) -> ImageFacts:
     layers = tuple(
         LayerFacts(d, deltas[d].size, deltas[d].files, d not in fetched.deltas, deltas[d].notes)

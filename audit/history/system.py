@@ -60,10 +60,19 @@ class NativeCopy:
 
 @dataclass(frozen=True)
 class NativeLoad:
-    """``by`` (a package's library, or ``dlopen <soname>``) maps ``path`` ("" when none)."""
+    """``by`` (a package's library, or ``dlopen <soname>``) maps ``path`` ("" when none).
+
+    Where the loader model resolved it (:mod:`audit.native.bridge`), also typed: ``requirer``
+    the object (its path as opened) or step that asked, ``reason`` why the loader took that
+    copy (``ld_library_path``, ``runpath``, ``cache``, ``preload``, ...: the values of
+    :class:`audit.native.search.Reason`) and ``entry`` the search-list entry or folder that
+    found it. A snapshot file holds ``by`` and ``path`` only."""
 
     by: str
     path: str
+    requirer: str = ""
+    reason: str = ""
+    entry: str = ""
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,32 @@
 
 PURE: standard library only (plus the pure core), Python 3.9 syntax: the guard vendors it.
 
-A snapshot's ``system.native`` lists every copy of each CUDA-family SONAME and, in files
-recorded before the loader model, which copy each loader maps by the in-image script's rough
-rules. When the snapshot also carries ``system.loader`` (the scene the in-image script records
-for :mod:`audit.native`), :func:`resolved_libraries` replaces those loads with the model's:
-one process per Python package the rules know (torch, cupy, jax: each imported alone, with its
-work), and, for a SONAME none of them maps, a ``dlopen`` by name from the interpreter. Each
-load's ``by`` names the requester and why the loader took that copy (``… (runpath $ORIGIN)``),
-which the ``shadowed-native`` finding prints. The copies stay the snapshot's own.
+A ``system.native`` lists every copy of each CUDA-family SONAME (and, in files recorded before
+the loader model, which copy each loader maps by the in-image script's rough rules). When the
+system also carries ``system.loader`` (the scene the in-image script records, or the one the
+layer walk builds from the layers), :func:`resolve_system` resolves it with the model, in
+these processes:
+
+1. one per Python package the rules know (torch, cupy, jax: each imported alone, with its
+   work);
+2. one per library of an ``nvidia`` wheel (or in a site folder's ``nvidia`` tree) that none
+   of those mapped, loaded by its path alone, as cuda-pathfinder and torch's preload load
+   them (its own dependencies are then searched as the loader searches them);
+3. one that opens by name from the interpreter every SONAME that no package process mapped
+   and no wheel library maps as its dependency or ``dlopen`` (cuDNN's sub-libraries are
+   opened by cuDNN through its RUNPATH, never by name from Python; NCCL is, by vLLM).
+
+Each load's ``by`` names the requester and why the loader took that copy (``… (runpath
+$ORIGIN)``), which the ``shadowed-native`` finding prints, and the same typed. The versioned
+needs every mapped object's copy does not meet (:mod:`audit.native.versions`) come with them,
+once each. The copies stay the system's own.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import posixpath
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from audit.history.system import NativeLibrary, NativeLoad, System
@@ -23,9 +35,24 @@ from audit.native.process import LoadStep, run_process
 from audit.native.pyrules import RULES, library_opens
 from audit.native.scene import Scene, scene_from_json
 from audit.native.search import Reason
+from audit.native.versions import version_findings
 
 if TYPE_CHECKING:
     from audit.native.process import Load, ProcessOutcome
+    from audit.native.scene import Copy
+    from audit.native.versions import VersionFinding
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A system resolved: its libraries with the model's loads, and every versioned need of a
+    mapped object that the copy mapped for it does not meet (deduplicated, in process
+    order). ``scene`` is None where the system recorded no loader facts (then ``libraries``
+    are the system's own and ``unmet`` is empty)."""
+
+    libraries: tuple[NativeLibrary, ...]
+    unmet: tuple[VersionFinding, ...] = ()
+    scene: Scene | None = None
 
 
 def scene_of(system: System) -> Scene | None:
@@ -35,16 +62,23 @@ def scene_of(system: System) -> Scene | None:
     return scene_from_json(json.loads(system.loader), "system.loader")
 
 
+def requester(load: Load) -> str:
+    """Who asked for the file: the object whose DT_NEEDED or ``dlopen`` by name mapped it, or
+    the step that loaded it by path (``torch: _preload_cuda_deps …``: the package's code, not
+    the ``_ctypes`` module it calls through)."""
+    by_path = load.reason in (Reason.PRELOAD, Reason.PATH, Reason.EXEC)
+    return (load.step if by_path else "") or load.requirer or load.step
+
+
 def describe(load: Load) -> str:
     """``<requester> (<why>)``: who asked for the file and how the loader found it."""
-    who = load.requirer or load.step
     how = load.reason.value + (f" {load.entry}" if load.entry else "")
-    return f"{who} ({how})"
+    return f"{requester(load)} ({how})"
 
 
 def processes(scene: Scene, sonames: list[str]) -> list[ProcessOutcome]:
-    """One predicted process per package installed, then one that opens ``sonames`` by name
-    from the interpreter (each once, where no package process mapped it)."""
+    """The predicted processes (see the module's list): the packages', each unmapped wheel
+    library's, then one that opens ``sonames`` by name (each where no package mapped it)."""
     if scene.python is None:
         return []
     found = []
@@ -53,9 +87,34 @@ def processes(scene: Scene, sonames: list[str]) -> list[ProcessOutcome]:
         if steps:
             found.append(_run(scene, [steps]))
     mapped = {load.soname for outcome in found for load in outcome.loads}
+    wheel = []
+    for copy in _wheel_copies(scene, mapped):
+        wheel.append(_run(scene, [[_by_path(scene, copy)]]))
+        found_by_others = {x.soname for x in wheel[-1].loads if x.path != copy.path}
+        mapped |= found_by_others  # a library that finds them itself: no one opens them by name
     probes = [LoadStep(s, scene.python.ctypes, Reason.PATH, f"dlopen {s}") for s in sonames
               if s not in mapped]  # fmt: skip
-    return [*found, _run(scene, [[p] for p in probes])] if probes else found
+    return [*found, *wheel, *([_run(scene, [[p] for p in probes])] if probes else [])]
+
+
+def _wheel_copies(scene: Scene, mapped: set[str]) -> list[Copy]:
+    """The copies a wheel installed (its RECORD, or a site's ``nvidia`` tree) whose SONAME no
+    package process mapped, each SONAME once (the first copy in ``sys.path`` order)."""
+    sites = scene.python.sites if scene.python else ()
+    found: dict[str, Copy] = {}
+    for site in sites:
+        for copy in scene.family_copies():
+            owner = scene.owners.get(copy.path)
+            in_tree = copy.path.startswith(f"{site}/nvidia/")
+            if (in_tree or (owner and owner.kind == "wheel")) and copy.soname not in mapped:
+                found.setdefault(copy.soname, copy)
+    return [found[soname] for soname in sorted(found)]
+
+
+def _by_path(scene: Scene, copy: Copy) -> LoadStep:
+    assert scene.python is not None
+    label = f"dlopen {posixpath.basename(copy.path)} by path (as cuda-pathfinder does)"
+    return LoadStep(copy.path, scene.python.ctypes, Reason.PRELOAD, label)
 
 
 def _run(scene: Scene, phases: list[list[LoadStep]]) -> ProcessOutcome:
@@ -64,21 +123,35 @@ def _run(scene: Scene, phases: list[list[LoadStep]]) -> ProcessOutcome:
                        library_opens(scene))  # fmt: skip
 
 
+def resolve_system(system: System) -> Resolution:
+    """``system`` resolved by the model (unchanged, nothing unmet, when it recorded no loader
+    facts)."""
+    scene = scene_of(system)
+    if scene is None:
+        return Resolution(system.native)
+    outcomes = processes(scene, [library.soname for library in system.native])
+    libraries = tuple(replace(lib, loads=_loads(lib, outcomes)) for lib in system.native)
+    unmet: dict[tuple[str, str, str, str, str], VersionFinding] = {}
+    for outcome in outcomes:
+        for finding in version_findings(outcome, scene.view):
+            key = (finding.requirer, finding.needed, finding.version, finding.symbol,
+                   finding.loaded.path)  # fmt: skip
+            unmet.setdefault(key, finding)
+    return Resolution(libraries, tuple(unmet.values()), scene)
+
+
 def resolved_libraries(system: System) -> tuple[NativeLibrary, ...]:
     """``system.native`` with each library's loads as the model resolves them (unchanged when
     the snapshot recorded no loader facts)."""
-    scene = scene_of(system)
-    if scene is None:
-        return system.native
-    outcomes = processes(scene, [library.soname for library in system.native])
-    return tuple(replace(library, loads=_loads(library, outcomes)) for library in system.native)
+    return resolve_system(system).libraries
 
 
 def _loads(library: NativeLibrary, outcomes: list[ProcessOutcome]) -> tuple[NativeLoad, ...]:
     found: list[NativeLoad] = []
     for outcome in outcomes:
         for load in outcome.loaded(library.soname):
-            item = NativeLoad(describe(load), load.path)
+            item = NativeLoad(describe(load), load.path, requester(load), load.reason.value,
+                              load.entry)  # fmt: skip
             if item not in found:
                 found.append(item)
     return tuple(found) or (NativeLoad(f"dlopen {library.soname}", ""),)

@@ -104,6 +104,9 @@ OPENS = {
 OPENS_BESIDE = {"libnvrtc": ("libnvrtc-builtins.so.{major}.{minor}",)}
 
 _STEMS = {stem: family for family in FAMILIES for stem in family.stems}
+# Every stem and plug-in prefix, sorted: the file-name prefixes a reader that cannot import
+# this module matches (the in-image snapshot keeps a copy; a test keeps the two equal).
+NAME_PREFIXES = tuple(sorted({*_STEMS, *(p for f in FAMILIES for p in f.prefixes)}))
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 

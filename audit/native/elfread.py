@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -40,6 +41,7 @@ from elftools.common.utils import parse_cstring_from_stream, struct_parse
 from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import ELFHashTable, GNUHashTable
 
+from audit.native.catalog import family_of
 from audit.native.elf import (
     UNVERSIONED,
     ElfFacts,
@@ -51,6 +53,8 @@ from audit.native.elf import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from audit.native.elf import FileFacts
 
 DEFAULT_CAP = 64 << 20  # bytes one streamed file may keep in memory
@@ -60,7 +64,18 @@ _SKIP_CHUNK = 1 << 20
 DF_1_NODEFLIB = 0x800
 VER_FLG_BASE, VER_FLG_WEAK = 0x1, 0x2
 BASE_INDEX = -1  # where the base definition's name is kept (no symbol has this index)
-_HIDDEN, _INDEX = 0x8000, 0x7FFF
+_INDEX = 0x7FFF  # the version index bits of a .gnu.version entry (0x8000: hidden)
+SHN_UNDEF, STB_WEAK = 0, 2
+
+
+@dataclass(frozen=True)
+class Trim:
+    """What of a file's symbols to keep: the imports from the DT_NEEDED files ``imports_from``
+    accepts (None: every file) and the defined symbols when ``defines`` (the version names
+    always). Symbols left out are never decoded: a big library costs its kept symbols only."""
+
+    imports_from: Callable[[str], bool] | None = None
+    defines: bool = True
 
 
 class Uncaptured(Exception):
@@ -94,6 +109,7 @@ class _Decoder:
             elif header["p_type"] == "PT_DYNAMIC":
                 self.dynamic = (header["p_offset"], header["p_filesz"])
         self.tags = self._tags()
+        self._strings: bytes | None = None  # the dynamic string table, once read
 
     def _tags(self) -> list[tuple[str, int]]:
         if self.dynamic is None:
@@ -118,11 +134,20 @@ class _Decoder:
         raise ELFError(f"address {address:#x} lies in no PT_LOAD segment")
 
     def string(self, index: int) -> str:
+        """The dynamic string at ``index``: from the whole table, read once (DT_STRSZ), else
+        from the stream where the table's size is not given."""
         table = self.first("DT_STRTAB")
         if table is None:
             raise ELFError("a dynamic string is named but there is no DT_STRTAB")
-        raw = parse_cstring_from_stream(self.stream, self.offset(table) + index)
-        return (raw or b"").decode("utf-8", "replace")
+        if self._strings is None:
+            size = self.first("DT_STRSZ")
+            self._strings = self._read(self.offset(table), size) if size else b""
+        if index < len(self._strings):
+            end = self._strings.find(b"\0", index)
+            raw = self._strings[index : end if end >= 0 else len(self._strings)]
+        else:
+            raw = parse_cstring_from_stream(self.stream, self.offset(table) + index) or b""
+        return raw.decode("utf-8", "replace")
 
     def strings(self, name: str) -> list[str]:
         return [self.string(value) for tag, value in self.tags if tag == name]
@@ -131,11 +156,11 @@ class _Decoder:
         value = self.first(name)
         return None if value is None else self.string(value)
 
-    def facts(self) -> ElfFacts:
+    def facts(self, trim: Trim | None = None) -> ElfFacts:
         header = self.elf.header
         machine = _MACHINES.get(str(header["e_machine"]), str(header["e_machine"]))
         flags_1 = self.first("DT_FLAGS_1") or 0
-        imports, defines = self.versions()
+        imports, defines = self.versions(trim or Trim())
         return ElfFacts(
             machine=machine, bits=self.elf.elfclass, soname=self.optional_string("DT_SONAME") or "",
             needed=tuple(self.strings("DT_NEEDED")), rpath=self.optional_string("DT_RPATH"),
@@ -145,19 +170,24 @@ class _Decoder:
 
     # ------------------------------------------------------------------ versions
 
-    def versions(self) -> tuple[tuple[VersionNeed, ...], tuple[VersionDefinition, ...]]:
+    def versions(self, trim: Trim) -> tuple[tuple[VersionNeed, ...], tuple[VersionDefinition, ...]]:
+        """The versions needed (from the files ``trim`` keeps) with the symbols bound to each,
+        and the versions defined (their symbols only when ``trim.defines``)."""
         needed = self.version_needs()  # index -> (file, version, weak)
+        if trim.imports_from is not None:
+            needed = {i: need for i, need in needed.items() if trim.imports_from(need[0])}
         defined = self.version_definitions()  # index -> name
         imported: dict[int, list[str]] = {index: [] for index in needed}
         exported: dict[str, list[str]] = {name: [] for name in defined.values()}
-        for symbol, index, hidden in self.versioned_symbols(bool(defined)):
-            del hidden  # a hidden definition still binds a versioned reference
-            if symbol["st_shndx"] == "SHN_UNDEF":
-                if index in imported and symbol["st_info"]["bind"] != "STB_WEAK":
-                    imported[index].append(symbol.name)
-            elif index == 1 or index in defined:
-                name = UNVERSIONED if index == 1 else defined[index]
-                exported.setdefault(name, []).append(symbol.name)
+        wanted = set(needed)
+        if trim.defines and defined:
+            wanted |= {1, *defined}
+        for name, undefined, weak, index in self.versioned_symbols(wanted):
+            if undefined:
+                if index in imported and not weak:
+                    imported[index].append(name)
+            elif index == 1 or index in defined:  # a hidden definition binds a reference too
+                exported.setdefault(UNVERSIONED if index == 1 else defined[index], []).append(name)
         return _needs(needed, imported), tuple(
             VersionDefinition(name, sorted_unique(symbols))
             for name, symbols in sorted(exported.items())
@@ -195,28 +225,38 @@ class _Decoder:
             at += entry["vd_next"]
         return found
 
-    def versioned_symbols(self, with_global: bool) -> list[tuple[Any, int, bool]]:
-        """(symbol, version index, hidden) of every dynamic symbol with a version index >= 2
-        (and 1, global, when ``with_global``); symbols are parsed only for those."""
+    def versioned_symbols(self, wanted: set[int]) -> list[tuple[str, bool, bool, int]]:
+        """(name, undefined, weak, version index) of every dynamic symbol whose version index
+        is in ``wanted``. The table is read in one piece and its entries unpacked with the
+        layout of pyelftools' ``Elf_Sym`` (a parse per symbol costs 30 µs: 1 s for LLVM)."""
         table, versym = self.first("DT_SYMTAB"), self.first("DT_VERSYM")
-        if table is None or versym is None:
+        if table is None or versym is None or not wanted:
             return []
         count = self.symbol_count()
-        self.stream.seek(self.offset(versym))
-        raw = self.stream.read(2 * count)
-        if len(raw) < 2 * count:
-            raise ELFParseError("the symbol version table is cut short")
         order = "<" if self.elf.little_endian else ">"
-        indexes = struct.unpack(f"{order}{count}H", raw)
-        size, start = self.structs.Elf_Sym.sizeof(), self.offset(table)
+        indexes = struct.unpack(f"{order}{count}H", self._read(self.offset(versym), 2 * count))
+        size = self.structs.Elf_Sym.sizeof()
+        raw = self._read(self.offset(table), size * count)
+        layout = f"{order}IBBH" if self.elf.elfclass == 64 else f"{order}I8xBBH"
         found = []
         for number, value in enumerate(indexes):
             index = value & _INDEX
-            if number and (index >= 2 or (with_global and index == 1)):
-                symbol = struct_parse(self.structs.Elf_Sym, self.stream, start + number * size)
-                found.append((_Named(symbol, self.string(symbol["st_name"])), index,
-                              bool(value & _HIDDEN)))  # fmt: skip
+            if number and index in wanted:
+                name, info, _, shndx = struct.unpack_from(layout, raw, number * size)
+                found.append((self.string(name), shndx == SHN_UNDEF, info >> 4 == STB_WEAK, index))
         return found
+
+    def _read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` (a sparse stream answers a range at a time)."""
+        self.stream.seek(offset)
+        parts, left = [], size
+        while left > 0:
+            chunk = self.stream.read(left)
+            if not chunk:
+                raise ELFParseError(f"a table at byte {offset} is cut short")
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
 
     def symbol_count(self) -> int:
         gnu, plain = self.first("DT_GNU_HASH"), self.first("DT_HASH")
@@ -225,14 +265,6 @@ class _Decoder:
         if plain is not None:
             return ELFHashTable(self.elf, self.offset(plain), None, None).get_number_of_symbols()  # type: ignore[arg-type]
         return 0
-
-
-class _Named(dict[str, Any]):
-    """A parsed ``Elf_Sym`` with its name (``symbol["st_shndx"]``, ``symbol.name``)."""
-
-    def __init__(self, symbol: Any, name: str) -> None:
-        super().__init__(symbol)
-        self.name = name
 
 
 def _needs(
@@ -255,10 +287,10 @@ def _elf_error(name: str, error: ELFError) -> str:
     return f"{name}: damaged ELF file ({error})"
 
 
-def _decode(stream: IO[bytes], name: str) -> FileFacts:
+def _decode(stream: IO[bytes], name: str, trim: Trim | None = None) -> FileFacts:
     """The facts of one file, or why not, in words that name the file."""
     try:
-        return _Decoder(stream).facts()
+        return _Decoder(stream).facts(trim)
     except Exception as error:  # a damaged file is an outcome, never a traceback
         missed = getattr(stream, "missed", "")
         if isinstance(error, Uncaptured) or missed:
@@ -274,12 +306,12 @@ def _damaged(name: str, error: Exception) -> Unreadable:
     return Unreadable(f"{name}: damaged ELF file ({type(error).__name__}: {error})")
 
 
-def read_path(path: str | Path) -> FileFacts:
+def read_path(path: str | Path, trim: Trim | None = None) -> FileFacts:
     """The facts of the file at ``path``; an :class:`Unreadable` naming it when it cannot be
     opened (``invalid=False``) or is no usable ELF file."""
     try:
         with Path(path).open("rb") as handle:
-            return _decode(handle, str(path))
+            return _decode(handle, str(path), trim)
     except OSError as error:
         return Unreadable(f"{path}: cannot be read ({error.strerror or error})", invalid=False)
 
@@ -364,6 +396,13 @@ class _Capture:
             self.ranges.append((start, data))
 
     def _skip(self, count: int) -> None:
+        skip = getattr(self.stream, "skip", None)
+        if skip is not None and count > 0:
+            skipped = int(skip(count))
+            self.position += skipped
+            if skipped < count:
+                raise ELFParseError(f"the stream ended at byte {self.position} of {self.size}")
+            return
         while count > 0:
             chunk = self.stream.read(min(count, _SKIP_CHUNK))
             if not chunk:
@@ -454,10 +493,18 @@ def _table_ranges(capture: _Capture) -> list[tuple[int, int]]:
 
 
 def read_stream(
-    stream: IO[bytes], size: int, name: str, cap: int = DEFAULT_CAP, kept: list[int] | None = None
+    stream: IO[bytes],
+    size: int,
+    name: str,
+    *,
+    cap: int = DEFAULT_CAP,
+    kept: list[int] | None = None,
+    trim: Trim | None = None,
 ) -> FileFacts:
     """The facts of a file read from a forward-only ``stream`` of ``size`` bytes, keeping at
-    most ``cap`` bytes (``kept`` gets how many it kept); never raises for what the bytes are."""
+    most ``cap`` bytes (``kept`` gets how many it kept); never raises for what the bytes are.
+    A stream with a ``skip(count)`` method is asked to skip what is not kept (the walk's
+    stream then drops those bytes unread, see :mod:`audit.history.walk.layer`)."""
     capture = _Capture(stream, size, cap)
     try:
         _plan(capture)
@@ -471,4 +518,19 @@ def read_stream(
         return Unreadable(_elf_error(name, error))
     except OSError as error:
         return Unreadable(f"{name}: the stream failed ({error})", invalid=False)
-    return _decode(_sparse(capture), name)
+    return _decode(_sparse(capture), name, trim)
+
+
+def _in_family(name: str) -> bool:
+    return family_of(name) is not None
+
+
+def layer_facts(path: str, stream: IO[bytes], size: int) -> dict[str, Any]:
+    """The layer walk's ELF hook (:data:`audit.history.walk.layer.ElfReader`): the facts of the
+    member at ``path`` as JSON, read as it streams past with :func:`read_stream` (memory
+    bounded by :data:`DEFAULT_CAP`, whatever the file's size). What the loader model needs and
+    no more: the versions and symbols imported from CUDA-family libraries, the symbols defined
+    by a CUDA-family library (a requester such as ``libtorch_cuda.so`` keeps none: its 100,000
+    symbols are never decoded)."""
+    trim = Trim(imports_from=_in_family, defines=_in_family(path))
+    return read_stream(stream, size, path, trim=trim).to_json()

@@ -56,6 +56,11 @@ if TYPE_CHECKING:
     from audit.native.process import Load, ProcessOutcome
     from audit.native.scene import Scene
 
+# The top-level packages of a site folder whose shared objects the rules load or read (their
+# DT_NEEDED, RPATH and RUNPATH decide where the CUDA libraries come from): what a reader of an
+# image records besides the CUDA family (the layer walk, the kit).
+PACKAGE_TREES = ("torch", "cupy", "cupy_backends", "cupyx", "jax", "jaxlib", "jax_plugins",
+                 "jax_cuda13_plugin", "jax_cuda12_plugin", "nvidia", "cuda")  # fmt: skip
 # torch 2.11 torch/__init__.py _preload_cuda_deps: (folder, glob), in its order.
 TORCH_CUDA_LIBS = (
     ("cublas", "libcublasLt.so.*[0-9]"), ("cublas", "libcublas.so.*[0-9]"),

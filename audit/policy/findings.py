@@ -21,6 +21,39 @@ OPTIONAL_KEYS = (*LOCATION_KEYS, "preset_rule")  # left out of JSON when None
 
 
 @dataclass(frozen=True)
+class UnmetSymbol:
+    """What a ``missing-symbol`` finding is about, typed: ``requirer`` (a loaded library's real
+    path) needs ``symbol`` at ``version`` from its DT_NEEDED ``needed`` (``symbol`` "": the
+    version node itself is missing); ``loaded`` is the copy the process maps for it,
+    ``reason`` why the loader took that copy (``ld_library_path``, ``cache``, ``preload``,
+    ``runpath``, ...), ``entry`` the search-list entry or folder that found it and ``asked_by``
+    the object or step that mapped it first; ``satisfying`` the copies present that define
+    it (real paths, sorted)."""
+
+    requirer: str
+    needed: str
+    version: str
+    symbol: str
+    loaded: str
+    reason: str
+    entry: str = ""
+    asked_by: str = ""
+    satisfying: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{name: getattr(self, name) for name in _SYMBOL_FIELDS},
+                "satisfying": list(self.satisfying)}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UnmetSymbol:
+        return cls(**{**data, "satisfying": tuple(data.get("satisfying", ()))})
+
+
+_SYMBOL_FIELDS = ("requirer", "needed", "version", "symbol", "loaded", "reason", "entry",
+                  "asked_by")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Finding:
     """A change or a rule violation found by comparing environments.
 
@@ -52,6 +85,7 @@ class Finding:
     layer: int | None = None
     askers: tuple[str, ...] = ()
     preset_rule: str | None = None
+    symbol: UnmetSymbol | None = None
 
     def located(self, image: str, stage: str | None = None, layer: int | None = None) -> Finding:
         """This finding with its structured location (``where`` is left as it is)."""
@@ -79,12 +113,13 @@ class Finding:
             layer=layer,
             askers=self.askers,
             preset_rule=self.preset_rule,
+            symbol=self.symbol,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """Every field; the location fields, ``askers`` and ``preset_rule`` only where known
-        (a JSON key is never null or empty for them, so older readers and documents stay as
-        they were)."""
+        """Every field; the location fields, ``askers``, ``preset_rule`` and ``symbol`` only
+        where known (a JSON key is never null or empty for them, so older readers and
+        documents stay as they were)."""
         data = {name: getattr(self, name) for name in _FIELD_NAMES}  # all scalars: no deep copy
         for key in OPTIONAL_KEYS:
             if data[key] is None:
@@ -93,12 +128,18 @@ class Finding:
             data["askers"] = list(self.askers)
         else:
             del data["askers"]
+        if self.symbol is not None:
+            data["symbol"] = self.symbol.to_json()
+        else:
+            del data["symbol"]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
         """A finding :meth:`to_json` wrote (also one from before ``askers`` existed)."""
-        return cls(**{**data, "askers": tuple(data.get("askers", ()))})
+        symbol = data.get("symbol")
+        return cls(**{**data, "askers": tuple(data.get("askers", ())),
+                      "symbol": UnmetSymbol.from_json(symbol) if symbol else None})  # fmt: skip
 
     @property
     def asked_for(self) -> str:

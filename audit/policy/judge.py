@@ -18,7 +18,7 @@ from audit.history.model import History, LayerRef
 from audit.history.snapshot import Environment
 from audit.policy.findings import Finding
 from audit.policy.model import Policy
-from audit.policy.system_rules import evaluate_system
+from audit.policy.system_rules import LoadChange, Resolutions, evaluate_system, load_changes
 from audit.policy.verdict import Scope, WaiverLedger, evaluate, evaluate_shadowed
 
 if TYPE_CHECKING:
@@ -31,10 +31,13 @@ _NO_DEPS_INSTALL = re.compile(r"\b(?:pip3?|uv\s+pip)\s+install\b[^;&|]*\s--no-de
 
 @dataclass(frozen=True)
 class LayerVerdict:
-    """The findings of one step, and the layer that made it."""
+    """The findings of one step, the layer that made it, and which copy of each native library
+    loads where the step changed that (``loads``: from the loader model, where the state
+    recorded loader facts)."""
 
     ref: LayerRef
     findings: tuple[Finding, ...]
+    loads: tuple[LoadChange, ...] = ()
 
     @property
     def fails(self) -> bool:
@@ -103,9 +106,11 @@ def judge_history(
     """Every step of ``history`` judged in order, one ledger for the waivers it spends.
 
     Environments are matched by interpreter; what lies below Python is judged once per step
-    (with the first environment, or alone when the image has none).
+    (with the first environment, or alone when the image has none), each system resolved by
+    the loader model once (:class:`~audit.policy.system_rules.Resolutions`).
     """
     ledger = WaiverLedger()
+    resolutions = Resolutions()
     verdicts = []
     for before, after in history.steps():
         ref = after.ref
@@ -123,8 +128,13 @@ def judge_history(
             )  # fmt: skip
         found += evaluate_system(
             before.system, after.system, policy, where=where, today=today, scope=scope,
-            ledger=ledger,
+            ledger=ledger, resolutions=resolutions,
         )  # fmt: skip
         located = tuple(f.located(history.image, ref.stage, ref.layer) for f in found)
-        verdicts.append(LayerVerdict(ref, located))
+        loads = (
+            load_changes(before.system, after.system, resolutions)
+            if before.system != after.system
+            else ()
+        )
+        verdicts.append(LayerVerdict(ref, located, loads))
     return verdicts

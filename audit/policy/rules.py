@@ -49,6 +49,7 @@ RULES = (
     Rule("requirement", STATE, waivable=True),
     Rule("forbidden", STATE, waivable=True),
     Rule("shadowed-native", STATE, waivable=True),
+    Rule("missing-symbol", STATE, waivable=True),
     Rule("override", VERDICT),
     Rule("waiver-expired", VERDICT),
     Rule("waiver-spent", VERDICT),

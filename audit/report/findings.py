@@ -4,10 +4,13 @@ Host only (uses rich). JSON schema ``layer-audit.report/1``::
 
     {"schema": "layer-audit.report/1", "title": str, "verdict": "pass" | "fail",
      "counts": {"error": n, "warning": n, "info": n},
-     "sections": [{"title": str, "counts": {...}, "findings": [Finding.to_json(), ...]}]}
+     "sections": [{"title": str, "counts": {...}, "findings": [Finding.to_json(), ...],
+                   "loads": [...]}]}
 
 Each finding has the keys rule, severity, package, before, after, message, where, hint, waiver,
-waiver_index, and where known image, stage, layer, askers and preset_rule
+waiver_index, and where known image, stage, layer, askers, preset_rule and symbol (a
+``missing-symbol`` finding's subject); a walked layer's section also lists, where it changed
+that, which copy of each native library loads and why (``loads``, absent when none)
 (``audit/schemas/report.schema.json``).
 """
 
@@ -26,6 +29,7 @@ from rich.markup import escape
 
 from audit.errors import EXIT_OK, EXIT_VIOLATION, UsageError
 from audit.policy.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
+from audit.policy.system_rules import LoadChange
 from audit.redact import redact, redact_json
 from audit.report import json_text
 
@@ -58,10 +62,12 @@ SEVERITY_ICON = {ERROR: "❌", WARNING: "⚠️", INFO: "ℹ️"}
 
 @dataclass(frozen=True)
 class Section:
-    """Findings of one part of a run, e.g. one layer or one interpreter."""
+    """Findings of one part of a run, e.g. one layer or one interpreter; ``loads``: which copy
+    of each native library loads after a walked layer, where that changed."""
 
     title: str
     findings: tuple[Finding, ...]
+    loads: tuple[LoadChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,10 +253,20 @@ def report_document(report: Report) -> dict[str, Any]:
                 "title": section.title,
                 "counts": count(section.findings),
                 "findings": [f.to_json() for f in ordered(section.findings)],
+                **({"loads": [load_json(load) for load in section.loads]} if section.loads else {}),
             }
             for section in report.sections
         ],
     }
+
+
+def load_json(load: LoadChange) -> dict[str, Any]:
+    """One load change as the report's JSON writes it (every field, ``before`` a list)."""
+    return {
+        "soname": load.soname, "path": load.path, "owner": load.owner, "version": load.version,
+        "requirer": load.requirer, "reason": load.reason, "entry": load.entry,
+        "before": list(load.before),
+    }  # fmt: skip
 
 
 # --- Markdown ----------------------------------------------------------------------------
@@ -270,11 +286,23 @@ def _markdown_table(findings: list[Finding]) -> list[str]:
     return rows
 
 
+def _markdown_loads(loads: tuple[LoadChange, ...]) -> list[str]:
+    rows = ["| library | loads | whose | asked by | why |", "|---|---|---|---|---|"]
+    for load in loads:
+        why = load.reason + (f" `{load.entry}`" if load.entry else "")
+        rows.append(
+            f"| `{load.soname}` | `{_cell(load.path)}` | {_cell(load.owner or load.version)} "
+            f"| `{_cell(load.requirer)}` | {_cell(why)} |"
+        )
+    return [*rows, ""]
+
+
 def _markdown_section(section: Section) -> list[str]:
     lines = [f"### {section.title}", ""]
     findings = ordered(section.findings)
+    loads = _markdown_loads(section.loads) if section.loads else []
     if not findings:
-        return [*lines, "No changes.", ""]
+        return [*lines, *(loads or ["No changes.", ""])]
     important = [f for f in findings if f.severity != INFO]
     routine = [f for f in findings if f.severity == INFO]
     if important:
@@ -285,7 +313,7 @@ def _markdown_section(section: Section) -> list[str]:
         lines += [*_markdown_table(routine), "", "</details>", ""]
     elif routine:
         lines += [*_markdown_table(routine), ""]
-    return lines
+    return lines + loads
 
 
 def report_markdown(report: Report) -> str:

@@ -3,10 +3,11 @@
 Pure. The input is the one judge's verdicts over a :class:`~audit.history.model.History`
 (:func:`audit.policy.judge.judge_history`), whoever produced it; the output is the report model
 every renderer reads (:class:`~audit.report.findings.Report`: one section per layer that changed
-something, titled with its history entry) and, per Python environment, a matrix of packages x
-the layers that changed it (:func:`audit.gate.matrix.columns_matrix`: the same terminal,
-Markdown and HTML renderers as the stage matrix). Layers that changed nothing are left out of
-both and counted in the title.
+something, titled with its history entry, with the loads of the native libraries whose loaded
+copy it changed: which copy, whose, who asked and why) and, per Python environment, a matrix
+of packages x the layers that changed it (:func:`audit.gate.matrix.columns_matrix`: the same
+terminal, Markdown and HTML renderers as the stage matrix). Layers that changed nothing are left
+out of both and counted in the title.
 """
 
 from __future__ import annotations
@@ -67,18 +68,19 @@ def section_title(image: str, ref: LayerRef) -> str:
 
 
 def layers_report(title: str, images: Sequence[JudgedImage]) -> Report:
-    """A section per layer whose step found anything, in build order, image after image."""
+    """A section per layer whose step found anything or changed which native copy loads, in
+    build order, image after image."""
     sections = tuple(
-        Section(section_title(judged.name, verdict.ref), verdict.findings)
+        Section(section_title(judged.name, verdict.ref), verdict.findings, verdict.loads)
         for judged in images
         for verdict in judged.verdicts
-        if verdict.findings
+        if verdict.findings or verdict.loads
     )
     return Report(title, sections)
 
 
 def changed_layers(judged: JudgedImage) -> int:
-    return sum(1 for verdict in judged.verdicts if verdict.findings)
+    return sum(1 for verdict in judged.verdicts if verdict.findings or verdict.loads)
 
 
 def layer_matrices(judged: JudgedImage) -> list[StageMatrix]:
@@ -133,10 +135,11 @@ _MARK = {"error": "✗", "warning": "!", "info": " "}
 
 def layer_lines(judged: JudgedImage) -> list[str]:
     """The terminal's reading of one image: a line per layer that changed something, its
-    failing and warning findings below it, its routine changes counted."""
+    failing and warning findings below it, its routine changes counted, then the native
+    libraries whose loaded copy it changed (``→ libnccl.so.2 loads …: <who> (<why>)``)."""
     lines = [f"{judged.name}: {changed_layers(judged)} of {len(judged.verdicts)} layers changed"]
     for verdict in judged.verdicts:
-        if not verdict.findings:
+        if not verdict.findings and not verdict.loads:
             continue
         lines.append(f"  {layer_label(verdict.ref)}: {short(verdict.ref.instruction, 90)}")
         routine: dict[str, int] = {}
@@ -152,6 +155,7 @@ def layer_lines(judged: JudgedImage) -> list[str]:
         if routine:
             counts = ", ".join(f"{n} {rule}" for rule, n in sorted(routine.items()))
             lines.append(f"      {counts}")
+        lines += [f"    → {load.describe()}" for load in verdict.loads]
     return lines
 
 

@@ -10,10 +10,18 @@ The image's OS packages (the ``system`` its first interpreter's snapshot recorde
 components too: ``pkg:deb/debian/libc6@2.36-9+deb12u4?arch=amd64&distro=debian-12``
 (``apk`` for Alpine), with the layer that installed or changed them (``base image`` for the base's).
 
+The CUDA-family native libraries of that ``system`` are components too, one per file
+(``pkg:generic/libnccl.so.2@2.30.7?path=/usr/lib/...``), with which copy loads and why as the
+loader model resolves them (:mod:`audit.native.bridge`): properties ``soname``, ``owner``
+(the wheel, else the search folder it lies in), ``loaded-by`` (one per requester: ``<who>
+(<why>)``), ``shadows`` (on a copy that loads for some requester: the other copies of its
+SONAME, which that requester did not get) or ``shadowed-by`` (on a copy that loads for no
+one: the copies that do), and the layer.
+
 Invariants: the components are exactly the trail's distributions, one per interpreter and
-copy, plus its OS packages once; the document is deterministic for one trail and one
-``created`` time (serial number derived from the content, components sorted); nothing here
-talks to Docker.
+copy, plus its OS packages and native library files once each; the document is
+deterministic for one trail and one ``created`` time (serial number derived from the
+content, components sorted); nothing here talks to Docker.
 """
 
 from __future__ import annotations
@@ -55,7 +63,8 @@ class Entry:
     hashes: tuple[str, ...]
     ecosystem: str = "pypi"  # purl type: pypi, deb, apk
     namespace: str = ""  # purl namespace of OS packages: debian, ubuntu, alpine
-    qualifiers: tuple[tuple[str, str], ...] = ()  # purl qualifiers: arch, distro
+    qualifiers: tuple[tuple[str, str], ...] = ()  # purl qualifiers: arch, distro, path
+    properties: tuple[tuple[str, str], ...] = ()  # more layer-audit properties (native files)
 
 
 def guarded_snapshots(
@@ -93,6 +102,7 @@ def entries(
             before[env.interpreter] = _state(env)
     hashes = _lock_hashes(source, recipe, {s for s in origin.values() if s is not None})
     found = list(os_entries(base, layers))
+    found += native_entries(system_of(final), _native_origin(base, layers))
     for env in final:
         for dist in env.distributions:
             by = origin.get((env.interpreter, dist.name))
@@ -136,6 +146,20 @@ def os_entries(
             origin.update({k: step for k, v in _os_state(after).items() if old.get(k) != v})
         before = final = after
     return [_os_entry(final, key, origin.get(key)) for key in sorted(_os_state(final))]
+
+
+def _native_origin(
+    base: Sequence[Environment], layers: Sequence[tuple[Step, Sequence[Environment]]]
+) -> dict[str, str]:
+    """Path -> the label of the step that last changed that native library file."""
+    before, origin = _native_state(system_of(base)), {}
+    for step, envs in layers:
+        after = system_of(envs)
+        if after is not None:
+            now = _native_state(after)
+            origin.update({path: step.label for path, v in now.items() if before.get(path) != v})
+            before = now
+    return origin
 
 
 def _os_entry(system: System | None, key: str, step: Step | None) -> Entry:
@@ -222,6 +246,7 @@ def make_bom(
             Property(name=f"{PROPERTY}:interpreter", value=entry.interpreter),
             Property(name=f"{PROPERTY}:location", value=entry.location or "(predicted)"),
             Property(name=f"{PROPERTY}:layer", value=entry.layer),
+            *(Property(name=f"{PROPERTY}:{key}", value=value) for key, value in entry.properties),
         ]
         purl = PackageURL(
             entry.ecosystem,
@@ -248,6 +273,42 @@ def make_bom(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the library warns about optional fields left out
         return str(JsonV1Dot6(bom).output_as_string(indent=2)) + "\n"
+
+
+NATIVE = "(native)"  # the interpreter column of a native library file
+
+
+def native_entries(system: System | None, origin: Mapping[str, str]) -> list[Entry]:
+    """One entry per CUDA-family library file of ``system`` with its loads as the loader model
+    resolves them; ``origin`` names, by path, the layer that left the file as it is."""
+    if system is None or not system.native:
+        return []
+    from audit.native.bridge import resolved_libraries
+
+    found = []
+    for library in resolved_libraries(system):
+        loaded = {load.path for load in library.loads if load.path}
+        for copy in library.copies:
+            properties = [("soname", library.soname)]
+            properties += [("owner", copy.owner or copy.origin or "unknown")]
+            properties += [("loaded-by", load.by) for load in library.loads
+                           if load.path == copy.path]  # fmt: skip
+            others = sorted(c.path for c in library.copies if c.path != copy.path)
+            if copy.path in loaded:
+                properties += [("shadows", path) for path in others]
+            else:
+                properties += [("shadowed-by", path) for path in sorted(loaded)]
+            found.append(Entry(
+                NATIVE, library.soname, copy.version or "unknown", copy.path,
+                origin.get(copy.path, BASE_LAYER), (), "generic",
+                qualifiers=(("path", copy.path),), properties=tuple(properties),
+            ))  # fmt: skip
+    return found
+
+
+def _native_state(system: System | None) -> dict[str, str]:
+    """Path -> version of every native library file (what a layer changes)."""
+    return {c.path: c.version for lib in (system.native if system else ()) for c in lib.copies}
 
 
 def _bom_ref(entry: Entry, purl: str) -> str:
@@ -277,23 +338,27 @@ def write_sbom(
 
 
 def history_entries(history: History) -> list[Entry]:
-    """Every distribution and OS package of the last state, each with the layer that left it
-    as it is (``layer 14 (runtime 3, Dockerfile:41)``): the walk knows every layer."""
+    """Every distribution, OS package and native library file of the last state, each with the
+    layer that left it as it is (``layer 14 (runtime 3, Dockerfile:41)``): the walk knows
+    every layer."""
     if not history.states:
         return []
     origin: dict[tuple[str, str], str] = {}
     os_origin: dict[str, str] = {}
+    native_origin: dict[str, str] = {}
     before: dict[str, dict[str, tuple[str, str, str]]] = {}
     old_os: dict[str, str] = {}
+    old_native: dict[str, str] = {}
     for state in history.states[1:]:
         label = layer_label(state.ref)
         for env in state.environments:
             now, was = _state(env), before.get(env.interpreter, {})
             origin.update({(env.interpreter, n): label for n, v in now.items() if was.get(n) != v})
             before[env.interpreter] = now
-        now_os = _os_state(state.system)
+        now_os, now_native = _os_state(state.system), _native_state(state.system)
         os_origin.update({k: label for k, v in now_os.items() if old_os.get(k) != v})
-        old_os = now_os
+        native_origin.update({k: label for k, v in now_native.items() if old_native.get(k) != v})
+        old_os, old_native = now_os, now_native
     last = history.states[-1]
     found = [
         Entry(env.interpreter, d.name, d.version, d.location,
@@ -305,12 +370,14 @@ def history_entries(history: History) -> list[Entry]:
         replace(_os_entry(last.system, key, None), layer=os_origin.get(key, BASE_LAYER))
         for key in sorted(_os_state(last.system))
     ]
+    found += native_entries(last.system, native_origin)
     return sorted(found, key=_entry_key)
 
 
 def image_sbom(history: History, ref: str, created: str) -> str:
-    """The CycloneDX document of a walked image: every environment of its last state and its
-    OS packages, each with the layer that installed it (no lock hashes: none was read)."""
+    """The CycloneDX document of a walked image: every environment of its last state, its OS
+    packages and its native library files, each with the layer that installed it (no lock
+    hashes: none was read)."""
     name, _, tag = ref.rpartition(":")
     if "/" in tag or not name:  # a registry port, not a tag
         name, tag = ref, "latest"

@@ -2,13 +2,13 @@
 
 Layout under the cache root (``$XDG_CACHE_HOME/layer-audit/walk``, ``~/.cache`` when unset)::
 
-    v1/layers/<hex of the diff-id>.json    a header line, then the delta's JSON
-    v1/configs/<hex of the image id>.json  the config's bytes, exactly
+    v2/layers/<hex of the diff-id>.json    a header line, then the delta's JSON
+    v2/configs/<hex of the image id>.json  the config's bytes, exactly
 
 Invariants:
 
 - a layer's delta depends only on its bytes, and a diff-id names those bytes: an entry never
-  goes stale. The format is versioned twice (the ``v1`` folder and the header's ``format``):
+  goes stale. The format is versioned twice (the ``v2`` folder and the header's ``format``):
   a change of what a delta holds misses the old entries, never misreads them;
 - every entry is checked before use (the header names the diff-id and the sha256 of the body;
   a config's sha256 is its image id): a damaged, truncated or foreign entry reads as absent and
@@ -35,7 +35,7 @@ from pathlib import Path
 from audit.history.walk.delta import FORMAT, LayerDelta, delta_from_json, delta_to_json
 from audit.host import atomic
 
-VERSION = "v1"
+VERSION = "v2"  # v2: the loader model's facts (delta format /2)
 
 
 def default_root(environ: dict[str, str] | None = None) -> Path:

@@ -154,3 +154,58 @@ def layer_refs(config: OciConfig) -> tuple[LayerRef, ...]:
             refs.append(LayerRef(index=index, instruction=text, digest=config.diff_ids[layer]))
             layer += 1
     return tuple(refs)
+
+
+_ENV_PREFIXES = ("ENV ", "/bin/sh -c #(nop)  ENV ", "/bin/sh -c #(nop) ENV ", "#(nop) ENV ")
+
+
+def env_instruction(text: str) -> tuple[tuple[str, str], ...] | None:
+    """The assignments of a history entry that is an ``ENV`` instruction, as BuildKit
+    (``ENV A=1 B=2``) or the classic builder (``/bin/sh -c #(nop)  ENV A=1``) records it;
+    None for any other entry. ``ENV KEY value`` (the old form) is one assignment; a word
+    without ``=`` continues the value before it (a value with spaces)."""
+    prefix = next((p for p in _ENV_PREFIXES if text.startswith(p)), None)
+    if prefix is None:
+        return None
+    words = text[len(prefix) :].split()
+    if words and "=" not in words[0]:
+        return ((words[0], " ".join(words[1:])),)
+    pairs: list[list[str]] = []
+    for word in words:
+        key, equals, value = word.partition("=")
+        if equals and key.replace("_", "a").isalnum():
+            pairs.append([key, value])
+        elif pairs:
+            pairs[-1][1] += " " + word
+    return tuple((key, value.strip('"')) for key, value in pairs)
+
+
+def env_timeline(config: OciConfig) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The environment after each entry of :func:`layer_refs` (one per ref, in order).
+
+    A variable that ``ENV`` entries of the history set takes, after each entry, the value the
+    last of them gave (unset before the first); any other variable has its value in ``Env``
+    throughout. Where replaying the entries does not end at the config's own value (an entry
+    the parser misread, a value the history redacted, an image without a full history), that
+    variable has the config's value throughout: the last state always has ``Env`` exactly.
+    """
+    refs = layer_refs(config)
+    final = config.environ()
+    steps = [env_instruction(ref.instruction) or () for ref in refs]
+    replayed: dict[str, str] = {}
+    for step in steps:
+        replayed.update(step)
+    trusted = {key for key, value in replayed.items() if final.get(key) == value}
+    current = {key: value for key, value in final.items() if key not in trusted}
+    found = []
+    for step in steps:
+        current.update((key, value) for key, value in step if key in trusted)
+        ordered = sorted(current.items(), key=lambda item: _order(final, item[0]))
+        found.append(tuple(ordered))
+    return tuple(found)
+
+
+def _order(final: dict[str, str], key: str) -> tuple[int, str]:
+    """The config's order first (as ``Env`` lists them), then new names by name."""
+    names = list(final)
+    return (names.index(key), "") if key in final else (len(names), key)

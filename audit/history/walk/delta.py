@@ -19,13 +19,17 @@ Facts (one per tracked member, the last one wins when a layer names a path twice
   to the site folder);
 - :class:`Packages`: an OS package database (dpkg ``status``, a distroless ``status.d/*``
   file, apk ``installed``), parsed;
-- :class:`LdCache`: ``/etc/ld.so.cache`` as soname -> paths;
+- :class:`LdCache`: ``/etc/ld.so.cache``: its entries (SONAME, path, flags) in the file's
+  order, or why the bytes are no cache;
 - :class:`Library`: a shared library of the CUDA family: size and what the ELF hook said;
+- :class:`Binary`: another ELF file the loader model reads (a requester of its Python rules
+  under ``torch``, ``cupy``, ``jax``, ``nvidia``..., or ``_ctypes``): size and the hook's facts;
 - :class:`Link`: a symbolic link (every one: merged ``/usr`` and interpreters resolve
   through them) or a hard link to a tracked file;
 - :class:`Marker`: a member whose existence matters: a site folder, a ``.dist-info`` /
   ``.egg-info`` folder, a Python standard library (``lib/pythonX.Y/os.py``), ``lib-dynload``,
-  a Python executable.
+  a Python executable (with the hook's ELF facts), any other shared object (a name the loader
+  may find: ``libc.so.6``, an extension module).
 
 Besides the facts: whiteouts (``.wh.NAME``: NAME and all below it are gone from lower layers),
 opaque folders (``.wh..wh..opq``: the folder's lower contents are gone), and every path the
@@ -41,7 +45,7 @@ from typing import Any
 
 from audit.history.system import OsPackage
 
-FORMAT = "layer-audit.walk-delta/1"
+FORMAT = "layer-audit.walk-delta/2"  # /2: loader facts (Binary, shared objects, cache flags)
 
 # Marker kinds
 SITE_DIR = "site-dir"
@@ -49,7 +53,8 @@ DIST_DIR = "dist-dir"
 STDLIB = "stdlib"
 DYNLOAD = "lib-dynload"
 EXECUTABLE = "executable"
-MARKERS = (SITE_DIR, DIST_DIR, STDLIB, DYNLOAD, EXECUTABLE)
+SHARED = "shared-object"
+MARKERS = (SITE_DIR, DIST_DIR, STDLIB, DYNLOAD, EXECUTABLE, SHARED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +90,26 @@ class Packages:
 
 @dataclass(frozen=True, slots=True)
 class LdCache:
-    """``/etc/ld.so.cache``: soname -> paths in the cache's order."""
+    """``/etc/ld.so.cache``: (SONAME, path, flags) in the file's order; ``invalid`` says why
+    the bytes are no cache (the loader then ignores the file)."""
 
     path: str
-    entries: tuple[tuple[str, tuple[str, ...]], ...]
+    entries: tuple[tuple[str, str, int], ...]
+    invalid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Library:
     """A CUDA-family shared library file; ``elf`` is the ELF hook's JSON-able answer."""
+
+    path: str
+    size: int
+    elf: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """An ELF file the loader model reads that is not of the CUDA family (a requester)."""
 
     path: str
     size: int
@@ -111,13 +127,15 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """A member whose existence matters (``kind`` one of :data:`MARKERS`)."""
+    """A member whose existence matters (``kind`` one of :data:`MARKERS`); ``elf``: the ELF
+    hook's facts of a Python executable."""
 
     path: str
     kind: str
+    elf: Mapping[str, Any] | None = None
 
 
-Fact = Meta | Blob | Packages | LdCache | Library | Link | Marker
+Fact = Meta | Blob | Packages | LdCache | Library | Binary | Link | Marker
 
 
 @dataclass(frozen=True)
@@ -141,7 +159,7 @@ class LayerDelta:
 def _marker(path: str, item: dict[str, Any]) -> Marker:
     if item["kind"] not in MARKERS:
         raise ValueError(f"unknown marker {item['kind']!r}")
-    return Marker(path, item["kind"])
+    return Marker(path, item["kind"], item.get("elf"))
 
 
 # One writer and one reader per fact type; the JSON tag is the key.
@@ -151,10 +169,12 @@ _WRITERS: dict[type, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     Blob: ("blob", lambda f: {"sha256": f.sha256, "text": f.text, "libraries": list(f.libraries)}),
     Packages: ("packages", lambda f: {"manager": f.manager, "packages": [
         [p.name, p.version, p.architecture, p.source] for p in f.packages]}),
-    LdCache: ("ldcache", lambda f: {"entries": [[k, list(v)] for k, v in f.entries]}),
+    LdCache: ("ldcache", lambda f: {"entries": [list(e) for e in f.entries],
+                                    "invalid": f.invalid}),
     Library: ("library", lambda f: {"size": f.size, "elf": f.elf}),
+    Binary: ("binary", lambda f: {"size": f.size, "elf": f.elf}),
     Link: ("link", lambda f: {"target": f.target, "hard": f.hard}),
-    Marker: ("marker", lambda f: {"kind": f.kind}),
+    Marker: ("marker", lambda f: {"kind": f.kind, **({"elf": f.elf} if f.elf else {})}),
 }  # fmt: skip
 _READERS: dict[str, Callable[[str, dict[str, Any]], Fact]] = {
     "meta": lambda p, i: Meta(p, i["sha256"], i["name"], i["version"], tuple(i["requires"]),
@@ -162,8 +182,10 @@ _READERS: dict[str, Callable[[str, dict[str, Any]], Fact]] = {
     "blob": lambda p, i: Blob(p, i["sha256"], i["text"], tuple(i["libraries"])),
     "packages": lambda p, i: Packages(p, i["manager"],
                                       tuple(OsPackage(*row) for row in i["packages"])),
-    "ldcache": lambda p, i: LdCache(p, tuple((k, tuple(v)) for k, v in i["entries"])),
+    "ldcache": lambda p, i: LdCache(p, tuple((str(k), str(v), int(f)) for k, v, f in i["entries"]),
+                                    str(i["invalid"])),
     "library": lambda p, i: Library(p, int(i["size"]), i["elf"]),
+    "binary": lambda p, i: Binary(p, int(i["size"]), i["elf"]),
     "link": lambda p, i: Link(p, i["target"], bool(i["hard"])),
     "marker": _marker,
 }  # fmt: skip

@@ -39,7 +39,7 @@ from typing import TypeVar
 from audit.history.model import WALK, History, LayerRef, LayerState
 from audit.history.snapshot import Distribution, Environment, platform_of
 from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
-from audit.history.walk.config import OciConfig, layer_refs
+from audit.history.walk.config import OciConfig, env_timeline, layer_refs
 from audit.history.walk.delta import (
     EXECUTABLE,
     SITE_DIR,
@@ -53,6 +53,7 @@ from audit.history.walk.delta import (
     Meta,
     Packages,
 )
+from audit.history.walk.loader import loader_text
 from audit.inimage.snapshot import distribution_record, distro_of, library_version
 
 _MAX_LINKS = 40  # as the kernel's symlink limit: a loop resolves to nothing
@@ -135,9 +136,10 @@ class ImageState:
         fact = self.facts.get(path)
         return fact.target if isinstance(fact, Link) and not fact.hard else None
 
-    def resolve(self, path: str) -> str:
+    def resolve(self, path: str, seen: dict[str, str] | None = None) -> str:
         """``path`` with every symbolic link on it followed inside the image (an absolute target
-        starts again at the image's root, ``..`` stops at it); a loop gives ""."""
+        starts again at the image's root, ``..`` stops at it); a loop gives "". ``seen`` gets
+        every link met (its path -> its target as stored)."""
         parts = [p for p in path.split("/") if p]
         done = ""
         hops = 0
@@ -153,6 +155,8 @@ class ImageState:
             if target is None:
                 done = here
                 continue
+            if seen is not None:
+                seen[here] = target
             hops += 1
             if hops > _MAX_LINKS:
                 return ""
@@ -632,14 +636,17 @@ def _wheel_owners(state: ImageState, sites: dict[str, dict[str, str]]) -> dict[s
     return owners
 
 
-def native_copies(state: ImageState, image: ConfigFacts) -> tuple[NativeLibrary, ...]:
-    """Every CUDA-family library file, grouped by SONAME; ``loads`` left empty (the loader
-    model lives in ``audit/native/``). A copy's origin: ``wheel`` (an ``nvidia-*`` RECORD lists
-    it), else the first search folder holding it, else ""."""
+def native_copies(
+    state: ImageState, image: ConfigFacts, owners: dict[str, str] | None = None
+) -> tuple[NativeLibrary, ...]:
+    """Every CUDA-family library file, grouped by SONAME; ``loads`` left empty (the judge
+    resolves them with the loader model from :attr:`System.loader`). A copy's origin:
+    ``wheel`` (an ``nvidia-*`` RECORD lists it), else the first search folder holding it,
+    else ""."""
     libraries = list(state.of_type(Library))
     if not libraries:
         return ()
-    owners = _wheel_owners(state, dist_folders(state))
+    owners = _wheel_owners(state, dist_folders(state)) if owners is None else owners
     folders = _search_folders(state, image)
     by_soname: dict[str, list[NativeCopy]] = {}
     for library in sorted(libraries, key=lambda f: f.path):
@@ -656,13 +663,29 @@ def _origin(folder: str, folders: list[tuple[str, str]]) -> str:
     return next((origin for path, origin in folders if path == folder), "")
 
 
-def system(state: ImageState, image: ConfigFacts) -> System:
-    """The state below Python: the package database, the distro, the CUDA-family copies."""
+def system(
+    state: ImageState,
+    image: ConfigFacts,
+    environments: tuple[Environment, ...] = (),
+    parsed: dict[int, tuple[Fact, bool]] | None = None,
+) -> System:
+    """The state below Python: the package database, the distro, the CUDA-family copies and,
+    where there are any, the loader facts (:mod:`audit.history.walk.loader`) the judge
+    resolves them with; ``environments`` are the state's (the interpreter is chosen among
+    them), ``parsed`` the fold's memo of ELF facts already checked."""
     manager, packages, note = _databases(state)
     ordered = sorted(packages, key=lambda p: (p.name, p.architecture, p.version))
     release = state.blob("/etc/os-release") or state.blob("/usr/lib/os-release")
     distro = distro_of(release.text.encode("utf-8")) if release else ""
-    return System(manager, note, tuple(ordered), native_copies(state, image), distro)
+    owners = _wheel_owners(state, dist_folders(state))
+    native = native_copies(state, image, owners)
+    loader = (
+        loader_text(state, machine=image.machine, environ=dict(image.environ),
+                    environments=environments, owners=owners,
+                    parsed={} if parsed is None else parsed)
+        if native else ""
+    )  # fmt: skip
+    return System(manager, note, tuple(ordered), native, distro, loader)
 
 
 # ----------------------------------------------------------------------------- the fold
@@ -670,17 +693,23 @@ def system(state: ImageState, image: ConfigFacts) -> System:
 
 def fold(image: str, config: OciConfig, deltas: dict[str, LayerDelta]) -> History:
     """The history of ``image``: ``states[0]`` the empty image, then one state per history
-    entry (an empty entry repeats the state before it). ``deltas`` maps each diff-id of
-    ``config`` to its delta."""
-    facts = ConfigFacts(config.machine, config.env)
+    entry. ``deltas`` maps each diff-id of ``config`` to its delta. Each state is read with
+    the environment the image had after its entry (:func:`env_timeline`): an empty entry
+    repeats the state before it, unless it is an ``ENV`` that changed the environment (a new
+    ``LD_LIBRARY_PATH`` changes which copies load, a new ``PYTHONPATH`` what Python sees)."""
     state = ImageState()
     current = LayerState(EMPTY_REF, (), None)
     states = [current]
-    for ref in layer_refs(config):
-        if ref.empty:
-            current = LayerState(ref, current.environments, current.system)
-        elif state.apply(deltas[ref.digest]) or current.system is None:
-            current = LayerState(ref, environments(state, facts), system(state, facts))
+    parsed: dict[int, tuple[Fact, bool]] = {}
+    environ: tuple[tuple[str, str], ...] | None = None
+    for ref, env in zip(layer_refs(config), env_timeline(config), strict=True):
+        facts = ConfigFacts(config.machine, env)
+        moved = environ is not None and env != environ
+        environ = env
+        changed = (not ref.empty and state.apply(deltas[ref.digest])) or moved
+        if changed or (not ref.empty and current.system is None):
+            envs = environments(state, facts)
+            current = LayerState(ref, envs, system(state, facts, envs, parsed))
         else:
             current = LayerState(ref, current.environments, current.system)
         states.append(current)

@@ -10,6 +10,13 @@ header is read up to its first blank line (at most :data:`HEADER_LIMIT`), a smal
 to :data:`TEXT_LIMIT`, a package database up to :data:`DATABASE_LIMIT`; past a bound the file is
 still hashed and the delta's ``notes`` say what was cut.
 
+The ELF hook sees the files the loader model needs (:func:`elf_role`): CUDA-family libraries,
+the requesters of the model's Python rules (shared objects under the package trees of
+:data:`audit.native.pyrules.PACKAGE_TREES` in a site folder), Python executables and their
+``_ctypes`` module. It runs in a helper thread fed the member's bytes; what it skips (a
+library's code between its tables and its dynamic section) and whatever follows its answer
+are dropped here, never copied to it: a 600 MB library costs what its tables cost.
+
 TarMember names are normalised to absolute paths; a name or hard-link target that leaves the
 image root (``../../etc/passwd``) raises :class:`LayerFormatError`. Symbolic link targets are
 kept as written (an absolute target means the image's root, never the host's).
@@ -30,8 +37,10 @@ from audit.history.walk.delta import (
     DIST_DIR,
     DYNLOAD,
     EXECUTABLE,
+    SHARED,
     SITE_DIR,
     STDLIB,
+    Binary,
     Blob,
     Fact,
     LayerDelta,
@@ -53,19 +62,24 @@ from audit.history.walk.tarstream import (
     TarReader,
 )
 from audit.inimage.snapshot import RPM_DATABASES as _RPM_DATABASES
-from audit.inimage.snapshot import _header_fields, apk_packages, dpkg_packages, ld_cache_entries
+from audit.inimage.snapshot import _header_fields, apk_packages, dpkg_packages
+from audit.native.catalog import NAME_PREFIXES
+from audit.native.ldcache import LdCacheError, parse_cache
+from audit.native.pyrules import PACKAGE_TREES
 
 # The ELF hook: (path in the image, the member's bytes as a forward-only stream, its size) ->
 # JSON-able facts, or None. Called while the member streams past (in a helper thread: the
 # stream blocks until the bytes arrive); whatever it leaves unread is skipped.
 ElfReader = Callable[[str, IO[bytes], int], Mapping[str, Any] | None]
 
-# Shared libraries of the CUDA family (file name prefixes; a name must also hold ".so").
-CUDA_FAMILIES = (
-    "libcudart", "libcublas", "libcudnn", "libcufft", "libcurand", "libcusolver",
-    "libcusparse", "libnvJitLink", "libnvrtc", "libcupti", "libcufile", "libnccl",
-    "libnvshmem", "libnvToolsExt",
-)  # fmt: skip
+# Shared libraries of the CUDA family: the catalog's names (file name prefixes; a name must
+# also hold ".so").
+CUDA_FAMILIES = NAME_PREFIXES
+# What the ELF hook reads a member as (elf_role): a library of the families, a requester of
+# the loader model's Python rules (or ``_ctypes``), a Python executable; else a shared object
+# is only listed (its name, where the loader may find it).
+FAMILY, REQUESTER, PYTHON = "family", "requester", "python"
+_NOT_LIBRARIES = (".py", ".pyc", ".pyi", ".h", ".hpp", ".txt", ".json")
 # What is read of a member (its role)
 HEADER, TEXT, DIGEST, RECORD, DPKG, APK, LD_CACHE_ROLE = (
     "header", "text", "digest", "record", "dpkg", "apk", "ld.so.cache",
@@ -185,31 +199,57 @@ class _Header(_Digest):
 
 
 class _Queued:
-    """A forward-only stream over chunks a feeder thread hands over (the ELF hook reads it)."""
+    """A forward-only stream over the pieces a feeder thread hands over, each with the offset
+    it starts at (the ELF hook reads it). :meth:`skip` tells the feeder where reading resumes:
+    the pieces that end before are dropped there, never copied or queued."""
 
-    def __init__(self, chunks: queue.Queue[bytes | None]) -> None:
+    def __init__(self, chunks: queue.Queue[tuple[int, bytes] | None]) -> None:
         self._chunks = chunks
-        self._current = b""
-        self._at = 0
+        self._start, self._data = 0, b""  # the current piece
+        self._position = 0  # of the next byte to read
         self._ended = False
+        self.skip_to = 0  # read by the feeder: pieces ending at or before it are not wanted
+
+    def _next(self) -> bool:
+        """The next piece; False at the end of the member."""
+        if self._ended:
+            return False
+        piece = self._chunks.get()
+        if piece is None:
+            self._ended = True
+            return False
+        self._start, self._data = piece
+        self._position = max(self._position, self._start)
+        return True
 
     def read(self, size: int = -1) -> bytes:
         parts: list[bytes] = []
         wanted = size if size >= 0 else 1 << 62
         while wanted > 0:
-            if self._at >= len(self._current):
-                if self._ended:
+            at = self._position - self._start
+            if at >= len(self._data):
+                if not self._next():
                     break
-                chunk = self._chunks.get()
-                if chunk is None:
-                    self._ended = True
-                    break
-                self._current, self._at = chunk, 0
-            piece = self._current[self._at : self._at + wanted]
-            self._at += len(piece)
+                continue
+            piece = self._data[at : at + wanted]
+            self._position += len(piece)
             wanted -= len(piece)
             parts.append(piece)
         return b"".join(parts)
+
+    def skip(self, count: int) -> int:
+        """Pass ``count`` bytes unread; how many there were (fewer at the end)."""
+        target = self._position + count
+        self.skip_to = target
+        begun = self._position
+        while self._position < target:
+            end = self._start + len(self._data)
+            if self._position < end:
+                self._position = min(target, end)
+            elif not self._next():
+                break
+        self._position = min(self._position, target)
+        return self._position - begun
 
     def drain(self) -> None:
         while not self._ended:
@@ -217,14 +257,17 @@ class _Queued:
 
 
 class _ElfFeed:
-    """Runs the ELF hook on one member in a helper thread, fed chunk by chunk (bounded)."""
+    """Runs the ELF hook on one member in a helper thread, fed piece by piece (at most 8
+    waiting). Once the hook has answered, or while it skips, pieces are dropped unread."""
 
     def __init__(self, reader: ElfReader, path: str, size: int, done: Callable[[_ElfFeed], None]):
         self.path, self.size = path, size
         self.result: Mapping[str, Any] | None = None
         self.error = ""
-        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self._chunks: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=8)
         self._stream = _Queued(self._chunks)
+        self._fed = 0
+        self._answered = False
         self._done = done
         self._thread = threading.Thread(target=self._run, args=(reader,), daemon=True)
         self._thread.start()
@@ -235,10 +278,13 @@ class _ElfFeed:
         except Exception as exc:  # a hook's failure is a note, never the walk's
             self.error = f"{type(exc).__name__}: {exc}"[:200]
         finally:
+            self._answered = True
             self._stream.drain()
 
     def write(self, data: memoryview) -> None:
-        self._chunks.put(bytes(data))
+        start, self._fed = self._fed, self._fed + len(data)
+        if not self._answered and self._fed > self._stream.skip_to:
+            self._chunks.put((start, bytes(data)))
 
     def close(self) -> None:
         self._chunks.put(None)
@@ -349,12 +395,18 @@ class LayerScanner:
         if name.endswith(".egg-info"):  # a distutils .egg-info file: the PKG-INFO itself
             return self._sink(HEADER, path)
         marker = _marker(parent, folder, name)
+        if marker == EXECUTABLE:
+            return self._elf(path, size, PYTHON)
         if marker:
             self._add(Marker(path, marker))
             return None
-        if name.startswith(self._families) and ".so" in name:
-            return self._library(path, size)
-        return self._sink(_system_role(path, parent, folder, name), path)
+        role = elf_role(parent, name, self._families)
+        if role:
+            return self._elf(path, size, role)
+        system = _system_role(path, parent, folder, name)
+        if system is None and is_shared_name(name):
+            self._add(Marker(path, SHARED))
+        return self._sink(system, path)
 
     def _sink(self, role: str | None, path: str, nvidia: bool = False) -> Sink | None:
         """The sink that reads what ``role`` needs of the member at ``path``."""
@@ -370,15 +422,17 @@ class LayerScanner:
             return _Digest(DATABASE_LIMIT, self._packages_done(path, role))
         return _Digest(DATABASE_LIMIT, self._ld_cache_done(path)) if role == LD_CACHE_ROLE else None
 
-    def _library(self, path: str, size: int) -> Sink | None:
+    def _elf(self, path: str, size: int, role: str) -> Sink | None:
+        """The fact of an ELF file the loader model reads, with the hook's facts when a hook
+        is set (read as the member streams past)."""
         if self._elf_reader is None:
-            self._add(Library(path, size))
+            self._add(_elf_fact(role, path, size, None))
             return None
 
         def done(feed: _ElfFeed) -> None:
             if feed.error:
                 self._notes.append(f"{path}: the ELF reader failed ({feed.error})")
-            self._add(Library(path, size, _json_value(feed.result, path, self._notes)))
+            self._add(_elf_fact(role, path, size, _json_value(feed.result, path, self._notes)))
 
         return _ElfFeed(self._elf_reader, path, size, done)
 
@@ -426,10 +480,53 @@ class LayerScanner:
     def _ld_cache_done(self, path: str) -> Callable[[_Digest], None]:
         def done(sink: _Digest) -> None:
             self._cut(sink, path)
-            entries = ld_cache_entries(bytes(sink.kept))
-            self._add(LdCache(path, tuple((k, tuple(v)) for k, v in entries.items())))
+            try:
+                entries = parse_cache(bytes(sink.kept))
+            except LdCacheError as exc:
+                self._notes.append(f"{path}: not read as an ld.so cache ({exc})")
+                self._add(LdCache(path, (), str(exc)))
+                return
+            self._add(LdCache(path, tuple((e.soname, e.path, e.flags) for e in entries)))
 
         return done
+
+
+def elf_role(parent: str, name: str, families: tuple[str, ...]) -> str:
+    """What the ELF hook reads the file ``parent/name`` as ("": not at all): a library of
+    ``families``; a requester (a shared object in a site folder's package tree the loader
+    model's Python rules read, or the ``_ctypes`` module every ``ctypes.CDLL`` calls from)."""
+    if ".so" not in name:
+        return ""
+    if name.startswith(families):
+        return FAMILY
+    if name.endswith(_NOT_LIBRARIES) or not is_shared_name(name):
+        return ""
+    if name.startswith("_ctypes.") and parent.endswith("/lib-dynload"):
+        return REQUESTER
+    return REQUESTER if _package_tree(parent) in PACKAGE_TREES else ""
+
+
+def is_shared_name(name: str) -> bool:
+    """``libfoo.so``, ``libfoo.so.1.2``, ``_C.cpython-311-x86_64-linux-gnu.so``: a name the
+    loader may be asked for."""
+    return name.endswith(".so") or ".so." in name
+
+
+def _package_tree(folder: str) -> str:
+    """The top-level package a folder lies in below a site folder ("" outside one)."""
+    for site in ("/site-packages/", "/dist-packages/"):
+        at = (folder + "/").find(site)
+        if at >= 0:
+            return (folder + "/")[at + len(site) :].split("/", 1)[0]
+    return ""
+
+
+def _elf_fact(role: str, path: str, size: int, elf: Mapping[str, Any] | None) -> Fact:
+    if role == FAMILY:
+        return Library(path, size, elf)
+    if role == PYTHON:
+        return Marker(path, EXECUTABLE, elf)
+    return Binary(path, size, elf)
 
 
 def _system_role(path: str, parent: str, folder: str, name: str) -> str | None:

@@ -33,6 +33,7 @@ from audit.history.walk.layout import _same_platform
 from audit.history.walk.registry import RegistrySettings, fetch_registry
 from audit.history.walk.source import Fetched, Known, SourceSettings, digest_of
 from audit.history.walk.spec import DOCKER_ARCHIVE, ENGINE, OCI, ImageSpec, parse_spec
+from audit.native.elfread import layer_facts
 from audit.redact import redact
 
 
@@ -47,13 +48,15 @@ def host_platform() -> str:
 class WalkContext:
     """Everything a walk reads besides the image: where the cache is (None: no cache), how to
     reach the engine (a docker SDK client factory) and registries, which platform to pick from
-    an index (None: the host's), the ELF hook and the library families to record."""
+    an index (None: the host's), the ELF hook (pyelftools, reading each member as it streams:
+    :func:`audit.native.elfread.layer_facts`; None records the files without their facts)
+    and the library families to record."""
 
     cache_root: Path | None = field(default_factory=default_root)
     docker: Callable[[], Any] = daemon
     registry: RegistrySettings = field(default_factory=RegistrySettings)
     platform: str | None = None
-    elf_reader: ElfReader | None = None
+    elf_reader: ElfReader | None = layer_facts
     families: tuple[str, ...] = CUDA_FAMILIES
 
 

@@ -325,7 +325,7 @@ class _Sparse(io.RawIOBase):
     pyelftools reads strings in 64-byte chunks); one that starts elsewhere raises
     :class:`Uncaptured`."""
 
-    def __init__(self, ranges: list[tuple[int, bytes]], size: int) -> None:
+    def __init__(self, ranges: list[tuple[int, bytearray]], size: int) -> None:
         super().__init__()
         self.ranges, self.size, self.position = ranges, size, 0
         self.missed = ""  # why a read failed (pyelftools' construct rewraps the exception)
@@ -350,7 +350,7 @@ class _Sparse(io.RawIOBase):
             return b""
         for start, data in self.ranges:
             if start <= self.position < start + len(data):
-                chunk = data[self.position - start : end - start]  # short at the range's end
+                chunk = bytes(data[self.position - start : end - start])  # short at its end
                 self.position += len(chunk)
                 return chunk
         self.missed = (
@@ -367,7 +367,7 @@ class _Capture:
     def __init__(self, stream: IO[bytes], size: int, cap: int) -> None:
         self.stream, self.size, self.cap = stream, size, cap
         self.position = 0
-        self.ranges: list[tuple[int, bytes]] = []
+        self.ranges: list[tuple[int, bytearray]] = []
 
     def kept(self) -> int:
         return sum(len(data) for _, data in self.ranges)
@@ -382,18 +382,16 @@ class _Capture:
         if self.kept() + (end - covered) > self.cap:
             raise Uncaptured(f"keeping bytes {covered}..{end} would pass the cap of {self.cap}")
         self._skip(covered - self.position)
-        data = self._read(end - covered)
-        self.position += len(data)
-        self._keep(covered, data)
-        if len(data) < end - covered:
+        self._read_into(self._range_at(covered), end - covered)
+        if self.position < end:
             raise ELFParseError(f"the stream ended at byte {self.position} of {self.size}")
 
-    def _keep(self, start: int, data: bytes) -> None:
+    def _range_at(self, start: int) -> bytearray:
+        """The kept range that continues at ``start`` (a new one when none does)."""
         if self.ranges and self.ranges[-1][0] + len(self.ranges[-1][1]) == start:
-            last_start, last = self.ranges.pop()
-            self.ranges.append((last_start, last + data))
-        else:
-            self.ranges.append((start, data))
+            return self.ranges[-1][1]
+        self.ranges.append((start, bytearray()))
+        return self.ranges[-1][1]
 
     def _skip(self, count: int) -> None:
         skip = getattr(self.stream, "skip", None)
@@ -410,15 +408,17 @@ class _Capture:
             count -= len(chunk)
             self.position += len(chunk)
 
-    def _read(self, count: int) -> bytes:
-        parts, left = [], count
+    def _read_into(self, target: bytearray, count: int) -> None:
+        """Append up to ``count`` bytes to ``target`` piece by piece: a big range grows in
+        place (glibc remaps it), never held twice."""
+        left = count
         while left > 0:
             chunk = self.stream.read(min(left, _SKIP_CHUNK))
             if not chunk:
-                break
-            parts.append(chunk)
+                return
+            target += chunk
             left -= len(chunk)
-        return b"".join(parts)
+            self.position += len(chunk)
 
 
 def _sparse(capture: _Capture) -> IO[bytes]:

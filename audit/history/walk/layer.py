@@ -257,14 +257,14 @@ class _Queued:
 
 
 class _ElfFeed:
-    """Runs the ELF hook on one member in a helper thread, fed piece by piece (at most 8
+    """Runs the ELF hook on one member in a helper thread, fed piece by piece (at most 4
     waiting). Once the hook has answered, or while it skips, pieces are dropped unread."""
 
     def __init__(self, reader: ElfReader, path: str, size: int, done: Callable[[_ElfFeed], None]):
         self.path, self.size = path, size
         self.result: Mapping[str, Any] | None = None
         self.error = ""
-        self._chunks: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=8)
+        self._chunks: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=4)
         self._stream = _Queued(self._chunks)
         self._fed = 0
         self._answered = False

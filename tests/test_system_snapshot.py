@@ -1,5 +1,6 @@
 """Below Python in the snapshot: OS package databases read as files, CUDA-family libraries found
-on disk with their SONAMEs, and which copy the dynamic loader maps for each library that needs it.
+on disk with their SONAMEs, and the loader facts from which the host's model says which copy
+loads (the script resolves nothing itself).
 
 Real parts: dpkg/apk databases in the format the package managers write, shared objects compiled
 with gcc (real DT_SONAME, DT_NEEDED, DT_RUNPATH, DT_RPATH), and this machine's ld.so cache.
@@ -15,8 +16,12 @@ from pathlib import Path
 import pytest
 
 from audit.history.snapshot import SCRIPT_PATH, parse_snapshot
-from audit.history.system import parse_system
+from audit.history.system import System, parse_system
 from audit.inimage import snapshot as script  # the in-image script, stdlib only
+from audit.native.bridge import resolve_system
+from audit.native.catalog import NAME_PREFIXES, family_of
+from audit.policy.model import Policy
+from audit.policy.system_rules import native_findings
 from tests.support.native import needs_cc, shared_object
 
 STATUS = """\
@@ -155,12 +160,15 @@ def test_library_version_from_the_file_name() -> None:
     assert script.library_version("/usr/lib/libcudnn.so.9.1.0", "libcudnn.so.9") == "9.1.0"
 
 
-def test_ld_cache_of_this_machine() -> None:
-    cache = script.ld_cache("/")
-    if not os.path.exists("/etc/ld.so.cache"):
-        pytest.skip("no ld.so cache here")
-    libc = [path for soname, paths in cache.items() if soname == "libc.so.6" for path in paths]
-    assert libc and all(os.path.exists(path) for path in libc)
+def test_the_families_are_the_catalogs() -> None:
+    """The script cannot import the catalog: its copy of the names must not drift."""
+    names = ["libcudnn_graph.so.9", "libcublasLt.so.13", "libnvJitLink.so.13", "libnccl.so.2",
+             "libcusparseLt.so.0", "libnvrtc-builtins.so.13.0", "libnvshmem_host.so.3",
+             "nvshmem_transport_ibrc.so.3", "libcufile_rdma.so.1", "libc.so.6",
+             "libtorch.so"]  # fmt: skip
+    assert script.NATIVE_FAMILIES == NAME_PREFIXES
+    for name in names:
+        assert script._family(name, script.NATIVE_FAMILIES) == (family_of(name) is not None), name
 
 
 def _site(tmp_path: Path) -> tuple[Path, Path]:
@@ -179,57 +187,56 @@ def _site(tmp_path: Path) -> tuple[Path, Path]:
     return site, wheel_lib
 
 
-def _native(site: Path, environ: dict[str, str]) -> list[dict[str, object]]:
-    pairs = script.described([str(site)])
-    return script.native_libraries(pairs, "/", environ, ("libnccl",))
+def _system(site: Path, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> System:
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    facts = script.system_facts(script.described([str(site)]), "/", ("libnccl",))
+    return parse_system(json.loads(script.canonical_json(facts)), "system")
 
 
 @needs_cc
-def test_the_wheel_copy_is_loaded_through_runpath(tmp_path: Path) -> None:
+def test_the_wheel_copy_is_recorded_and_the_model_loads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site, wheel_lib = _site(tmp_path)
-    (library,) = _native(site, {})
-    assert library["soname"] == "libnccl.so.2"
-    copies = library["copies"]
-    assert copies == [
-        {"path": str(wheel_lib), "origin": "wheel", "owner": "nvidia-nccl-cu13 2.30.7",
-         "soname": "libnccl.so.2", "version": ""}
-    ]  # fmt: skip
-    loader = str(site / "faketorch/lib/libfaketorch_cuda.so")
-    assert library["loads"] == [{"by": loader, "path": str(wheel_lib)}]
+    system = _system(site, {}, monkeypatch)
+    (library,) = system.native
+    assert library.soname == "libnccl.so.2" and library.loads == ()  # the model's answer
+    (copy,) = library.copies
+    assert (copy.path, copy.origin, copy.owner, copy.version) == (
+        str(wheel_lib), "wheel", "nvidia-nccl-cu13 2.30.7", "")  # fmt: skip
+    scene = json.loads(system.loader)
+    assert str(wheel_lib) in scene["view"]["files"]
+    (resolved,) = resolve_system(system).libraries
+    by_path = [load for load in resolved.loads if load.reason == "preload"]
+    assert [load.path for load in by_path] == [str(wheel_lib)]
 
 
 @needs_cc
-def test_ld_library_path_shadows_the_wheel(tmp_path: Path) -> None:
+def test_ld_library_path_shadows_the_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site, _ = _site(tmp_path)
-    system = shared_object(tmp_path / "usr-local/nccl/lib/libnccl.so.2.29.7", "libnccl.so.2")
-    (system.parent / "libnccl.so.2").symlink_to(system.name)
-    (library,) = _native(site, {"LD_LIBRARY_PATH": str(system.parent)})
-    assert [c["origin"] for c in library["copies"]] == ["wheel", "LD_LIBRARY_PATH"]  # type: ignore[attr-defined]
-    assert library["copies"][1]["version"] == "2.29.7"  # type: ignore[index]
-    assert library["loads"][0]["path"] == str(system)  # type: ignore[index]
-    parsed = parse_system({"os": {"manager": "", "distro": "", "note": "", "packages": []},
-                           "native": [library]}, "system")  # fmt: skip
-    assert parsed.native[0].copy_at(str(system)) is not None
+    system_lib = shared_object(tmp_path / "usr-local/nccl/lib/libnccl.so.2.29.7", "libnccl.so.2")
+    (system_lib.parent / "libnccl.so.2").symlink_to(system_lib.name)
+    system = _system(site, {"LD_LIBRARY_PATH": str(system_lib.parent)}, monkeypatch)
+    (library,) = system.native
+    assert [c.origin for c in library.copies] == ["wheel", "LD_LIBRARY_PATH"]
+    assert library.copies[1].version == "2.29.7"
+    (resolved,) = resolve_system(system).libraries
+    (by_name,) = [load for load in resolved.loads if load.by.startswith("dlopen libnccl.so.2 (")]
+    assert (by_name.path, by_name.reason) == (str(system_lib), "ld_library_path")
+    (finding,) = native_findings(system, Policy(), "here")
+    assert (finding.package, finding.after) == ("nvidia-nccl-cu13", "2.29.7")
 
 
 @needs_cc
-def test_old_rpath_comes_before_ld_library_path(tmp_path: Path) -> None:
-    """DT_RPATH (without DT_RUNPATH) is searched before LD_LIBRARY_PATH: the wheel wins."""
+def test_a_dlopen_by_name_finds_no_wheel_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wheel's folder is on no search path: by name, the interpreter finds nothing."""
     site, wheel_lib = _site(tmp_path)
-    shared_object(site / "faketorch/lib/libfaketorch_cuda.so", "libfaketorch_cuda.so",
-                  needs=[wheel_lib], runpath="$ORIGIN/../../nvidia/nccl/lib",
-                  old_rpath=True)  # fmt: skip
-    system = shared_object(tmp_path / "other/libnccl.so.2", "libnccl.so.2")
-    (library,) = _native(site, {"LD_LIBRARY_PATH": str(system.parent)})
-    assert library["loads"][0]["path"] == str(wheel_lib)  # type: ignore[index]
-
-
-@needs_cc
-def test_without_a_package_library_a_dlopen_by_name_is_resolved(tmp_path: Path) -> None:
-    site, _ = _site(tmp_path)
-    (site / "faketorch/lib/libfaketorch_cuda.so").unlink()
-    (library,) = _native(site, {})
-    assert library["loads"] == [{"by": "dlopen libnccl.so.2", "path": ""}]
+    (resolved,) = resolve_system(_system(site, {}, monkeypatch)).libraries
+    assert {(load.path, load.reason) for load in resolved.loads} == {(str(wheel_lib), "preload")}
 
 
 def test_this_machine_matches_the_published_schema() -> None:
@@ -248,16 +255,6 @@ def test_ld_so_conf_folders_with_its_includes(tmp_path: Path) -> None:
     (tmp_path / "etc/ld.so.conf.d/cuda.conf").write_text("# CUDA\n/usr/local/cuda/lib64\n")
     (tmp_path / "etc/ld.so.conf.d/skip.txt").write_text("/not/read\n")
     assert script.ld_so_conf_dirs(str(tmp_path) + "/") == ["/opt/lib", "/usr/local/cuda/lib64"]
-
-
-@needs_cc
-def test_a_library_at_the_site_root_is_a_loader(tmp_path: Path) -> None:
-    """Extensions installed straight into site-packages (flash_attn_2_cuda.*.so) count too."""
-    site, wheel_lib = _site(tmp_path)
-    (site / "faketorch/lib/libfaketorch_cuda.so").unlink()
-    shared_object(site / "flash_ext.so", None, needs=[wheel_lib], runpath="$ORIGIN/nvidia/nccl/lib")
-    (library,) = _native(site, {})
-    assert library["loads"] == [{"by": str(site / "flash_ext.so"), "path": str(wheel_lib)}]
 
 
 @needs_cc

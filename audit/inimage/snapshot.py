@@ -10,7 +10,8 @@ Usage: ``python3 snapshot.py [--no-system] [--libraries=libfoo,...] [--output FI
 ``python3 - < snapshot.py``
 (one sealed document on standard output; how a base image on another machine is snapshotted).
 It also records what lies below Python (``system``: OS packages from the package database,
-CUDA-family native libraries and the copy the dynamic loader maps), unless ``--no-system``. The JSON
+CUDA-family native libraries and the facts the host's loader model resolves which copy loads
+with), unless ``--no-system``. The JSON
 format is documented in ``audit/history/snapshot.py``, which reads and verifies it.
 """
 
@@ -326,8 +327,20 @@ RPM_DATABASES = ("var/lib/rpm/rpmdb.sqlite", "usr/lib/sysimage/rpm/rpmdb.sqlite"
                  "var/lib/rpm/Packages", "usr/lib/sysimage/rpm/Packages")  # fmt: skip
 _DPKG_FIELDS = ("Status", "Version", "Architecture", "Source")
 _GONE = ("not-installed", "config-files")
-# Library families whose copies are recorded and whose loading is resolved (file name prefixes).
-NATIVE_FAMILIES = ("libnccl", "libcublas", "libcudnn", "libcudart", "libnvshmem")
+# The CUDA family (file name prefixes): a copy of audit/native/catalog.py's NAME_PREFIXES,
+# which this script cannot import (tests/test_system_snapshot.py keeps the two equal).
+NATIVE_FAMILIES = (
+    "libcheckpoint", "libcublas", "libcublasLt", "libcudart", "libcudnn", "libcudnn_adv",
+    "libcudnn_adv_infer", "libcudnn_adv_train", "libcudnn_cnn", "libcudnn_cnn_infer",
+    "libcudnn_cnn_train", "libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled",
+    "libcudnn_graph", "libcudnn_heuristic", "libcudnn_ops", "libcudnn_ops_infer",
+    "libcudnn_ops_train", "libcufft", "libcufftw", "libcufile", "libcufile_rdma", "libcupti",
+    "libcurand", "libcusolver", "libcusolverMg", "libcusparse", "libcusparseLt", "libnccl",
+    "libnvJitLink", "libnvToolsExt", "libnvblas", "libnvperf_host", "libnvperf_target",
+    "libnvrtc", "libnvrtc-builtins", "libnvrtc-builtins.alt", "libnvrtc.alt", "libnvshmem",
+    "libnvshmem_host", "libnvtx3interop", "libpcsamplingutil", "nvshmem_bootstrap_",
+    "nvshmem_transport_",
+)  # fmt: skip
 _DEFAULT_LIB_DIRS = ("lib", "usr/lib", "lib64", "usr/lib64")
 LD_CACHE = "etc/ld.so.cache"
 _LD_CACHE_MAGIC = b"glibc-ld.so.cache1.1"
@@ -530,27 +543,6 @@ def _dynamic_strings(
     return found
 
 
-def ld_cache(root: str) -> dict[str, list[str]]:
-    """soname -> paths, in the order of ``/etc/ld.so.cache`` (glibc's new format); {} if absent."""
-    return ld_cache_entries(_read(root + LD_CACHE))
-
-
-def ld_cache_entries(data: bytes | None) -> dict[str, list[str]]:
-    """:func:`ld_cache` of the cache file's bytes (None: no file)."""
-    start = data.find(_LD_CACHE_MAGIC) if data else -1
-    if data is None or start < 0:
-        return {}
-    count, _ = _unpack("=II", data, start + 20)
-    found: dict[str, list[str]] = {}
-    for index in range(count):
-        at = start + 48 + 24 * index
-        if at + 24 > len(data):
-            break
-        _, key, value = _unpack("=iII", data, at)
-        found.setdefault(_cstring(data, start + key), []).append(_cstring(data, start + value))
-    return found
-
-
 def _cstring(data: bytes, offset: int) -> str:
     end = data.find(b"\0", offset)
     return data[offset : end if end >= 0 else len(data)].decode("utf-8", "replace")
@@ -650,100 +642,15 @@ def _record_paths(site: str, folder: str) -> list[str]:
     return [line.rsplit(",", 2)[0] for line in lines if ".so" in line]
 
 
-def _expand(entry: str, loader: str) -> list[str]:
-    origin = os.path.dirname(loader)
-    return [
-        d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in entry.split(":") if d
-    ]
-
-
-def resolve(
-    soname: str,
-    loader: dict[str, object] | None,
-    ld_path: list[str],
-    cache: dict[str, list[str]],
-    defaults: list[str],
-) -> str:
-    """The file the dynamic loader maps for ``soname`` needed by ``loader`` (None: a dlopen by
-    name from the interpreter): RPATH (when no RUNPATH), LD_LIBRARY_PATH, RUNPATH, the ld.so
-    cache, the default folders. "" when nothing matches."""
-    path = str(loader["path"]) if loader else ""
-    runpath = str(loader.get("runpath", "")) if loader else ""
-    rpath = "" if runpath or not loader else str(loader.get("rpath", ""))
-    for folder in _expand(rpath, path) + ld_path + _expand(runpath, path):
-        if os.path.isfile(folder + "/" + soname):
-            return os.path.realpath(folder + "/" + soname)
-    for candidate in cache.get(soname, []):
-        if os.path.isfile(candidate):
-            return os.path.realpath(candidate)
-    for folder in defaults:
-        if os.path.isfile(folder + "/" + soname):
-            return os.path.realpath(folder + "/" + soname)
-    return ""
-
-
-def loaders(sites: list[str], sonames: set[str]) -> list[dict[str, object]]:
-    """ELF files of Python packages (``<site>/<package>/lib/*.so*`` and ``<site>/<package>/*.so``)
-    that need one of ``sonames``: the libraries an ``import`` maps, with their search paths."""
-    found = []
-    for site in sites:
-        for folder in _package_lib_dirs(site):
-            for name in folder[1]:
-                dynamic = elf_dynamic(folder[0] + "/" + name)
-                if dynamic and sonames.intersection(dynamic["needed"]):  # type: ignore[arg-type]
-                    dynamic["path"] = folder[0] + "/" + name
-                    found.append(dynamic)
-    return found
-
-
-def _so_names(folder: str) -> list[str]:
-    try:
-        return sorted(e.name for e in os.scandir(folder) if ".so" in e.name and e.is_file())
-    except OSError:
-        return []
-
-
-def _package_lib_dirs(site: str) -> list[tuple[str, list[str]]]:
-    found = []
-    for entry in metadata_free_dirs(site):
-        for folder in (entry, entry + "/lib"):
-            names = _so_names(folder)
-            if names:
-                found.append((folder, names))
-    return found
-
-
-def metadata_free_dirs(site: str) -> list[str]:
-    """``site`` itself and its package folders (not metadata, not ``nvidia``: the wheels)."""
-    try:
-        with os.scandir(site) as entries:
-            names = [e.name for e in entries if e.is_dir() and "." not in e.name]
-    except OSError:
-        return []
-    skip = ("nvidia", "__pycache__")
-    return [site, *sorted(site + "/" + name for name in names if name not in skip)]
-
-
-class _Loader:
-    """What resolving a SONAME needs: the environment's search path, the cache, the defaults."""
-
-    def __init__(self, root: str, environ: dict[str, str]) -> None:
-        self.ld_path = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-        self.cache = ld_cache(root)
-        self.defaults = [d for d, origin in system_library_dirs({}, root) if origin == "system"]
-
-    def load(self, soname: str, loader: dict[str, object] | None) -> str:
-        return resolve(soname, loader, self.ld_path, self.cache, self.defaults)
-
-
 def native_libraries(
     pairs: list[tuple[dict[str, object], str]],
     root: str,
     environ: dict[str, str],
     families: tuple[str, ...],
 ) -> list[dict[str, object]]:
-    """Per SONAME of the families: every copy and which one each package library needing it
-    (or, when none does, a dlopen by name from the interpreter) maps."""
+    """Per SONAME of the families, every copy: the ``nvidia-*`` wheels' (their RECORD), then
+    those of the folders the loader searches. ``loads`` is left empty: which copy loads is
+    the host's loader model's answer, from the loader facts (:func:`loader_facts`)."""
     seen: set[str] = set()
     copies = wheel_copies(pairs, families, seen)
     scanned: set[str] = set()
@@ -755,23 +662,7 @@ def native_libraries(
     by_soname: dict[str, list[dict[str, object]]] = {}
     for copy in copies:
         by_soname.setdefault(str(copy["soname"]), []).append(copy)
-    wheel_sonames = {str(c["soname"]) for c in copies if c["origin"] == "wheel"}
-    sites = sorted({str(dist["location"]) for dist, _ in pairs})
-    users = loaders(sites, wheel_sonames) if wheel_sonames else []
-    if not by_soname:
-        return []
-    loader = _Loader(root, environ)
-    return [_library(s, by_soname[s], users, loader) for s in sorted(by_soname)]
-
-
-def _library(
-    soname: str, copies: list[dict[str, object]], users: list[dict[str, object]], loader: _Loader
-) -> dict[str, object]:
-    needing = [u for u in users if soname in u["needed"]]  # type: ignore[operator]
-    contexts: list[tuple[str, dict[str, object] | None]] = [(str(u["path"]), u) for u in needing]
-    contexts = contexts or [("dlopen " + soname, None)]
-    loads = [{"by": by, "path": loader.load(soname, user)} for by, user in contexts]
-    return {"soname": soname, "copies": copies, "loads": loads}
+    return [{"soname": s, "copies": by_soname[s], "loads": []} for s in sorted(by_soname)]
 
 
 def system_facts(
@@ -784,7 +675,7 @@ def system_facts(
     native = native_libraries(pairs, root, environ, families)
     found: dict[str, object] = {"os": os_packages(root), "native": native}
     if native:
-        found["loader"] = loader_facts(pairs, root, environ, native)
+        found["loader"] = loader_facts(pairs, root, environ, native, families)
     return found
 
 
@@ -824,9 +715,11 @@ def _file_facts(path: str) -> dict[str, object]:
 
 
 class _View:
-    """The files, links and listings recorded so far (one snapshot)."""
+    """The files, links and listings recorded so far (one snapshot); ``families``: the names
+    whose facts are read in a searched folder."""
 
-    def __init__(self) -> None:
+    def __init__(self, families: tuple[str, ...]) -> None:
+        self.families = families
         self.files: dict[str, dict[str, object]] = {}
         self.links: dict[str, str] = {}
         self.listings: dict[str, list[str]] = {}
@@ -862,7 +755,7 @@ class _View:
             path = real + "/" + name
             if os.path.islink(path):
                 self.links[path] = os.readlink(path)
-            elif (read or _family(name, NATIVE_FAMILIES)) and os.path.isfile(path):
+            elif (read or _family(name, self.families)) and os.path.isfile(path):
                 self.files[path] = _file_facts(path)
 
 
@@ -895,7 +788,7 @@ def _search_folders(view: _View, environ: dict[str, str], cache: object, root: s
     folders = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
     folders += [d for d, origin in system_library_dirs({}, root) if origin != "LD_LIBRARY_PATH"]
     for soname, paths in sorted(cache.items()) if isinstance(cache, dict) else ():
-        if _family(soname, NATIVE_FAMILIES):
+        if _family(soname, view.families):
             folders += [os.path.dirname(p) for p in paths]
     for path, facts in sorted(view.files.items()):
         for key in ("rpath", "runpath"):
@@ -921,9 +814,10 @@ def loader_facts(
     root: str,
     environ: dict[str, str],
     native: list[dict[str, object]],
+    families: tuple[str, ...] = NATIVE_FAMILIES,
 ) -> dict[str, object]:
     """The scene the host's loader model reads (see the comment above)."""
-    view, machine = _View(), _uname()[3]
+    view, machine = _View(families), _uname()[3]
     sites = sorted({str(dist["location"]) for dist, _ in pairs})
     for site in sites:
         for tree in LOADER_TREES:

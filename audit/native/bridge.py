@@ -63,11 +63,12 @@ def scene_of(system: System) -> Scene | None:
 
 
 def requester(load: Load) -> str:
-    """Who asked for the file: the object whose DT_NEEDED or ``dlopen`` by name mapped it, or
-    the step that loaded it by path (``torch: _preload_cuda_deps …``: the package's code, not
-    the ``_ctypes`` module it calls through)."""
+    """Who asked for the file: the object whose DT_NEEDED or ``dlopen`` mapped it, or, for a
+    load by path or through ``ctypes``, the step (``torch: _preload_cuda_deps …``, ``dlopen
+    libnccl.so.2``: the Python code that asked, not the ``_ctypes`` module it calls through)."""
     by_path = load.reason in (Reason.PRELOAD, Reason.PATH, Reason.EXEC)
-    return (load.step if by_path else "") or load.requirer or load.step
+    from_python = posixpath.basename(load.requirer).startswith("_ctypes.")
+    return (load.step if by_path or from_python else "") or load.requirer or load.step
 
 
 def describe(load: Load) -> str:

@@ -21,8 +21,9 @@ from pathlib import Path, PurePosixPath
 
 from audit.history.cuda import cuda_tag
 from audit.history.model import History, LayerRef, LayerState
+from audit.history.snapshot import Environment
 from audit.history.walk.run import WalkContext, WalkResult, walk
-from audit.policy.judge import judge_history
+from audit.policy.judge import Declared, declared_by_instruction, guarded_step, judge_history
 from audit.policy.model import Policy
 from audit.policy.presets import CUDA_ML
 from audit.project.sources import DirectorySource, Source
@@ -30,7 +31,7 @@ from audit.recipe.located_toml import Node
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
 from audit.recipe.policy_parse import parse_policy, read_policy_file
-from audit.render.guard import guarded_step
+from audit.render.guard import overrides_config
 from audit.report.layers import JudgedImage
 
 
@@ -70,11 +71,18 @@ def choose_policy(choice: PolicyChoice, cuda: str, stages: Mapping[str, int]) ->
 
 
 def judge_walked(
-    name: str, result: WalkResult, policy: Policy, *, today: date, history: History | None = None
+    name: str,
+    result: WalkResult,
+    policy: Policy,
+    *,
+    today: date,
+    history: History | None = None,
+    declared: Declared = declared_by_instruction,
 ) -> JudgedImage:
     """``result`` (or ``history``, an attributed copy of its history) judged step by step."""
     judged = history or result.history
-    return JudgedImage(name, judged, tuple(judge_history(judged, policy, today=today)))
+    verdicts = judge_history(judged, policy, today=today, declared=declared)
+    return JudgedImage(name, judged, tuple(verdicts))
 
 
 def audit_image(
@@ -85,7 +93,28 @@ def audit_image(
     result = walk(spec, context)
     policy = choose_policy(choice, image_cuda(result, choice.cuda), {})
     history = recipe_located(result.history)
-    return judge_walked(result.history.image, result, policy, today=today, history=history)
+    declared = recipe_declared(choice.recipe) if choice.recipe else declared_by_instruction
+    return judge_walked(
+        result.history.image, result, policy, today=today, history=history, declared=declared
+    )
+
+
+def recipe_declared(recipe: Recipe) -> Declared:
+    """What a recipe's layer re-pins on purpose, as its guard reads it: the layer's
+    ``override`` names, or every package a ``no_deps`` layer moved (its lock's pins); nothing
+    for any other layer (a recipe installs every lock with ``--no-deps``: that declares
+    nothing)."""
+    overrides = overrides_config(recipe)
+
+    def declared(ref: LayerRef, before: Environment | None, after: Environment | None) -> list[str]:
+        names = overrides.get(f"{ref.stage}-{ref.layer or 0:02d}", [])
+        if names != ["*"]:
+            return names
+        was = before.winners() if before is not None else {}
+        now = after.winners() if after is not None else {}
+        return [name for name, dist in now.items() if was.get(name) != dist]
+
+    return declared
 
 
 def recipe_located(history: History) -> History:

@@ -97,7 +97,7 @@ def test_the_matrix_has_a_column_per_layer_that_changed_the_environment() -> Non
 
 def test_every_format_names_the_layer_and_the_verdict() -> None:
     images = [judged(FIELD)]
-    table = render_layers("audit-deps --image serving:1", images, "table", 120)
+    table = render_layers("audit-deps --image serving:1", images, "terminal", 120)
     assert "layer 3 (runtime 3): RUN |1 V=1" in table
     assert "✗ downgraded: nccl-like 2.30.0 -> 2.29.7" in table
     assert table.rstrip().endswith("FAIL (1 error, 0 warnings, 3 info)")

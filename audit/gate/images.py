@@ -23,9 +23,11 @@ from audit.history.cuda import cuda_tag
 from audit.history.model import History, LayerRef, LayerState
 from audit.history.snapshot import Environment
 from audit.history.walk.run import WalkContext, WalkResult, walk
+from audit.policy.findings import Finding
 from audit.policy.judge import Declared, declared_by_instruction, guarded_step, judge_history
 from audit.policy.model import Policy
 from audit.policy.presets import CUDA_ML
+from audit.policy.verdict import Scope, hint_text
 from audit.project.sources import DirectorySource, Source
 from audit.recipe.located_toml import Node
 from audit.recipe.model import Recipe
@@ -82,7 +84,27 @@ def judge_walked(
     """``result`` (or ``history``, an attributed copy of its history) judged step by step."""
     judged = history or result.history
     verdicts = judge_history(judged, policy, today=today, declared=declared)
+    if declared is declared_by_instruction:  # an image with no recipe: its own words
+        verdicts = [replace(v, findings=tuple(_rehinted(f, policy) for f in v.findings))
+                    for v in verdicts]  # fmt: skip
     return JudgedImage(name, judged, tuple(verdicts))
+
+
+_MOVES = ("downgraded", "variant", "removed")
+
+
+def _rehinted(finding: Finding, policy: Policy) -> Finding:
+    """A failing finding's hint in the words of an image built from a Dockerfile: re-pin in a
+    later layer (a ``--no-deps`` install is an override), or waive it in a policy file."""
+    if not finding.hint:
+        return finding
+    fix = None
+    if finding.rule in _MOVES and finding.before:
+        pin = f"{finding.package}=={finding.before}"
+        fix = f"re-pin it in a later layer: pip install --no-deps {pin} (an override)"
+    place = "a policy file (--policy FILE)"
+    hint = hint_text(finding, Scope(finding.stage, finding.layer), policy, fix, place)
+    return replace(finding, hint=hint)
 
 
 def audit_image(

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from audit.base.replica_plan import parse_pin_list, target_markers
+from audit.base.replica_plan import parse_pin_list
 from audit.cli.main import main
 from audit.errors import EXIT_OK, EXIT_VIOLATION
-from audit.history.snapshot import Distribution, read_snapshot
+from audit.history.snapshot import Distribution, linux_markers, read_snapshot
 from audit.host import process as commands
 from audit.lock.files import BaseRecord, parse_lock
 from audit.lock.plan import read_base_digest
@@ -49,7 +49,7 @@ from tests.support.glm53 import (
 
 __all__ = ["nightly_index"]  # the fixture, from tests/support/glm53.py
 
-ARM64 = target_markers("aarch64", "3.11.2")
+ARM64 = linux_markers("aarch64", "3.11.2")
 NCCL = ("nvidia-nccl-cu13", "2.30.7", "2.29.7")
 route_names = pytest.mark.parametrize("name", sorted(ROUTES))
 

@@ -36,7 +36,7 @@ from audit.base.snapshot_file import parse_documents
 from audit.build.plan import build_command
 from audit.docker import host as docker_host
 from audit.errors import MetadataUnavailable, UsageError
-from audit.history.snapshot import Distribution
+from audit.history.snapshot import Distribution, linux_markers
 from audit.host import atomic, console
 from audit.host import process as commands
 from audit.index import wheel_metadata as wm
@@ -135,7 +135,7 @@ def _read_pins(options: ReplicaOptions, machine: str, python: str) -> plan.PinLi
         text = options.pins_file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--replica {options.pins_file}: cannot read ({exc})") from exc
-    markers = plan.target_markers(machine, python)
+    markers = linux_markers(machine, python)
     return plan.parse_pin_list(text, str(options.pins_file), markers)
 
 

@@ -55,24 +55,6 @@ class PinList:
     skipped: tuple[str, ...]
 
 
-def target_markers(machine: str, python: str) -> dict[str, str]:
-    """PEP 508 markers of CPython ``python`` (``3.11.2``) on Linux ``machine`` (``aarch64``)."""
-    short = ".".join(python.split(".")[:2])
-    return {
-        "implementation_name": "cpython",
-        "implementation_version": python,
-        "os_name": "posix",
-        "platform_machine": machine,
-        "platform_python_implementation": "CPython",
-        "platform_release": "",
-        "platform_system": "Linux",
-        "platform_version": "",
-        "python_full_version": python,
-        "python_version": short,
-        "sys_platform": "linux",
-    }
-
-
 def parse_pin_list(text: str, where: str, markers: Mapping[str, str]) -> PinList:
     """``name==version`` lines of a ``pip freeze`` or a compiled requirements file.
 

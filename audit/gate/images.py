@@ -21,16 +21,19 @@ from pathlib import Path, PurePosixPath
 
 from audit.history.cuda import cuda_tag
 from audit.history.model import History, LayerRef, LayerState
+from audit.history.snapshot import Environment
 from audit.history.walk.run import WalkContext, WalkResult, walk
-from audit.policy.judge import judge_history
+from audit.policy.findings import Finding
+from audit.policy.judge import Declared, declared_by_instruction, guarded_step, judge_history
 from audit.policy.model import Policy
 from audit.policy.presets import CUDA_ML
+from audit.policy.verdict import Scope, hint_text
 from audit.project.sources import DirectorySource, Source
 from audit.recipe.located_toml import Node
 from audit.recipe.model import Recipe
 from audit.recipe.parse import load_recipe
 from audit.recipe.policy_parse import parse_policy, read_policy_file
-from audit.render.guard import guarded_step
+from audit.render.guard import overrides_config
 from audit.report.layers import JudgedImage
 
 
@@ -70,11 +73,38 @@ def choose_policy(choice: PolicyChoice, cuda: str, stages: Mapping[str, int]) ->
 
 
 def judge_walked(
-    name: str, result: WalkResult, policy: Policy, *, today: date, history: History | None = None
+    name: str,
+    result: WalkResult,
+    policy: Policy,
+    *,
+    today: date,
+    history: History | None = None,
+    declared: Declared = declared_by_instruction,
 ) -> JudgedImage:
     """``result`` (or ``history``, an attributed copy of its history) judged step by step."""
     judged = history or result.history
-    return JudgedImage(name, judged, tuple(judge_history(judged, policy, today=today)))
+    verdicts = judge_history(judged, policy, today=today, declared=declared)
+    if declared is declared_by_instruction:  # an image with no recipe: its own words
+        verdicts = [replace(v, findings=tuple(_rehinted(f, policy) for f in v.findings))
+                    for v in verdicts]  # fmt: skip
+    return JudgedImage(name, judged, tuple(verdicts))
+
+
+_MOVES = ("downgraded", "variant", "removed")
+
+
+def _rehinted(finding: Finding, policy: Policy) -> Finding:
+    """A failing finding's hint in the words of an image built from a Dockerfile: re-pin in a
+    later layer (a ``--no-deps`` install is an override), or waive it in a policy file."""
+    if not finding.hint:
+        return finding
+    fix = None
+    if finding.rule in _MOVES and finding.before:
+        pin = f"{finding.package}=={finding.before}"
+        fix = f"re-pin it in a later layer: pip install --no-deps {pin} (an override)"
+    place = "a policy file (--policy FILE)"
+    hint = hint_text(finding, Scope(finding.stage, finding.layer), policy, fix, place)
+    return replace(finding, hint=hint)
 
 
 def audit_image(
@@ -85,7 +115,28 @@ def audit_image(
     result = walk(spec, context)
     policy = choose_policy(choice, image_cuda(result, choice.cuda), {})
     history = recipe_located(result.history)
-    return judge_walked(result.history.image, result, policy, today=today, history=history)
+    declared = recipe_declared(choice.recipe) if choice.recipe else declared_by_instruction
+    return judge_walked(
+        result.history.image, result, policy, today=today, history=history, declared=declared
+    )
+
+
+def recipe_declared(recipe: Recipe) -> Declared:
+    """What a recipe's layer re-pins on purpose, as its guard reads it: the layer's
+    ``override`` names, or every package a ``no_deps`` layer moved (its lock's pins); nothing
+    for any other layer (a recipe installs every lock with ``--no-deps``: that declares
+    nothing)."""
+    overrides = overrides_config(recipe)
+
+    def declared(ref: LayerRef, before: Environment | None, after: Environment | None) -> list[str]:
+        names = overrides.get(f"{ref.stage}-{ref.layer or 0:02d}", [])
+        if names != ["*"]:
+            return names
+        was = before.winners() if before is not None else {}
+        now = after.winners() if after is not None else {}
+        return [name for name, dist in now.items() if was.get(name) != dist]
+
+    return declared
 
 
 def recipe_located(history: History) -> History:

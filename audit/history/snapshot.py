@@ -190,6 +190,24 @@ if not TYPE_CHECKING:  # mypy sees the declaration above, and no catch-all attri
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def linux_markers(machine: str, python: str) -> dict[str, str]:
+    """PEP 508 markers of CPython ``python`` (``3.11.2``) on Linux ``machine`` (``aarch64``),
+    for an interpreter that is not run (a replica's, a walked image's); kernel fields ""."""
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": python,
+        "os_name": "posix",
+        "platform_machine": machine,
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": python,
+        "python_version": ".".join(python.split(".")[:2]),
+        "sys_platform": "linux",
+    }
+
+
 def canonical_json(document: dict[str, Any]) -> str:
     """The one serialisation hashed and written (same as the in-image script's)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

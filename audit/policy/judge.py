@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 # An install that says it re-pins without resolving (the field's fix: ``pip install --no-deps
 # nvidia-nccl-cu13==2.30.7``) declares what it moves: overrides, not downgrades.
 _NO_DEPS_INSTALL = re.compile(r"\b(?:pip3?|uv\s+pip)\s+install\b[^;&|]*\s--no-deps\b")
+# What every guarded RUN of a rendered recipe says of itself (the guard's command line in
+# audit/templates/parts/guard.j2): ``guard.py --step v2-01``.
+_GUARDED = re.compile(r"/guard\.py --step v(\d+)-(\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -77,15 +80,29 @@ def judge_layer(
     return findings
 
 
+Declared = Callable[["LayerRef", "Environment | None", "Environment | None"], Collection[str]]
+
+
 def declared_by_instruction(
     ref: LayerRef, before: Environment | None, after: Environment | None
 ) -> tuple[str, ...]:
     """What a ``--no-deps`` install re-pins on purpose in one environment: every package it
-    moved that was installed before it (a package it adds overrides nothing)."""
+    moved that was installed before it (a package it adds overrides nothing). A rendered
+    recipe's guarded layer installs its lock with ``--no-deps`` too: that says nothing (the
+    recipe's own ``override`` does: :func:`audit.gate.images.recipe_declared`)."""
     if before is None or after is None or not _NO_DEPS_INSTALL.search(ref.instruction):
+        return ()
+    if guarded_step(ref.instruction) is not None:
         return ()
     was = before.winners()
     return tuple(n for n, d in after.winners().items() if n in was and was[n] != d)
+
+
+def guarded_step(instruction: str) -> tuple[str, int] | None:
+    """(stage, 1-based layer) of a rendered recipe's guarded ``RUN``, read from the guard's own
+    command line in the instruction (an image's history keeps it); None for anything else."""
+    match = _GUARDED.search(instruction)
+    return (f"v{match.group(1)}", int(match.group(2))) if match else None
 
 
 def where_of(image: str, ref: LayerRef) -> str:
@@ -99,9 +116,7 @@ def judge_history(
     policy: Policy,
     *,
     today: _dt.date,
-    declared: Callable[
-        [LayerRef, Environment | None, Environment | None], Collection[str]
-    ] = declared_by_instruction,
+    declared: Declared = declared_by_instruction,
 ) -> list[LayerVerdict]:
     """Every step of ``history`` judged in order, one ledger for the waivers it spends.
 

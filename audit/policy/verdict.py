@@ -516,9 +516,21 @@ def _fix(finding: Finding) -> str:
     return fixes.get(finding.rule, pin)
 
 
+def hint_text(
+    finding: Finding,
+    scope: Scope,
+    policy: Policy,
+    fix: str | None = None,
+    place: str = "image.toml",
+) -> str:
+    """What to do about a failing finding: ``fix`` (the rule's own fix by default), or a waiver
+    in ``place`` (a recipe's ``image.toml``, or the policy file of an image with no recipe)."""
+    waive = f"{fix or _fix(finding)}; or waive it in {place}:\n{waiver_snippet(finding, scope)}"
+    return _preset_note(finding, policy) + waive
+
+
 def _with_hint(finding: Finding, scope: Scope, policy: Policy) -> Finding:
-    hint = f"{_fix(finding)}; or waive it in image.toml:\n{waiver_snippet(finding, scope)}"
-    return replace(finding, hint=_preset_note(finding, policy) + hint)
+    return replace(finding, hint=hint_text(finding, scope, policy))
 
 
 def _preset_note(finding: Finding, policy: Policy) -> str:

@@ -21,7 +21,6 @@ cache on the mount's content), which is right: the policy or the base changed.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,14 +139,3 @@ def guard_files(root: Path, recipe: Recipe, copy: PackagingCopy) -> dict[str, by
             files[f"lib/audit/{package}/__init__.py"] = _VENDORED_INIT.encode()
     files.update({f"lib/packaging/{relpath}": data for relpath, data in copy.files.items()})
     return files
-
-
-# What every guarded RUN says of itself (templates/parts/guard.j2): ``guard.py --step v2-01``.
-_GUARDED_STEP = re.compile(r"/guard\.py --step v(\d+)-(\d+)\b")
-
-
-def guarded_step(instruction: str) -> tuple[str, int] | None:
-    """(stage, 1-based layer) of a rendered recipe's guarded ``RUN``, read from the guard's own
-    command line in the instruction (an image's history keeps it); None for anything else."""
-    match = _GUARDED_STEP.search(instruction)
-    return (f"v{match.group(1)}", int(match.group(2))) if match else None

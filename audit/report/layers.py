@@ -12,6 +12,7 @@ out of both and counted in the title.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from io import StringIO
@@ -49,9 +50,16 @@ class JudgedImage:
     labels: tuple[str, ...] = ()  # the matrix's column for each state, when not the layers'
 
 
+# BuildKit's spelling of a RUN: ``RUN |2 A=1 B=2 /bin/sh -c CMD # buildkit``: the build args
+# it saw and the shell, then the command as written.
+_RUN_PREFIX = re.compile(r"^RUN (?:\|\d+ (?:\S+=\S* )*)?/bin/sh -c ")
+_BUILDKIT_SUFFIX = " # buildkit"
+
+
 def short(text: str, width: int = INSTRUCTION_WIDTH) -> str:
-    """One line of at most ``width`` characters (an instruction can be a page of shell)."""
-    line = " ".join(text.split())
+    """The instruction as a reader wrote it, on one line of at most ``width`` characters (an
+    instruction can be a page of shell)."""
+    line = _RUN_PREFIX.sub("RUN ", " ".join(text.split())).removesuffix(_BUILDKIT_SUFFIX)
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -129,7 +137,7 @@ def _marks(verdicts: Sequence[LayerVerdict], labels: Sequence[str]) -> dict[tupl
 
 # --- rendering ------------------------------------------------------------------------------
 
-FORMATS = ("table", "json", "markdown", "html")
+FORMATS = ("terminal", "json", "markdown", "html")
 _MARK = {"error": "✗", "warning": "!", "info": " "}
 
 
@@ -149,6 +157,8 @@ def layer_lines(judged: JudgedImage) -> list[str]:
                 continue
             change = f" {finding.before or '-'} -> {finding.after or '-'}"
             note = f" (waived: {finding.waiver})" if finding.waiver else ""
+            if finding.askers:
+                note += f" (asked for by: {'; '.join(finding.askers)})"
             lines.append(
                 f"    {_MARK[finding.severity]} {finding.rule}: {finding.package}{change}{note}"
             )
@@ -160,7 +170,7 @@ def layer_lines(judged: JudgedImage) -> list[str]:
 
 
 def render_layers(title: str, images: Sequence[JudgedImage], fmt: str, width: int = 100) -> str:
-    """``images`` in ``fmt``: ``table`` (the layer lines, the matrices, each failing finding's
+    """``images`` in ``fmt``: ``terminal`` (the layer lines, the matrices, each failing finding's
     hint, the summary), ``json`` (the report document), ``markdown`` or ``html`` (the
     matrices, then every finding)."""
     report = layers_report(title, images)
@@ -172,7 +182,7 @@ def render_layers(title: str, images: Sequence[JudgedImage], fmt: str, width: in
         return lead + render_text(report, "markdown")
     if fmt == "json":
         return render_text(report, "json")
-    if fmt != "table":
+    if fmt != "terminal":
         raise UsageError(f"--format {fmt}: unknown format", f"use one of: {', '.join(FORMATS)}")
     buffer = StringIO()
     console = Console(file=buffer, width=width, no_color=True, highlight=False, emoji=False)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from audit.history.model import WALK, History, LayerRef, LayerState
-from audit.history.snapshot import Distribution, Environment, platform_of
+from audit.history.snapshot import Distribution, Environment, linux_markers, platform_of
 from audit.history.system import NativeCopy, NativeLibrary, OsPackage, System
 from audit.history.walk.config import OciConfig, env_timeline, layer_refs
 from audit.history.walk.delta import (
@@ -273,23 +273,6 @@ def _upstream(version: str) -> str:
     return text.rsplit("-", 1)[0] if "-" in text else text
 
 
-def _markers(short: str, full: str, machine: str) -> dict[str, str]:
-    """PEP 508 markers of a CPython ``full`` on Linux for ``machine`` (kernel fields "")."""
-    return {
-        "implementation_name": "cpython",
-        "implementation_version": full,
-        "os_name": "posix",
-        "platform_machine": machine,
-        "platform_python_implementation": "CPython",
-        "platform_release": "",
-        "platform_system": "Linux",
-        "platform_version": "",
-        "python_full_version": full,
-        "python_version": short,
-        "sys_platform": "linux",
-    }
-
-
 def _interpreter(state: ImageState, folder: str, names: Sequence[str]) -> str:
     for name in names:
         if state.is_executable(f"{folder}/{name}"):
@@ -511,7 +494,7 @@ def environments(state: ImageState, image: ConfigFacts) -> tuple[Environment, ..
             if real not in cache:
                 cache[real] = _site_distributions(state, real, sites.get(real, {}))
             dists += [_located(d, path) for d in cache[real]]
-        markers = _markers(env.short, env.full, image.machine)
+        markers = linux_markers(image.machine, env.full)
         platform = platform_of(markers)
         found.append(
             Environment(

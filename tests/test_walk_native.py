@@ -28,33 +28,32 @@ from audit.history.walk.cache import VERSION, WalkCache
 from audit.history.walk.config import env_instruction
 from audit.history.walk.delta import FORMAT
 from audit.history.walk.run import WalkContext, WalkResult, walk
+from audit.native.bridge import resolve_system
 from audit.policy.judge import LayerVerdict, judge_history
 from audit.policy.model import Policy
 from audit.report.layers import JudgedImage, render_layers
 from audit.report.sbom import image_sbom
+from tests.support import native_images as images
 from tests.support.native_build import build, load_in_python, needs_gcc
-from tests.support.walk_images import Layer, config, dist_info, docker_archive, dpkg_status
+from tests.support.native_images import NODE, OLD, OLD_FILE, SYMBOL
+from tests.support.walk_images import Layer, config, docker_archive, dpkg_status
 
 pytestmark = needs_gcc
 
 SITE = "/usr/local/lib/python3.11/dist-packages"
-NODE = "libnvJitLink.so.12"
-SYMBOL = "__nvJitLinkComplete_12_4"
-OLD = "/usr/local/cuda-12.1/lib64"
-OLD_FILE = "libnvJitLink.so.12.1.105"
-CUSPARSE = f"{SITE}/nvidia/cusparse/lib/libcusparse.so.12"
-NEW = f"{SITE}/nvidia/nvjitlink/lib/{NODE}"
+CUSPARSE = f"{SITE}/{images.CUSPARSE}"
+NEW = f"{SITE}/{images.NVJITLINK}"
 TODAY = datetime.date(2026, 12, 1)
 
 
-def _elf(folder: Path, name: str, soname: str | None = None, **options: object) -> bytes:
-    return build(folder / name, soname, **options).read_bytes()  # type: ignore[arg-type]
+def _elf(folder: Path, name: str) -> bytes:
+    return build(folder / name, None).read_bytes()
 
 
 def python_layer(tmp: Path) -> Layer:
     """Debian's Python 3.11, as the walk needs it: a real ELF executable and ``_ctypes``, and
     the C library (listed only: its facts are not read)."""
-    system = "/usr/lib/x86_64-linux-gnu"
+    system = images.MULTIARCH
     return Layer(links={"/usr/bin/python3": "python3.11", "/lib": "usr/lib"}).add({
         f"{system}/libc.so.6": b"\x7fELF (not read)", f"{system}/libdl.so.2": b"\x7fELF",
         "/usr/bin/python3.11": _elf(tmp / "py", "python3.11"),
@@ -66,27 +65,9 @@ def python_layer(tmp: Path) -> Layer:
     })  # fmt: skip
 
 
-def wheels_layer(tmp: Path) -> Layer:
-    """``pip install nvidia-nvjitlink-cu12 nvidia-cusparse-cu12`` (their RECORDs list the
-    libraries): cuSPARSE's RUNPATH finds the wheel's nvJitLink, which has the symbol."""
-    script = f"{NODE} {{ global: nvJitLinkCreate; {SYMBOL}; local: *; }};\n"
-    new = build(tmp / "w/nvidia/nvjitlink/lib" / NODE, NODE, version_script=script,
-                defines=("nvJitLinkCreate", SYMBOL))  # fmt: skip
-    cusparse = build(tmp / "w/nvidia/cusparse/lib/libcusparse.so.12", "libcusparse.so.12",
-                     calls=("nvJitLinkCreate", SYMBOL), needs=[new],
-                     runpath="$ORIGIN/../../nvjitlink/lib")  # fmt: skip
-    files = {"nvidia/nvjitlink/lib/" + NODE: new.read_bytes()}
-    layer = Layer().add(dist_info(SITE, "nvidia-nvjitlink-cu12", "12.4.127", files=files))
-    files = {"nvidia/cusparse/lib/libcusparse.so.12": cusparse.read_bytes()}
-    return layer.add(dist_info(SITE, "nvidia-cusparse-cu12", "12.3.1.170", files=files))
-
-
 def toolkit_layer(tmp: Path) -> Layer:
-    """An older CUDA toolkit's nvJitLink: the same version node, without the symbol."""
-    script = f"{NODE} {{ global: nvJitLinkCreate; local: *; }};\n"
-    old = _elf(tmp / "old", OLD_FILE, NODE, version_script=script,
-               defines=("nvJitLinkCreate",))  # fmt: skip
-    return Layer(links={f"{OLD}/{NODE}": OLD_FILE}).add({f"{OLD}/{OLD_FILE}": old})
+    files, links = images.old_toolkit(tmp)
+    return Layer(links=links).add(dict(files))
 
 
 def image(tmp: Path, layers: list[Layer], env: bool, name: str = "img") -> Path:
@@ -109,7 +90,8 @@ def walked(tmp: Path, archive: Path) -> tuple[WalkResult, list[LayerVerdict]]:
 
 @pytest.fixture
 def replay(tmp_path: Path) -> list[Layer]:
-    return [python_layer(tmp_path), wheels_layer(tmp_path), toolkit_layer(tmp_path)]
+    wheels = Layer().add(dict(images.nvjitlink_wheels(tmp_path, SITE)))
+    return [python_layer(tmp_path), wheels, toolkit_layer(tmp_path)]
 
 
 def test_an_env_layer_that_puts_an_older_nvjitlink_first_fails_there(
@@ -175,24 +157,14 @@ def test_without_that_env_the_runpath_finds_the_newer_copy(
     )
 
 
-def cupy_layer(tmp: Path) -> Layer:
-    """cupy's cuSPARSE module: cuda-pathfinder loads nvJitLink, then cuSPARSE, by path."""
-    module = "cupy_backends/cuda/libs/cusparse.cpython-311-x86_64-linux-gnu.so"
-    data = _elf(tmp / "cupy", "cusparse.so", None, calls=("cusparseCreate",),
-                needs=[build(tmp / "stub/libcusparse.so.12", "libcusparse.so.12",
-                             defines=("cusparseCreate",))])  # fmt: skip
-    return Layer().add(dist_info(SITE, "cupy-cuda12x", "13.6.0", files={module: data}))
-
-
 def test_a_soname_preloaded_by_path_is_reused(tmp_path: Path, replay: list[Layer]) -> None:
     """With cupy, nvJitLink is already mapped (the wheel's) when cuSPARSE needs it: the ENV's
     older copy is never searched for, and nothing is missing."""
-    layers = [*replay, cupy_layer(tmp_path)]
+    layers = [*replay, Layer().add(dict(images.cupy_module(tmp_path, SITE)))]
     result, verdicts = walked(tmp_path, image(tmp_path, layers, env=True))
     assert not any(f.rule == "missing-symbol" for v in verdicts for f in v.findings)
     last = result.history.states[-1].system
     assert last is not None
-    from audit.native.bridge import resolve_system
 
     (jit,) = [lib for lib in resolve_system(last).libraries if lib.soname == NODE]
     cupy_loads = [load for load in jit.loads if "cuda.pathfinder" in load.requirer]
@@ -200,19 +172,11 @@ def test_a_soname_preloaded_by_path_is_reused(tmp_path: Path, replay: list[Layer
 
 
 def cudnn_layers(tmp: Path) -> list[Layer]:
-    """The cuDNN wheel's shim (RUNPATH ``$ORIGIN``, opens ``libcudnn_graph.so.9`` by name)
-    beside its graph library, and Debian's older graph library, which the cache names."""
-    graph = "libcudnn_graph.so.9"
-    shim = _elf(tmp / "cudnn", "libcudnn.so.9", "libcudnn.so.9", runpath="$ORIGIN", opens=graph)
-    files = {"nvidia/cudnn/lib/libcudnn.so.9": shim,
-             f"nvidia/cudnn/lib/{graph}": _elf(tmp / "cudnn", graph, graph)}  # fmt: skip
-    wheel = Layer().add(dist_info(SITE, "nvidia-cudnn-cu12", "9.19.0.56", files=files))
-    system = "/usr/lib/x86_64-linux-gnu"
-    old = _elf(tmp / "deb", f"{graph}.9.14.0", graph)
-    deb = Layer(links={f"{system}/{graph}": f"{graph}.9.14.0"})
-    deb.add({f"{system}/{graph}.9.14.0": old, "/etc/ld.so.cache": ld_cache(
-        [(graph, f"{system}/{graph}")])})  # fmt: skip
-    return [wheel, deb]
+    """The cuDNN wheel, and Debian's older graph library, which the ld.so cache names."""
+    files, links = images.cudnn_deb(tmp)
+    graph = f"{images.MULTIARCH}/{images.GRAPH}"
+    deb = Layer(links=links).add({**files, "/etc/ld.so.cache": ld_cache([(images.GRAPH, graph)])})
+    return [Layer().add(dict(images.cudnn_wheel(tmp, SITE))), deb]
 
 
 def ld_cache(entries: list[tuple[str, str]]) -> bytes:
@@ -247,7 +211,7 @@ def test_the_reports_and_the_sbom_show_which_copy_loads_and_why(
 ) -> None:
     result, verdicts = walked(tmp_path, image(tmp_path, replay, env=True))
     judged = JudgedImage("img", result.history, tuple(verdicts))
-    terminal = render_layers("walk", [judged], "table", width=200)
+    terminal = render_layers("walk", [judged], "terminal", width=200)
     assert f"→ {NODE} loads {OLD}/{OLD_FILE}" in terminal
     assert f"(ld_library_path {OLD}); was {NEW}" in terminal
     document = json.loads(render_layers("walk", [judged], "json"))

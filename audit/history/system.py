@@ -57,6 +57,12 @@ class NativeCopy:
     soname: str
     version: str
 
+    @property
+    def release(self) -> str:
+        """The copy's version: from its file name, else its owner's (a wheel names its files
+        by SONAME: ``nvidia-nccl-cu13 2.30.7``'s ``libnccl.so.2`` is 2.30.7); "" unknown."""
+        return self.version or self.owner.partition(" ")[2]
+
 
 @dataclass(frozen=True)
 class NativeLoad:

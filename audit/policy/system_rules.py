@@ -217,18 +217,13 @@ def _symbol_finding(resolution: Resolution, unmet: VersionFinding, where: str) -
         unmet.requirer, unmet.needed, unmet.version, unmet.symbol, loaded.path,
         loaded.reason.value, loaded.entry, requester(loaded), unmet.satisfying,
     )  # fmt: skip
-    finding = Finding(
+    # its hint comes with the waivers (audit.policy.verdict's fix reads the typed fields)
+    return Finding(
         MISSING_SYMBOL_RULE, ERROR, canonicalize_name(package),
         version_of(unmet.requirer, soname, requirer) or None,
         version_of(loaded.path, loaded.soname, owners.get(loaded.path)) or None,
         unmet.describe(), where, symbol=detail,
     )  # fmt: skip
-    better = f"load {unmet.satisfying[0]} instead" if unmet.satisfying else "install a copy"
-    fix = (
-        f"{better} (take {posixpath.dirname(loaded.path)} out of LD_LIBRARY_PATH, or remove "
-        f"that copy, or rerun ldconfig), or pin the requirer to a release the loaded copy serves"
-    )
-    return _hinted(finding, fix)
 
 
 @dataclass(frozen=True)
@@ -279,7 +274,7 @@ def load_changes(
                 copy = library.copy_at(load.path)
                 found.append(LoadChange(
                     library.soname, load.path, copy.owner if copy else "",
-                    copy.version if copy else "", load.requirer or load.by, load.reason,
+                    copy.release if copy else "", load.requirer or load.by, load.reason,
                     load.entry, was.get(library.soname, ()),
                 ))  # fmt: skip
     return tuple(found)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from audit.errors import BadInput
 from audit.history import diff as _diff
 from audit.history.snapshot import Distribution, Environment, canonical_name, parse_version
-from audit.policy.findings import ERROR, INFO, WARNING, Finding
+from audit.policy.findings import ERROR, INFO, WARNING, Finding, UnmetSymbol
 from audit.policy.model import ALLOW, FAIL, WARN, LockstepGroup, Policy, Waiver
 from audit.policy.presets import PRESETS, label
 from audit.policy.rules import CHANGE_RULES
@@ -511,9 +511,30 @@ def _fix(finding: Finding) -> str:
         "requirement": f"pin {name} to a version the policy requires in this layer",
         "forbidden": f"remove {name} (or the requirement that pulls it in)",
         "waiver-expired": "fix the change, or extend `expires` of the waiver in image.toml",
+        "shadowed-native": (
+            "remove or move the copy that loads, or take its folder out of LD_LIBRARY_PATH / "
+            f"the ld.so cache (ldconfig), or pin {name} to the version of that copy"
+        ),
     }
+    if finding.rule == "missing-symbol" and finding.symbol is not None:
+        return _symbol_fix(finding.symbol)
     pin = f'keep it with override = ["{name}=={old}"] on this layer' if old else f"pin {name}"
     return fixes.get(finding.rule, pin)
+
+
+def _symbol_fix(symbol: UnmetSymbol) -> str:
+    """Make a copy that defines the symbol the one that loads (its typed fields say which)."""
+    folder = symbol.loaded.rsplit("/", 1)[0]
+    ways = {"ld_library_path": f"take {folder} out of LD_LIBRARY_PATH",
+            "cache": f"drop {folder} from the ld.so cache (ld.so.conf, ldconfig)"}  # fmt: skip
+    way = ways.get(symbol.reason, f"remove {symbol.loaded}")
+    what = symbol.symbol or symbol.version
+    then = (
+        f"so that {symbol.satisfying[0]} (which defines {what}) loads"
+        if symbol.satisfying
+        else (f"and install a copy that defines {what}")
+    )
+    return f"{way} {then}; or pin the requirer to a release the loaded copy serves"
 
 
 def hint_text(

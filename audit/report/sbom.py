@@ -299,7 +299,7 @@ def native_entries(system: System | None, origin: Mapping[str, str]) -> list[Ent
             else:
                 properties += [("shadowed-by", path) for path in sorted(loaded)]
             found.append(Entry(
-                NATIVE, library.soname, copy.version or "unknown", copy.path,
+                NATIVE, library.soname, copy.release or "unknown", copy.path,
                 origin.get(copy.path, BASE_LAYER), (), "generic",
                 qualifiers=(("path", copy.path),), properties=tuple(properties),
             ))  # fmt: skip
@@ -308,7 +308,7 @@ def native_entries(system: System | None, origin: Mapping[str, str]) -> list[Ent
 
 def _native_state(system: System | None) -> dict[str, str]:
     """Path -> version of every native library file (what a layer changes)."""
-    return {c.path: c.version for lib in (system.native if system else ()) for c in lib.copies}
+    return {c.path: c.release for lib in (system.native if system else ()) for c in lib.copies}
 
 
 def _bom_ref(entry: Entry, purl: str) -> str:

@@ -195,8 +195,14 @@ def _system(site: Path, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
     return parse_system(json.loads(script.canonical_json(facts)), "system")
 
 
+def _loads(system: System) -> set[tuple[str, str, str]]:
+    """(requester, path, reason) of every load of libnccl.so.2 the host's model resolves."""
+    (library,) = resolve_system(system).libraries
+    return {(load.requirer, load.path, load.reason) for load in library.loads}
+
+
 @needs_cc
-def test_the_wheel_copy_is_recorded_and_the_model_loads_it(
+def test_the_wheel_copy_is_loaded_through_runpath(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     site, wheel_lib = _site(tmp_path)
@@ -206,11 +212,10 @@ def test_the_wheel_copy_is_recorded_and_the_model_loads_it(
     (copy,) = library.copies
     assert (copy.path, copy.origin, copy.owner, copy.version) == (
         str(wheel_lib), "wheel", "nvidia-nccl-cu13 2.30.7", "")  # fmt: skip
-    scene = json.loads(system.loader)
-    assert str(wheel_lib) in scene["view"]["files"]
-    (resolved,) = resolve_system(system).libraries
-    by_path = [load for load in resolved.loads if load.reason == "preload"]
-    assert [load.path for load in by_path] == [str(wheel_lib)]
+    loader = str(site / "faketorch/lib/libfaketorch_cuda.so")
+    assert _loads(system) == {(loader, str(wheel_lib), "runpath")}
+    files = json.loads(system.loader)["view"]["files"]
+    assert {str(wheel_lib), loader} <= set(files)
 
 
 @needs_cc
@@ -222,21 +227,50 @@ def test_ld_library_path_shadows_the_wheel(tmp_path: Path, monkeypatch: pytest.M
     (library,) = system.native
     assert [c.origin for c in library.copies] == ["wheel", "LD_LIBRARY_PATH"]
     assert library.copies[1].version == "2.29.7"
-    (resolved,) = resolve_system(system).libraries
-    (by_name,) = [load for load in resolved.loads if load.by.startswith("dlopen libnccl.so.2 (")]
-    assert (by_name.path, by_name.reason) == (str(system_lib), "ld_library_path")
+    loader = str(site / "faketorch/lib/libfaketorch_cuda.so")
+    assert _loads(system) == {(loader, str(system_lib), "ld_library_path")}
     (finding,) = native_findings(system, Policy(), "here")
     assert (finding.package, finding.after) == ("nvidia-nccl-cu13", "2.29.7")
+    assert f"{loader} (ld_library_path {system_lib.parent}) loads {system_lib}" in finding.message
 
 
 @needs_cc
-def test_a_dlopen_by_name_finds_no_wheel_copy(
+def test_old_rpath_comes_before_ld_library_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A wheel's folder is on no search path: by name, the interpreter finds nothing."""
+    """DT_RPATH (without DT_RUNPATH) is searched before LD_LIBRARY_PATH: the wheel wins."""
     site, wheel_lib = _site(tmp_path)
-    (resolved,) = resolve_system(_system(site, {}, monkeypatch)).libraries
-    assert {(load.path, load.reason) for load in resolved.loads} == {(str(wheel_lib), "preload")}
+    shared_object(site / "faketorch/lib/libfaketorch_cuda.so", "libfaketorch_cuda.so",
+                  needs=[wheel_lib], runpath="$ORIGIN/../../nvidia/nccl/lib",
+                  old_rpath=True)  # fmt: skip
+    system_lib = shared_object(tmp_path / "other/libnccl.so.2", "libnccl.so.2")
+    system = _system(site, {"LD_LIBRARY_PATH": str(system_lib.parent)}, monkeypatch)
+    loader = str(site / "faketorch/lib/libfaketorch_cuda.so")
+    assert _loads(system) == {(loader, str(wheel_lib), "rpath")}
+
+
+@needs_cc
+def test_without_a_package_library_the_wheel_copy_loads_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No library needs it: loaded by its path (as cuda-pathfinder does); by name, from the
+    interpreter, nothing finds a wheel's folder."""
+    site, wheel_lib = _site(tmp_path)
+    (site / "faketorch/lib/libfaketorch_cuda.so").unlink()
+    step = "dlopen libnccl.so.2 by path (as cuda-pathfinder does)"
+    assert _loads(_system(site, {}, monkeypatch)) == {(step, str(wheel_lib), "preload")}
+
+
+@needs_cc
+def test_a_library_at_the_site_root_is_a_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Extensions installed straight into site-packages (flash_attn_2_cuda.*.so) count too."""
+    site, wheel_lib = _site(tmp_path)
+    (site / "faketorch/lib/libfaketorch_cuda.so").unlink()
+    shared_object(site / "flash_ext.so", None, needs=[wheel_lib], runpath="$ORIGIN/nvidia/nccl/lib")
+    loader = str(site / "flash_ext.so")
+    assert _loads(_system(site, {}, monkeypatch)) == {(loader, str(wheel_lib), "runpath")}
 
 
 def test_this_machine_matches_the_published_schema() -> None:

@@ -242,3 +242,27 @@ def test_old_cache_entries_miss_and_the_env_timeline_reads_both_builders(tmp_pat
     assert env_instruction("ENV LD_LIBRARY_PATH=/a:/b") == (("LD_LIBRARY_PATH", "/a:/b"),)
     assert env_instruction("/bin/sh -c #(nop)  ENV A=1 B=2") == (("A", "1"), ("B", "2"))
     assert env_instruction("RUN echo ENV A=1") is None
+
+
+def test_a_package_extension_that_needs_the_family_is_a_requester(
+    tmp_path: Path, replay: list[Layer]
+) -> None:
+    """An extension outside the rules' trees (``<site>/spext/_C.so``) is imported by path: its
+    DT_NEEDED cuSPARSE comes through its RUNPATH, and is named as who asked."""
+    stub = build(tmp_path / "stub/libcusparse.so.12", "libcusparse.so.12", defines=("x",))
+    extension = build(tmp_path / "ext/_C.so", None, calls=("x",), needs=[stub],
+                      runpath="$ORIGIN/../nvidia/cusparse/lib")  # fmt: skip
+    layer = Layer().add(
+        {f"{SITE}/spext/_C.cpython-311-x86_64-linux-gnu.so": extension.read_bytes()}
+    )
+    result, verdicts = walked(tmp_path, image(tmp_path, [*replay, layer], env=False))
+    assert not any(v.fails for v in verdicts)
+    last = result.history.states[-1].system
+    assert last is not None
+    (library,) = [
+        lib for lib in resolve_system(last).libraries if lib.soname == "libcusparse.so.12"
+    ]
+    requester = f"{SITE}/spext/_C.cpython-311-x86_64-linux-gnu.so"
+    assert {(x.path, x.requirer, x.reason) for x in library.loads} == {
+        (CUSPARSE, requester, "runpath")
+    }

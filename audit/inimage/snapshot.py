@@ -758,6 +758,30 @@ class _View:
             elif (read or _family(name, self.families)) and os.path.isfile(path):
                 self.files[path] = _file_facts(path)
 
+    def requesters(self, site: str) -> None:
+        """The package libraries of ``site`` that need a CUDA-family name (an extension such
+        as ``flash_attn_2_cuda``, ``<package>/lib/libx_cuda.so``): their facts, for the host's
+        model to import each; the other files of those folders are not recorded."""
+        for folder in _requester_folders(site):
+            for name in sorted(n for n in _names(folder) if ".so" in n):
+                path = folder + "/" + name
+                if path in self.files or os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                facts = _file_facts(path)
+                needed = facts.get("needed")
+                if isinstance(needed, list) and any(_family(n, self.families) for n in needed):
+                    self.list(folder, read=False)
+                    self.files[path] = facts
+
+
+_NOT_PACKAGES = ("nvidia", "__pycache__", *sorted({t.split("/")[0] for t in LOADER_TREES}))
+
+
+def _requester_folders(site: str) -> list[str]:
+    """``site`` and its package folders and their ``lib`` folders, but the rules' own."""
+    packages = [n for n in _names(site) if "." not in n and n not in _NOT_PACKAGES]
+    return [site] + [site + "/" + n + tail for n in sorted(packages) for tail in ("", "/lib")]
+
 
 def _names(folder: str) -> list[str]:
     try:
@@ -824,6 +848,7 @@ def loader_facts(
             view.list(site + "/" + tree, read=True)
         for folder in _names(site + "/nvidia"):
             view.list(site + "/nvidia/" + folder + "/lib", read=True)
+        view.requesters(site)
     executable, ctypes = os.path.realpath(sys.executable), _ctypes_module()
     for path in (executable, ctypes):
         real = view.real(path) if path else ""

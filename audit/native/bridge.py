@@ -9,7 +9,9 @@ layer walk builds from the layers), :func:`resolve_system` resolves it with the 
 these processes:
 
 1. one per Python package the rules know (torch, cupy, jax: each imported alone, with its
-   work);
+   work), and one per other package library that needs a CUDA-family SONAME
+   (``<site>/<package>/lib/*.so*``, ``<site>/<package>/*.so``, ``<site>/*.so``: an extension
+   such as ``flash_attn_2_cuda``), imported by its path alone;
 2. one per library of an ``nvidia`` wheel (or in a site folder's ``nvidia`` tree) that none
    of those mapped, loaded by its path alone, as cuda-pathfinder and torch's preload load
    them (its own dependencies are then searched as the loader searches them);
@@ -31,8 +33,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from audit.history.system import NativeLibrary, NativeLoad, System
+from audit.native.catalog import family_of
 from audit.native.process import LoadStep, run_process
-from audit.native.pyrules import RULES, library_opens
+from audit.native.pyrules import PACKAGE_TREES, RULES, library_opens
 from audit.native.scene import Scene, scene_from_json
 from audit.native.search import Reason
 from audit.native.versions import version_findings
@@ -87,6 +90,8 @@ def processes(scene: Scene, sonames: list[str]) -> list[ProcessOutcome]:
         steps = rule(scene)
         if steps:
             found.append(_run(scene, [steps]))
+    found += [_run(scene, [[LoadStep(path, "", Reason.PATH, f"import {path}")]])
+              for path in extension_requesters(scene)]  # fmt: skip
     mapped = {load.soname for outcome in found for load in outcome.loads}
     wheel = []
     for copy in _wheel_copies(scene, mapped):
@@ -96,6 +101,23 @@ def processes(scene: Scene, sonames: list[str]) -> list[ProcessOutcome]:
     probes = [LoadStep(s, scene.python.ctypes, Reason.PATH, f"dlopen {s}") for s in sonames
               if s not in mapped]  # fmt: skip
     return [*found, *wheel, *([_run(scene, [[p] for p in probes])] if probes else [])]
+
+
+def extension_requesters(scene: Scene) -> list[str]:
+    """The package libraries outside the rules' trees that need a CUDA-family SONAME: at a
+    site's root, in a package folder, or in its ``lib`` folder (paths as recorded, sorted)."""
+    sites = scene.python.sites if scene.python else ()
+    found = []
+    for path, facts in scene.view.elf_files():
+        relpath = next((path[len(s) + 1 :] for s in sites if path.startswith(s + "/")), "")
+        parts = relpath.split("/")
+        if not relpath or parts[0] in PACKAGE_TREES or len(parts) > 3:
+            continue
+        if len(parts) == 3 and parts[1] != "lib":
+            continue
+        if any(family_of(name) is not None for name in facts.needed):
+            found.append(path)
+    return found
 
 
 def _wheel_copies(scene: Scene, mapped: set[str]) -> list[Copy]:

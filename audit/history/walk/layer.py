@@ -493,8 +493,10 @@ class LayerScanner:
 
 def elf_role(parent: str, name: str, families: tuple[str, ...]) -> str:
     """What the ELF hook reads the file ``parent/name`` as ("": not at all): a library of
-    ``families``; a requester (a shared object in a site folder's package tree the loader
-    model's Python rules read, or the ``_ctypes`` module every ``ctypes.CDLL`` calls from)."""
+    ``families``; a requester: a shared object in a site folder's package tree the loader
+    model's Python rules read, a package's extension or library (``<site>/*.so``,
+    ``<site>/<package>/*.so``, ``<site>/<package>/lib/*.so*``: it may need a CUDA library),
+    or the ``_ctypes`` module every ``ctypes.CDLL`` calls from."""
     if ".so" not in name:
         return ""
     if name.startswith(families):
@@ -503,7 +505,13 @@ def elf_role(parent: str, name: str, families: tuple[str, ...]) -> str:
         return ""
     if name.startswith("_ctypes.") and parent.endswith("/lib-dynload"):
         return REQUESTER
-    return REQUESTER if _package_tree(parent) in PACKAGE_TREES else ""
+    below = _below_site(parent)
+    if below is None:
+        return ""
+    parts = below.split("/") if below else []
+    in_tree = bool(parts) and parts[0] in PACKAGE_TREES
+    extension = len(parts) < 2 or (len(parts) == 2 and parts[1] == "lib")
+    return REQUESTER if in_tree or extension else ""
 
 
 def is_shared_name(name: str) -> bool:
@@ -512,13 +520,13 @@ def is_shared_name(name: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
 
-def _package_tree(folder: str) -> str:
-    """The top-level package a folder lies in below a site folder ("" outside one)."""
-    for site in ("/site-packages/", "/dist-packages/"):
-        at = (folder + "/").find(site)
+def _below_site(folder: str) -> str | None:
+    """The part of ``folder`` below a site folder ("" for the site itself; None outside)."""
+    for site in ("/site-packages", "/dist-packages"):
+        at = (folder + "/").find(site + "/")
         if at >= 0:
-            return (folder + "/")[at + len(site) :].split("/", 1)[0]
-    return ""
+            return folder[at + len(site) + 1 :]
+    return None
 
 
 def _elf_fact(role: str, path: str, size: int, elf: Mapping[str, Any] | None) -> Fact:

@@ -37,6 +37,7 @@ from audit.history.walk.delta import EXECUTABLE, Binary, Fact, LdCache, Library,
 from audit.native.catalog import family_of, toolkit_owner
 from audit.native.elf import ElfFacts, ElfFormatError, facts_from_json
 from audit.native.ldcache import CacheEntry, cache_map, conf_folders
+from audit.native.pyrules import PACKAGE_TREES
 from audit.native.search import LoaderSettings, default_folders, expand
 
 # PEP 508's platform_machine -> the ELF machine and class the loader model compares
@@ -118,15 +119,27 @@ def loader_text(
 
 
 def _files(reading: _Reading) -> dict[str, Any]:
-    """Real path -> ELF facts JSON of every file the hook read."""
+    """Real path -> ELF facts JSON of every file the hook read (a package's extension only
+    where it needs a CUDA-family library: the others change nothing the model answers)."""
     found: dict[str, Any] = {}
     for path, fact in reading.state.facts.items():
         elf = _elf_of(fact)
+        if elf is not None and isinstance(fact, Binary) and not _wanted(path, elf):
+            continue
         if elf is not None and reading.valid(fact, elf):
             real = reading.resolve(path)
             if real:
                 found[real] = elf
     return found
+
+
+def _wanted(path: str, elf: Mapping[str, Any]) -> bool:
+    """A requester the rules read (their trees, ``_ctypes``), or one that needs the family."""
+    needed = elf.get("needed")
+    if isinstance(needed, list) and any(family_of(str(n)) is not None for n in needed):
+        return True
+    name = posixpath.basename(path)
+    return name.startswith("_ctypes.") or any(f"-packages/{t}/" in path for t in PACKAGE_TREES)
 
 
 def _settings(reading: _Reading, machine: str, environ: Mapping[str, str]) -> dict[str, Any]:

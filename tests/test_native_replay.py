@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from audit.native.bridge import processes
 from audit.native.elf import ElfFacts
 from audit.native.process import LoadStep, run_process
 from audit.native.pyrules import predict
@@ -83,6 +84,18 @@ def test_the_versioned_symbol_check_has_real_needs_to_check(scene: Scene) -> Non
     ]
     assert len(needs) > 3000
     assert any(n[1] == "libnvJitLink.so.13" and n[0].endswith("libcusparse.so.12") for n in needs)
+
+
+def test_the_judges_processes_find_no_unmet_symbol_and_no_false_shadow(scene: Scene) -> None:
+    """What ``missing-symbol`` and ``shadowed-native`` judge with (the packages' processes,
+    every unloaded wheel library by path, the rest by name): nothing on the real machine,
+    whose processes ran."""
+    sonames = sorted({copy.soname for copy in scene.family_copies()})
+    outcomes = processes(scene, sonames)
+    assert len(outcomes) > 3  # the three packages and more
+    assert [f for o in outcomes for f in version_findings(o, scene.view)] == []
+    graph = {load.path for o in outcomes for load in o.loaded("libcudnn_graph.so.9")}
+    assert graph == {f"{WHEELS}/cudnn/lib/libcudnn_graph.so.9"}
 
 
 def test_the_wheels_cudnn_subs_load_through_the_shims_runpath(

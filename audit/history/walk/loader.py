@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from audit.history.snapshot import Environment
 from audit.history.walk.delta import EXECUTABLE, Binary, Fact, LdCache, Library, Link, Marker
 from audit.native.catalog import family_of, toolkit_owner
-from audit.native.elf import ElfFacts, ElfFormatError, facts_from_json
+from audit.native.elf import ElfFormatError, facts_from_json
 from audit.native.ldcache import CacheEntry, cache_map, conf_folders
 from audit.native.pyrules import PACKAGE_TREES
 from audit.native.search import LoaderSettings, default_folders, expand
@@ -274,12 +274,3 @@ def _owners(files: Mapping[str, Any], owners: Mapping[str, str]) -> dict[str, An
         if toolkit is not None:
             found[path] = {"kind": toolkit.kind, "name": toolkit.name, "version": toolkit.version}
     return found
-
-
-def scene_facts(text: str) -> dict[str, ElfFacts]:
-    """The ELF facts of a scene text by real path (for reports and tests)."""
-    if not text:
-        return {}
-    files = json.loads(text)["view"]["files"]
-    return {p: f for p, f in ((p, facts_from_json(v, p)) for p, v in files.items())
-            if isinstance(f, ElfFacts)}  # fmt: skip

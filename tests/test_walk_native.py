@@ -36,6 +36,7 @@ from audit.report.sbom import image_sbom
 from tests.support import native_images as images
 from tests.support.native_build import build, load_in_python, needs_gcc
 from tests.support.native_images import NODE, OLD, OLD_FILE, SYMBOL
+from tests.support.schemas import validator
 from tests.support.walk_images import Layer, config, docker_archive, dpkg_status
 
 pytestmark = needs_gcc
@@ -215,6 +216,7 @@ def test_the_reports_and_the_sbom_show_which_copy_loads_and_why(
     assert f"→ {NODE} loads {OLD}/{OLD_FILE}" in terminal
     assert f"(ld_library_path {OLD}); was {NEW}" in terminal
     document = json.loads(render_layers("walk", [judged], "json"))
+    validator("report").validate(document)  # the symbol and loads keys are in the schema
     (section,) = [
         s for s in document["sections"] if s["title"].endswith(f"ENV LD_LIBRARY_PATH={OLD}")
     ]

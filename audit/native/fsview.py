@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from audit.native.elf import ElfFacts, facts_from_json
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from audit.native.elf import FileFacts
 
@@ -40,6 +40,33 @@ class Found:
     facts: FileFacts | None
 
 
+def resolve_links(path: str, readlink: Callable[[str], str | None]) -> str:
+    """``path`` with every symbolic link on it resolved as the kernel does (component by
+    component, ``..`` after a link's target, an absolute target from the root), asking
+    ``readlink`` for each component's target (None: not a link); :class:`LinkLoop` past
+    :data:`MAX_LINKS` links. The same walk for a recorded view and a live filesystem."""
+    done = "/"
+    todo = [p for p in reversed(path.split("/")) if p and p != "."]
+    hops = 0
+    while todo:
+        part = todo.pop()
+        if part == "..":
+            done = posixpath.dirname(done)
+            continue
+        candidate = posixpath.join(done, part)
+        target = readlink(candidate)
+        if target is None:
+            done = candidate
+            continue
+        hops += 1
+        if hops > MAX_LINKS:
+            raise LinkLoop(f"{path}: more than {MAX_LINKS} symbolic links (a loop)")
+        if target.startswith("/"):
+            done = "/"
+        todo.extend(p for p in reversed(target.split("/")) if p and p != ".")
+    return done
+
+
 @dataclass(frozen=True)
 class FileSystemView:
     files: Mapping[str, FileFacts] = field(default_factory=dict)
@@ -48,26 +75,7 @@ class FileSystemView:
 
     def realpath(self, path: str) -> str:
         """``path`` with every symbolic link resolved; :class:`LinkLoop` past the limit."""
-        done = "/"
-        todo = [p for p in reversed(path.split("/")) if p and p != "."]
-        hops = 0
-        while todo:
-            part = todo.pop()
-            if part == "..":
-                done = posixpath.dirname(done)
-                continue
-            candidate = posixpath.join(done, part)
-            target = self.links.get(candidate)
-            if target is None:
-                done = candidate
-                continue
-            hops += 1
-            if hops > MAX_LINKS:
-                raise LinkLoop(f"{path}: more than {MAX_LINKS} symbolic links (a loop)")
-            if target.startswith("/"):
-                done = "/"
-            todo.extend(p for p in reversed(target.split("/")) if p and p != ".")
-        return done
+        return resolve_links(path, self.links.get)
 
     def lookup(self, path: str) -> Found | None:
         """The file at ``path`` (links followed), or None: absent, a folder, or a link loop."""

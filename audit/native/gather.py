@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from audit.native.catalog import Owner, family_of, toolkit_owner
 from audit.native.elf import ElfFacts, Unreadable
 from audit.native.elfread import read_path
-from audit.native.fsview import FileSystemView
+from audit.native.fsview import FileSystemView, LinkLoop, resolve_links
 from audit.native.ldcache import LdCacheError, cache_map, conf_folders, parse_cache
 from audit.native.scene import PythonFacts, Scene
 from audit.native.search import LoaderSettings, expand
@@ -49,27 +49,18 @@ class _Reading:
 
     def link_components(self, path: str) -> str:
         """Record every symbolic link on ``path``; its real path ("" on a loop)."""
-        done = "/"
-        todo = [p for p in reversed(path.split("/")) if p and p != "."]
-        hops = 0
-        while todo:
-            part = todo.pop()
-            if part == "..":
-                done = posixpath.dirname(done)
-                continue
-            candidate = posixpath.join(done, part)
-            try:
-                target = os.readlink(candidate)  # noqa: PTH115 (the target as written)
-            except OSError:
-                done = candidate
-                continue
-            self.links[candidate] = target
-            hops += 1
-            if hops > 40:
-                return ""
-            done = "/" if target.startswith("/") else done
-            todo.extend(p for p in reversed(target.split("/")) if p and p != ".")
-        return done
+        try:
+            return resolve_links(path, self._readlink)
+        except LinkLoop:
+            return ""
+
+    def _readlink(self, candidate: str) -> str | None:
+        try:
+            target = os.readlink(candidate)  # noqa: PTH115 (the target as written)
+        except OSError:
+            return None
+        self.links[candidate] = target
+        return target
 
     def list_folder(self, folder: str) -> str | None:
         """List ``folder`` (its real path), recording its ``.so`` names and their links."""

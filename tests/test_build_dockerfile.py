@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.build.dockerfile import DockerfileBuild, build_args_of, build_argv, read_dockerfile
+from audit.build.dockerfile import DockerfileBuild, build_args_of, build_argv
 from audit.cli import main as cli
 from audit.cli.build_dockerfile import DockerfileOptions
 from audit.cli.context import RunContext
+from audit.dockerfile.importer import read_dockerfile
 from audit.errors import EXIT_BAD_INPUT, UsageError
 
 PREFIX = ["/usr/bin/docker", "build"]
@@ -75,5 +76,5 @@ def test_a_dockerfile_that_is_not_one_is_bad_input(
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(UsageError, match=problem) as caught:
-        read_dockerfile(path)
+        read_dockerfile(path, "give the path")
     assert caught.value.exit_code == EXIT_BAD_INPUT

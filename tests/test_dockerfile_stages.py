@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit.dockerfile.stages import attribute, chain, find_stage, parse_stages, substitute
+from audit.dockerfile.layout import chain_of
+from audit.dockerfile.stages import attribute, find_stage, parse_stages, stage_name
 from audit.errors import RecipeError
 
 DOCKERFILE = b"""\
@@ -50,11 +51,12 @@ HISTORY = [
 
 def test_stages_and_their_chain() -> None:
     stages = parse_stages(DOCKERFILE, {}, "Dockerfile")
-    assert [(s.name, s.base, s.parent, len(s.instructions)) for s in stages] == [
+    assert [(stage_name(s), s.reference, s.parent, len(s.items)) for s in stages] == [
         ("base", "layer-audit/base:bookworm-amd64", None, 6),
         ("runtime", "base", 0, 5),
     ]
-    assert [s.name for s in chain(stages, find_stage(stages, "runtime", "x"))] == [
+    target = find_stage(stages, "runtime", "x")
+    assert [stage_name(s) for s in chain_of(stages, target.index)] == [
         "base",
         "runtime",
     ]
@@ -85,9 +87,10 @@ def test_a_history_that_does_not_match_the_file_is_not_attributed() -> None:
 
 def test_from_takes_global_args_and_build_args() -> None:
     text = b"ARG BASE=nvidia/cuda:13.0.1-devel-ubuntu24.04\nFROM ${BASE} AS build\nRUN true\n"
-    assert parse_stages(text, {}, "D")[0].base == "nvidia/cuda:13.0.1-devel-ubuntu24.04"
-    assert parse_stages(text, {"BASE": "x:1"}, "D")[0].base == "x:1"
-    assert substitute("${MISSING:-img:2}", {}) == "img:2"
+    assert parse_stages(text, {}, "D")[0].reference == "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+    assert parse_stages(text, {"BASE": "x:1"}, "D")[0].reference == "x:1"
+    defaulted = b"FROM ${MISSING:-img:2}\n"
+    assert parse_stages(defaulted, {}, "D")[0].reference == "img:2"
 
 
 def test_stages_by_index_and_errors() -> None:

@@ -159,7 +159,7 @@ CASES = {
     "fifo-in-a-copied-folder": Case(fifo, 2, "not a regular file", "ctx/app/pipe"),
     "copy-dot-at-the-project-root": Case(copy_the_root, 0, "imported"),
     "binary-dockerfile": Case(binary, 2, "not a UTF-8 text file"),
-    "fifty-megabyte-dockerfile": Case(fifty_megabytes, 2, "over the 1048576 (1 MiB) import reads"),
+    "fifty-megabyte-dockerfile": Case(fifty_megabytes, 2, "over 1 MiB (1048576 bytes"),
     "dockerfile-is-a-fifo": Case(dockerfile_is_a_fifo, 2, "not a regular file"),
     "unterminated-heredoc": Case(unterminated_heredoc, 0, "never closed"),
     "a-megabyte-of-run-lines": Case(a_megabyte_of_run_lines, 2, "does not validate"),

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from audit.build.plan import DockerClient
 from audit.docker import host as docker_host
-from audit.dockerfile.stages import Attribution, DockerfileStage, attribute, find_stage, parse_stages
+from audit.dockerfile.importer import read_dockerfile
+from audit.dockerfile.layout import DockerStage
+from audit.dockerfile.stages import Attribution, attribute, find_stage, parse_stages, stage_name
 from audit.errors import EXIT_ENVIRONMENT, BuildFailed, UsageError
 from audit.gate.images import PolicyChoice, choose_policy, image_cuda, judge_walked
 from audit.history.model import History, LayerRef, LayerState
@@ -28,7 +30,6 @@ from audit.host import console, process
 from audit.redact import redact
 from audit.report.layers import JudgedImage
 
-DOCKERFILE_LIMIT = 1 << 20  # a Dockerfile over 1 MiB is not one
 
 
 @dataclass(frozen=True)
@@ -74,21 +75,6 @@ def build_args_of(pairs: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def read_dockerfile(path: Path) -> bytes:
-    """The Dockerfile's bytes; UsageError (exit 2) for a missing, huge or binary file."""
-    try:
-        if not path.is_file():
-            raise UsageError(f"{path}: not a file", "give the Dockerfile's path with --dockerfile")
-        if path.stat().st_size > DOCKERFILE_LIMIT:
-            raise UsageError(f"{path}: over 1 MiB", "is this a Dockerfile?")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror})", "check the path") from exc
-    if b"\0" in data:
-        raise UsageError(f"{path}: binary data, not a Dockerfile", "give the Dockerfile's path")
-    return data
-
-
 def build_argv(
     prefix: Sequence[str], build: DockerfileBuild, target: str, iidfile: Path
 ) -> list[str]:
@@ -131,7 +117,7 @@ def _show(line: str) -> None:
     console.stderr.print(redact(line), markup=False, highlight=False, soft_wrap=True)
 
 
-def attributed(history: History, stages: Sequence[DockerfileStage], target: DockerfileStage, where: str) -> History:
+def attributed(history: History, stages: Sequence[DockerStage], target: DockerStage, where: str) -> History:
     """``history`` with each step's stage, position and Dockerfile line, where known."""
     entries = [state.ref.instruction for state in history.states[1:]]
     found = attribute(entries, stages, target)
@@ -161,21 +147,20 @@ def audit_targets(
 ) -> list[StageAudit]:
     """Build, walk and judge every target (the others first, the one to tag last)."""
     where = build.dockerfile.name
-    stages = parse_stages(
-        read_dockerfile(build.dockerfile), build_args_of(build.build_args), str(build.dockerfile)
-    )
+    text = read_dockerfile(build.dockerfile, "give the Dockerfile's path with --dockerfile")
+    stages = parse_stages(text, build_args_of(build.build_args), str(build.dockerfile))
     final = find_stage(stages, build.target, str(build.dockerfile))
     targets = [s for s in stages if s is not final] if build.all_stages else []
-    scopes = {stage.name: len(stage.instructions) for stage in stages}
+    scopes = {stage_name(stage): len(stage.items) for stage in stages}
     audits = []
     for stage in [*targets, final]:
-        image_id = run_build(client, prefix, build, stage.name)
+        image_id = run_build(client, prefix, build, stage_name(stage))
         result = walk(image_id, context)
         history = attributed(result.history, stages, stage, where)
-        name = f"{where} --target {stage.name}"
+        name = f"{where} --target {stage_name(stage)}"
         policy = choose_policy(choice, image_cuda(result, choice.cuda), scopes)
         judged = judge_walked(name, result, policy, today=today, history=history)
-        audits.append(StageAudit(stage.name, image_id, judged))
+        audits.append(StageAudit(stage_name(stage), image_id, judged))
     return audits
 
 

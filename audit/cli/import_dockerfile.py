@@ -10,9 +10,10 @@ Exit codes: 0 written (what it could not keep listed, each with its Dockerfile l
 ``--strict`` when it could not keep something (the recipe is written all the same, so it can
 be reviewed); 2 bad input; 3 an unwritable project or unreadable context.
 
-Hostile input ends in exit 2 or 3 with the path named, nothing half-written: a Dockerfile over
-``MAX_DOCKERFILE`` bytes, binary or not a regular file; a link in a copied folder that leaves
-the build context, dangles or loops; a FIFO or device; an unwritable ``images/`` (exit 3).
+Hostile input ends in exit 2 or 3 with the path named, nothing half-written: a Dockerfile that
+:func:`audit.dockerfile.importer.read_dockerfile` refuses (over 1 MiB, binary, not a regular
+file); a link in a copied folder that leaves the build context, dangles or loops; a FIFO or
+device; an unwritable ``images/`` (exit 3).
 ``COPY .`` never copies the project's own ``images/``, ``build/``, ``locks/`` nor ``.git``, and no
 COPY copies what the context's ``.dockerignore`` leaves out (:mod:`audit.dockerfile.dockerignore`).
 """
@@ -34,7 +35,13 @@ from rich.markup import escape
 from audit.cli.context import RunContext
 from audit.dockerfile import dockerignore
 from audit.dockerfile.dockerignore import Ignored
-from audit.dockerfile.importer import ImportOptions, ImportPlan, plan_import, unmapped_lines
+from audit.dockerfile.importer import (
+    ImportOptions,
+    ImportPlan,
+    plan_import,
+    read_dockerfile,
+    unmapped_lines,
+)
 from audit.errors import (
     EXIT_OK,
     EXIT_VIOLATION,
@@ -51,7 +58,6 @@ from audit.redact import redact
 from audit.render.stages import parse_build_arg
 
 NAME_PART = re.compile(r"[^a-z0-9._-]+")
-MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear
 MAX_SCRIPT = 1 << 20  # a script a RUN runs, read to see whether it installs packages
 PROJECT_FOLDERS = ("images", "build", "locks")  # never copied into a recipe by COPY .
 CONTEXT_SKIPPED = (".git", ".nox")
@@ -108,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace, run: RunContext) -> int:
     dockerfile: Path = args.dockerfile
-    data = read_dockerfile(dockerfile)
+    data = read_dockerfile(dockerfile, "give the path of a Dockerfile to import")
     context = (args.context or dockerfile.parent).resolve()
     if not context.is_dir():
         raise UsageError(f"--context {args.context}: not a folder", "give the build context")
@@ -143,33 +149,6 @@ def handle(args: argparse.Namespace, run: RunContext) -> int:
     write_recipe(root, plan, copies, dockerfile)
     show(root, dockerfile, plan)
     return EXIT_VIOLATION if args.strict and plan.unmapped else EXIT_OK
-
-
-def read_dockerfile(dockerfile: Path) -> bytes:
-    """The Dockerfile's bytes: a regular text file of at most ``MAX_DOCKERFILE`` bytes (the
-    size is checked before anything is read)."""
-    hint = "give the path of a Dockerfile to import"
-    try:
-        info = dockerfile.stat()
-    except OSError as exc:
-        raise UsageError(f"{dockerfile}: no such file ({exc.strerror})", hint) from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise UsageError(f"{dockerfile}: not a regular file", hint)
-    if info.st_size > MAX_DOCKERFILE:
-        raise UsageError(
-            f"{dockerfile}: {info.st_size} bytes, over the {MAX_DOCKERFILE} (1 MiB) import reads",
-            "is it the Dockerfile? real ones are a few KiB; split generated parts out of it",
-        )
-    try:
-        data = dockerfile.read_bytes()
-        if b"\0" in data:
-            raise UnicodeError("a NUL byte")
-        data.decode("utf-8")
-    except UnicodeError as exc:
-        raise UsageError(f"{dockerfile}: not a UTF-8 text file ({exc})", hint) from exc
-    except OSError as exc:
-        raise UsageError(f"{dockerfile}: cannot read ({exc.strerror})", hint) from exc
-    return data
 
 
 def default_image_name(dockerfile: Path) -> str:

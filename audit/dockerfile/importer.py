@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import io
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dockerfile_parse import DockerfileParser
@@ -56,10 +57,38 @@ from audit.recipe.context import STAGE_NAME
 from audit.recipe.parse import CONTAINER_PATH, DIGEST, IMAGE_REF
 from audit.redact import redact
 
+MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear
 DEFAULT_INDEX = "https://pypi.org/simple"
 ABSOLUTE_PIP = re.compile(r"(?:^|[\s;&|])(/\S*/python(?:3(?:\.\d+)?)?)\s+-m\s+pip\s+install\b")
 VIRTUAL_ENV = re.compile(r"\bVIRTUAL_ENV=[\"']?(/[^\s\"']+)")
 __all__ = ["ImportPlan", "parse_dockerfile", "plan_import", "policy_preset", "unmapped_lines"]
+
+
+def read_dockerfile(path: Path, hint: str) -> bytes:
+    """The bytes of the Dockerfile at ``path`` (``import`` and ``build --dockerfile`` read it
+    here): a regular UTF-8 text file of at most ``MAX_DOCKERFILE`` bytes, its size checked
+    before anything is read; otherwise UsageError (exit 2) with ``hint``, naming the path."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise UsageError(f"{path}: not a file ({exc.strerror})", hint) from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{path}: not a regular file", hint)
+    if info.st_size > MAX_DOCKERFILE:
+        raise UsageError(
+            f"{path}: {info.st_size} bytes, over 1 MiB ({MAX_DOCKERFILE} bytes, the most read)",
+            "is it the Dockerfile? real ones are a few KiB; split generated parts out of it",
+        )
+    try:
+        data = path.read_bytes()
+        if b"\0" in data:
+            raise UnicodeError("a NUL byte")
+        data.decode("utf-8")
+    except UnicodeError as exc:
+        raise UsageError(f"{path}: binary, not a UTF-8 text file ({exc})", hint) from exc
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})", hint) from exc
+    return data
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ prelude ends inside it (its name and ``COPY --from`` then mean the second).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,10 +68,15 @@ class Layout:
         return stage
 
     def chain(self, index: int) -> list[DockerStage]:
-        found = [self.stages[index]]
-        while found[-1].parent is not None:
-            found.append(self.stages[found[-1].parent])
-        return found[::-1]
+        return chain_of(self.stages, index)
+
+
+def chain_of(stages: Sequence[DockerStage], index: int) -> list[DockerStage]:
+    """The stages stage ``index`` is built on, the one that starts from an image first."""
+    found = [stages[index]]
+    while found[-1].parent is not None:
+        found.append(stages[found[-1].parent])
+    return found[::-1]
 
 
 def read_stages(items: list[dict[str, Any]], args: dict[str, str]) -> list[DockerStage]:
@@ -93,13 +99,22 @@ def read_stages(items: list[dict[str, Any]], args: dict[str, str]) -> list[Docke
 def _from(item: dict[str, Any], index: int, args: dict[str, str]) -> DockerStage:
     value = str(item["value"]).strip()
     used = [name for name in args if re.search(r"\$\{?" + re.escape(name) + r"\b", value)]
-    match = FROM_WORDS.match(substitute(value, args))
+    match = FROM_WORDS.match(substitute(_defaults(value, args), args))
     flags = (match.group("flags") if match else "").split()
     platform = next((f.partition("=")[2] for f in flags if f.startswith("--platform=")), "")
     reference = match.group("base") if match else value
     alias = (match.group("name") or "").lower() if match else ""
     line = int(item["startline"]) + 1
     return DockerStage(index, alias, line, reference, platform, [], None, used)
+
+
+_DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?-([^}]*)\}")
+
+
+def _defaults(value: str, args: Mapping[str, str]) -> str:
+    """``${NAME:-default}`` in a ``FROM``: NAME's value when it has one, else the default (as
+    BuildKit reads it; the importer's other substitutions leave such forms alone)."""
+    return _DEFAULTED.sub(lambda m: args.get(m.group(1)) or m.group(2), value)
 
 
 def lay_out(

@@ -14,7 +14,7 @@ says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path, PurePosixPath
@@ -171,7 +171,3 @@ def _final_step(before: History, after: History, title: str) -> History:
 
 def _last(history: History) -> LayerState:
     return history.states[-1] if history.states else LayerState(LayerRef(-1, ""), ())
-
-
-def walked_names(images: Sequence[JudgedImage]) -> str:
-    return ", ".join(image.name for image in images)

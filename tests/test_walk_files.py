@@ -16,7 +16,7 @@ from audit.errors import AuditError, BadInput, ImageFormatError, UsageError
 from audit.history.walk import run
 from audit.history.walk.cache import VERSION
 from audit.history.walk.run import WalkContext, WalkResult, walk
-from audit.history.walk.spec import parse_registry_ref, parse_spec
+from audit.history.walk.spec import ImageSpec, parse_registry_ref, parse_spec
 from audit.policy.judge import judge_history
 from audit.policy.model import Policy
 from tests.support.walk_images import (
@@ -145,6 +145,12 @@ def test_the_spec_syntax() -> None:
     spec = parse_spec("docker-archive:/x/a:b.tar:my/app:1", exists)
     assert (spec.kind, spec.target, spec.tag) == ("docker-archive", "/x/a:b.tar", "my/app:1")
     assert parse_spec("oci:/y/layout", exists).tag == ""
+    # a bare existing path is the file (as syft reads one); a bare name stays the engine's
+    assert parse_spec("/y/layout", exists) == ImageSpec("docker-archive", "/y/layout")
+    assert parse_spec("/y/missing.tar", exists).kind == "engine"
+    assert parse_spec("docker:/y/layout", exists).kind == "engine"
+    assert parse_spec("layout", lambda _: True).kind == "engine"
+    assert parse_spec("app.tar", lambda _: True).kind == "docker-archive"
     assert parse_spec("registry:127.0.0.1:5000/a/b:2", exists).kind == "registry"
     ref = parse_registry_ref("127.0.0.1:5000/team/app:2")
     assert (ref.host, ref.repository, ref.reference) == ("127.0.0.1:5000", "team/app", "2")

@@ -119,7 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--image",
         metavar="SPEC",
         help="audit this existing image, layer by layer, instead of recipes: REF (the "
-        "engine's), docker-archive:PATH, oci:PATH[:TAG] or registry:HOST/REPO[:TAG|@DIGEST]",
+        "engine's), docker-archive:PATH, oci:PATH[:TAG], an existing ./PATH or FILE.tar, or "
+        "registry:HOST/REPO[:TAG|@DIGEST]",
     )
     parser.add_argument(
         "--against", metavar="SPEC", help="with --image: compare it with this (older) image"

@@ -10,7 +10,11 @@ PURE: standard library only. The syntax (``docs/layer-walk.md``):
   distribution API; a name without a host is Docker Hub's (``library/`` for one component).
 
 For a path that holds ``:`` itself the longest existing prefix is the path (``exists`` says
-which prefixes exist), as skopeo reads ``docker-archive:`` and ``oci:``.
+which prefixes exist), as skopeo reads ``docker-archive:`` and ``oci:``. A bare spec that
+names an existing path and reads as one (it holds a ``/`` or ends in ``.tar``: ``./app.tar``,
+``/tmp/layout``) is that file or folder, as syft and grype read one; the archive reader tells
+a ``docker save`` tarball from an OCI layout by its content. A bare name such as ``ubuntu`` is
+always the engine's, whatever the current folder holds.
 """
 
 from __future__ import annotations
@@ -69,7 +73,13 @@ def parse_spec(text: str, exists: Callable[[str], bool]) -> ImageSpec:
     for prefix in ("registry:", "docker://"):
         if text.startswith(prefix):
             return ImageSpec(REGISTRY, text[len(prefix) :])
+    if not text.startswith("docker:") and _reads_as_path(text) and exists(text):
+        return ImageSpec(DOCKER_ARCHIVE, text)
     return ImageSpec(ENGINE, text.removeprefix("docker:"))
+
+
+def _reads_as_path(text: str) -> bool:
+    return "/" in text or text.endswith((".tar", ".tar.gz", ".tgz"))
 
 
 def _path_and_tag(rest: str, exists: Callable[[str], bool]) -> tuple[str, str]:

@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from audit.build.dockerfile import DockerfileBuild, build_args_of, build_argv
+from audit.build.dockerfile import (
+    DockerfileBuild,
+    build_args_of,
+    build_argv,
+    buildable,
+    others,
+)
 from audit.cli import main as cli
 from audit.cli.build_dockerfile import DockerfileOptions
 from audit.cli.context import RunContext
 from audit.dockerfile.importer import read_dockerfile
+from audit.dockerfile.stages import parse_stages
 from audit.errors import EXIT_BAD_INPUT, UsageError
 
 PREFIX = ["/usr/bin/docker", "build"]
@@ -78,3 +85,20 @@ def test_a_dockerfile_that_is_not_one_is_bad_input(
     with pytest.raises(UsageError, match=problem) as caught:
         read_dockerfile(path, "give the path")
     assert caught.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_an_unnamed_stage_is_built_without_a_target_or_refused(tmp_path: Path) -> None:
+    """``docker build --target`` takes only AS names: the last stage is built as docker builds
+    it by default; an unnamed earlier one cannot be targeted (refused as --target, said and
+    left out of --all-stages)."""
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM scratch\nFROM scratch AS named\nFROM scratch\n")
+    build = parsed("--dockerfile", str(dockerfile), "-t", "x:1")
+    assert "--target" not in build_argv(PREFIX, build, None, tmp_path / "iid")
+    stages = parse_stages(dockerfile.read_bytes(), {}, "Dockerfile")
+    buildable(stages[2], stages, "Dockerfile")  # the last: no name needed
+    with pytest.raises(UsageError, match="stage 0 has no name") as caught:
+        buildable(stages[0], stages, "Dockerfile")
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert "FROM scratch AS NAME" in caught.value.hint
+    assert [stage.alias for stage in others(stages[:2], "Dockerfile")] == ["named"]

@@ -113,3 +113,32 @@ def test_the_fixed_file_is_built_unchanged_and_tagged(
     code, report = build(Served(fixed, served.args), tag, tmp_path)
     assert code == EXIT_OK, failing(report)
     assert docker_host.image_exists(tag)
+
+
+PLAIN_DOCKERFILE = """\
+ARG BASE
+FROM ${BASE}
+COPY wheels /wheels
+RUN /opt/venv/bin/pip install --no-index --find-links /wheels nccl-like==2.30.0
+RUN /opt/venv/bin/pip install --no-index --find-links /wheels flashy==1.0
+"""
+
+
+def test_a_plain_file_with_no_stage_name_is_built_and_judged(
+    base_image: BaseImageFactory, tag: str, tmp_path: Path
+) -> None:
+    """Most Dockerfiles have one stage and no AS name: it is built as docker builds it (no
+    --target, which takes only names) and its late downgrade is named by its line."""
+    context = tmp_path / "plain"
+    wheels(context / "wheels")
+    (context / "Dockerfile").write_text(PLAIN_DOCKERFILE)
+    base = base_image("bookworm", "amd64")
+    served = Served(context, ("--build-arg", f"BASE={base}"))
+    code, report = build(served, tag, tmp_path)
+    assert code == EXIT_VIOLATION
+    ((title, finding),) = failing(report)
+    assert (finding["rule"], finding["package"], finding["after"]) == (
+        "downgraded", "nccl-like", "2.29.7",
+    )  # fmt: skip
+    assert "Dockerfile:5): RUN " in title, title
+    assert not docker_host.image_exists(tag)

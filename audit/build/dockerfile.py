@@ -76,13 +76,14 @@ def build_args_of(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def build_argv(
-    prefix: Sequence[str], build: DockerfileBuild, target: str, iidfile: Path
+    prefix: Sequence[str], build: DockerfileBuild, target: str | None, iidfile: Path
 ) -> list[str]:
     """The ``docker build`` command line for one target (``prefix``: the client's build
-    command): the user's options unchanged, plus ``--iidfile`` (never ``-t``: tags move after
-    the verdict)."""
+    command; ``target`` None: the last stage, as docker builds it by default): the user's
+    options unchanged, plus ``--iidfile`` (never ``-t``: tags move after the verdict)."""
     argv = [*prefix, "-f", str(build.dockerfile), "--iidfile", str(iidfile)]
-    argv += ["--target", target]
+    if target is not None:
+        argv += ["--target", target]
     if build.platform:
         argv += ["--platform", build.platform]
     for pair in build.build_args:
@@ -91,9 +92,11 @@ def build_argv(
 
 
 def run_build(
-    client: DockerClient, prefix: Sequence[str], build: DockerfileBuild, target: str
-) -> str:
-    """Build ``target`` and return its image id; BuildFailed (exit 3) when the build fails.
+    client: DockerClient, prefix: Sequence[str], build: DockerfileBuild, stage: DockerStage,
+    target: str | None,
+) -> str:  # fmt: skip
+    """Build ``stage`` (``--target target``) and return its image id; BuildFailed (exit 3)
+    when the build fails.
 
     The build's own output goes to stderr as it comes."""
     with tempfile.TemporaryDirectory(prefix="layer-audit-iid-") as work:
@@ -105,7 +108,7 @@ def run_build(
         if done.returncode != 0 or not iidfile.is_file():
             tail = "\n".join(redact(line) for line in done.stdout.splitlines()[-20:])
             raise BuildFailed(
-                f"{build.dockerfile}: the build of stage {target} failed "
+                f"{build.dockerfile}: the build of stage {stage_name(stage)} failed "
                 f"(exit {done.returncode})",
                 f"read the build's output above; no tag was moved\n{tail}",
                 exit_code=EXIT_ENVIRONMENT,
@@ -150,18 +153,44 @@ def audit_targets(
     text = read_dockerfile(build.dockerfile, "give the Dockerfile's path with --dockerfile")
     stages = parse_stages(text, build_args_of(build.build_args), str(build.dockerfile))
     final = find_stage(stages, build.target, str(build.dockerfile))
+    buildable(final, stages, str(build.dockerfile))
     targets = [s for s in stages if s is not final] if build.all_stages else []
     scopes = {stage_name(stage): len(stage.items) for stage in stages}
     audits = []
-    for stage in [*targets, final]:
-        image_id = run_build(client, prefix, build, stage_name(stage))
+    for stage in [*others(targets, where), final]:
+        target = stage.alias or None
+        image_id = run_build(client, prefix, build, stage, target)
         result = walk(image_id, context)
         history = attributed(result.history, stages, stage, where)
-        name = f"{where} --target {stage_name(stage)}"
+        name = where + (f" --target {target}" if target else "")
         policy = choose_policy(choice, image_cuda(result, choice.cuda), scopes)
         judged = judge_walked(name, result, policy, today=today, history=history)
         audits.append(StageAudit(stage_name(stage), image_id, judged))
     return audits
+
+
+def buildable(stage: DockerStage, stages: Sequence[DockerStage], where: str) -> None:
+    """UsageError (exit 2) for a stage BuildKit cannot build: ``--target`` takes only an
+    ``AS`` name, so an unnamed stage is built only as the last one (docker's default)."""
+    if not stage.alias and stage is not stages[-1]:
+        raise UsageError(
+            f"{where}:{stage.line}: stage {stage.index} has no name, and docker build "
+            "--target takes only a stage's AS name",
+            f"name it (FROM {stage.reference} AS NAME), then give --target NAME",
+        )
+
+
+def others(stages: Sequence[DockerStage], where: str) -> list[DockerStage]:
+    """The named ones of ``stages`` (``--all-stages``); each unnamed one is said and left
+    out: BuildKit cannot build it alone (a later stage built on it audits its layers)."""
+    for stage in stages:
+        if not stage.alias:
+            console.stderr.print(
+                f"{where}:{stage.line}: stage {stage.index} has no AS name: docker build "
+                "cannot target it alone, so it is not audited on its own",
+                markup=False, highlight=False,
+            )  # fmt: skip
+    return [stage for stage in stages if stage.alias]
 
 
 def move_tags(image_id: str, tags: Sequence[str]) -> None:

@@ -91,6 +91,12 @@ def stage_arg(value: str, line: int, state: State) -> None:
         add_layer(state, line, f"arg = {rows}")
 
 
+def declarable(name: str) -> bool:
+    """Whether an arg layer may declare ``name``: a refused one (listed where the Dockerfile
+    declared it) stays undeclared wherever the recipe declares a stage's ARGs again."""
+    return name in PLATFORM_ARGS or (name not in NOTE_ONLY and not arg_name_problem(name))
+
+
 def _refused(name: str, line: int, state: State) -> bool:
     """Whether the recipe cannot declare ``name`` (listed with what changes)."""
     if name in NOTE_ONLY:

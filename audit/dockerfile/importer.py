@@ -32,7 +32,7 @@ from typing import Any
 from dockerfile_parse import DockerfileParser
 
 from audit.dockerfile import heredoc as dockerfile_heredoc
-from audit.dockerfile.args import args_table, global_arg, stage_arg
+from audit.dockerfile.args import args_table, declarable, global_arg, stage_arg
 from audit.dockerfile.bases import cuda_of, interpreter_of
 from audit.dockerfile.config import CONFIG_KINDS, EXPANDED_KINDS
 from audit.dockerfile.files import add, copy, copy_heredoc, env
@@ -132,7 +132,7 @@ def plan_import(
     state = State(context_has, context_read or (lambda _: None), options.interpreter, None)
     state.where = options.where
     _globals(instructions, state, options)
-    stages = read_stages(instructions, _resolved_globals(state))
+    stages = read_stages(instructions, _resolved_globals(state), options.platform or "linux/amd64")
     if not stages:
         raise UsageError(
             f"{options.where}: no FROM instruction",
@@ -295,7 +295,7 @@ def _split(stage: DockerStage, layout: Layout, state: State) -> None:
     declaring the ARGs in scope again (a recipe stage declares its own)."""
     state.ends[layout.names[stage.index][0]] = state.scope
     _open(stage, layout, state, part=1)
-    names = list(state.scope.args)
+    names = [name for name in state.scope.args if declarable(name)]
     if names:
         rows = q(names[0]) if len(names) == 1 else "[" + ", ".join(q(n) for n in names) + "]"
         note = "the ARGs of this Dockerfile stage, in scope here too"
@@ -312,6 +312,13 @@ def _from_listing(stage: DockerStage, layout: Layout, state: State) -> None:
             f"FROM {stage.reference}",
             f"the image comes from {names}: the recipe names it literally, so --build-arg "
             f"{stage.used_args[0]} no longer changes it",
+        )
+    elif stage.used_args and stage.parent is not None:
+        state.list_unmapped(
+            stage.line,
+            f"FROM {stage.reference}",
+            f"the stage it builds on comes from {', '.join(stage.used_args)}: the recipe builds "
+            f"on {layout.names[stage.parent][-1]} whatever --platform or --build-arg says",
         )
     if stage.platform and (state.platform or "") != stage.platform:
         if state.platform is None and "$" not in stage.platform and stage.reference == layout.base:

@@ -45,7 +45,7 @@ class DockerStage:
     platform: str  # its --platform, substituted ('' when none)
     items: list[dict[str, Any]] = field(default_factory=list)
     parent: int | None = None  # the earlier Dockerfile stage it builds on
-    used_args: list[str] = field(default_factory=list)  # global ARGs its FROM names
+    used_args: list[str] = field(default_factory=list)  # ARGs its FROM's image or stage names
 
 
 @dataclass
@@ -79,13 +79,17 @@ def chain_of(stages: Sequence[DockerStage], index: int) -> list[DockerStage]:
     return found[::-1]
 
 
-def read_stages(items: list[dict[str, Any]], args: dict[str, str]) -> list[DockerStage]:
-    """The Dockerfile's stages; ``args`` are the global ARG defaults FROM may name."""
+def read_stages(
+    items: list[dict[str, Any]], args: dict[str, str], platform: str = ""
+) -> list[DockerStage]:
+    """The Dockerfile's stages; ``args`` are the global ARG defaults FROM may name, and
+    ``platform`` gives the ``TARGET*`` arguments BuildKit fills for a FROM's image or stage
+    (``FROM base-${TARGETARCH}``; none when '')."""
     stages: list[DockerStage] = []
     known: dict[str, int] = {}
     for item in items:
         if str(item["instruction"]).upper() == "FROM":
-            stage = _from(item, len(stages), args)
+            stage = _from(item, len(stages), {**target_args(platform), **args})
             stage.parent = known.get(stage.reference.lower())
             stages.append(stage)
             known[str(stage.index)] = stage.index
@@ -96,9 +100,26 @@ def read_stages(items: list[dict[str, Any]], args: dict[str, str]) -> list[Docke
     return stages
 
 
+def target_args(platform: str) -> dict[str, str]:
+    """``TARGETPLATFORM``, ``TARGETOS``, ``TARGETARCH``, ``TARGETVARIANT`` of ``platform``
+    (``linux/arm64/v8``), as BuildKit fills them; none for ''."""
+    if not platform:
+        return {}
+    os_name, _, rest = platform.partition("/")
+    arch, _, variant = rest.partition("/")
+    return {
+        "TARGETPLATFORM": platform,
+        "TARGETOS": os_name,
+        "TARGETARCH": arch,
+        "TARGETVARIANT": variant,
+    }
+
+
 def _from(item: dict[str, Any], index: int, args: dict[str, str]) -> DockerStage:
     value = str(item["value"]).strip()
-    used = [name for name in args if re.search(r"\$\{?" + re.escape(name) + r"\b", value)]
+    words = FROM_WORDS.match(value)
+    base = words.group("base") if words else value
+    used = [name for name in args if re.search(r"\$\{?" + re.escape(name) + r"\b", base)]
     match = FROM_WORDS.match(substitute(_defaults(value, args), args))
     flags = (match.group("flags") if match else "").split()
     platform = next((f.partition("=")[2] for f in flags if f.startswith("--platform=")), "")

@@ -122,7 +122,8 @@ def _absolute(path: str, state: State) -> str:
 
 def runs_as_in_dockerfile(line: int, state: State, first: int) -> None:
     """A RUN after a USER or SHELL (of this stage or the one it builds on) runs as root with
-    /bin/sh in the recipe: listed once, and said beside the first layer it became."""
+    /bin/sh in the recipe: every such RUN is listed (each may need that user or shell: a
+    ``[[ … ]]`` test is bash's), and said beside the first layer it became."""
     layers = state.stage.layers
     for attribute, what in (("user_line", "USER"), ("shell_line", "SHELL")):
         since = getattr(state.scope, attribute)
@@ -133,7 +134,6 @@ def runs_as_in_dockerfile(line: int, state: State, first: int) -> None:
             )
             state.list_unmapped(line, f"RUN after {what}", reason)
             layers[first].note = f"UNMAPPED Dockerfile line {line}: {reason}; {layers[first].note}"
-            setattr(state.scope, attribute, 0)
 
 
 # --- a command ------------------------------------------------------------------------------
@@ -179,6 +179,8 @@ def install_reason(command: str, state: State, reason: str = "") -> str:
         where = script
     elif not state.stage.audited:
         where = state.stage.unaudited
+    elif segments is None and segments_of(_substituted(command)) is not None:
+        where = "an argument the shell computes ($(…) or `…`): a lock needs it written out"
     elif segments is None:
         where = "inside shell control flow (if, ||, ;, a pipe or a subshell)"
     elif len(segments) > 1:
@@ -199,6 +201,21 @@ def _script_with_installs(command: str, state: State) -> str:
         if text is None and not relative and SCRIPT_NAME.search(word):
             return f"in {word}, which the build context does not hold (whatever it installs)"
     return ""
+
+
+def _substituted(command: str) -> str:
+    """``command`` with each ``$(…)`` and `` `…` `` (and what they hold) as one plain word."""
+    out, depth = "", 0
+    for index, char in enumerate(command):
+        if depth == 0 and command.startswith("$(", index):
+            out, depth = out + "SUBSTITUTED", 1
+        elif depth and char == "(":
+            depth += 1
+        elif depth and char == ")":
+            depth -= 1
+        elif not depth:
+            out += char
+    return re.sub(r"`[^`]*`", "SUBSTITUTED", out)
 
 
 RUNNERS = ("bash", "sh", "source", ".", "exec", "python", "python3")

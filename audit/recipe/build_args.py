@@ -32,7 +32,7 @@ def arg_name_problem(name: str) -> str:
     if not ARG_NAME.fullmatch(name):
         return f"{name!r} is not a build argument name (letters, digits, _)"
     if SECRET_NAME.search(name):
-        return f"{name} looks like a secret: a build argument stays in the image history"
+        return f"{name} looks like a secret (a build argument stays in the image history)"
     if name.upper() in INDEX_SETTINGS:
         return f"{name} would change where pip looks for packages: declare indexes instead"
     if name.upper().startswith(RESERVED_PREFIXES):

@@ -485,7 +485,7 @@ def _check_env_name(table: Node, name: str) -> None:
     if SECRET_NAME.search(name):
         raise table.error(
             name,
-            "looks like a secret: it would stay in the image history",
+            "looks like a secret (it would stay in the image history)",
             "pass secrets as BuildKit secrets (see the README)",
         )
     if name.upper() in PIP_SOURCE_ENV:

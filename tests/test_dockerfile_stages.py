@@ -93,6 +93,14 @@ def test_from_takes_global_args_and_build_args() -> None:
     assert parse_stages(defaulted, {}, "D")[0].reference == "img:2"
 
 
+def test_a_stage_chosen_by_the_target_arch_is_the_parent_for_that_platform() -> None:
+    """vLLM's Dockerfile.cpu: ``FROM base-${TARGETARCH} AS base-arch``, as BuildKit fills it."""
+    text = b"FROM x AS base-amd64\nFROM y AS base-arm64\nFROM base-${TARGETARCH} AS base-arch\n"
+    arm = parse_stages(text, {}, "D", "linux/arm64")
+    assert (arm[2].reference, arm[2].parent) == ("base-arm64", 1)
+    assert parse_stages(text, {}, "D", "linux/amd64")[2].parent == 0
+
+
 def test_stages_by_index_and_errors() -> None:
     text = b"FROM a\nRUN one\nFROM 0\nRUN two\n"
     stages = parse_stages(text, {}, "D")

@@ -25,7 +25,7 @@ from audit.dockerfile.stages import Attribution, attribute, find_stage, parse_st
 from audit.errors import EXIT_ENVIRONMENT, BuildFailed, UsageError
 from audit.gate.images import PolicyChoice, choose_policy, image_cuda, judge_walked
 from audit.history.model import History, LayerRef, LayerState
-from audit.history.walk.run import WalkContext, walk
+from audit.history.walk.run import WalkContext, host_platform, walk
 from audit.host import console, process
 from audit.redact import redact
 from audit.report.layers import JudgedImage
@@ -151,7 +151,9 @@ def audit_targets(
     """Build, walk and judge every target (the others first, the one to tag last)."""
     where = build.dockerfile.name
     text = read_dockerfile(build.dockerfile, "give the Dockerfile's path with --dockerfile")
-    stages = parse_stages(text, build_args_of(build.build_args), str(build.dockerfile))
+    platform = (build.platform or host_platform()).split(",")[0]
+    args = build_args_of(build.build_args)
+    stages = parse_stages(text, args, str(build.dockerfile), platform)
     final = find_stage(stages, build.target, str(build.dockerfile))
     buildable(final, stages, str(build.dockerfile))
     targets = [s for s in stages if s is not final] if build.all_stages else []

@@ -47,12 +47,15 @@ def global_args(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return found
 
 
-def parse_stages(data: bytes, build_args: Mapping[str, str], where: str) -> list[DockerStage]:
+def parse_stages(
+    data: bytes, build_args: Mapping[str, str], where: str, platform: str = ""
+) -> list[DockerStage]:
     """Every stage of the Dockerfile ``data`` (the importer's reading of it:
     :func:`audit.dockerfile.layout.read_stages`); ``build_args`` override global ``ARG``
-    defaults. RecipeError (exit 2) for a file with no ``FROM``."""
+    defaults, ``platform`` (``linux/arm64``) fills the ``TARGET*`` arguments a FROM may name.
+    RecipeError (exit 2) for a file with no ``FROM``."""
     items = parse_dockerfile(data)
-    stages = read_stages(items, {**global_args(items), **build_args})
+    stages = read_stages(items, {**global_args(items), **build_args}, platform)
     if not stages:
         raise RecipeError(where, "no FROM instruction", "is this a Dockerfile?")
     return stages

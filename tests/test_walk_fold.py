@@ -125,6 +125,39 @@ def test_debian_python_a_venv_and_the_user_site() -> None:
     assert [p.name for p in state.system.packages] == ["libc6", "python3.11-minimal"]
 
 
+def test_a_legacy_editable_install_is_seen_through_its_pth_line() -> None:
+    """``pip install --no-use-pep517 -e /src/legacy`` (setup.py develop) leaves only an
+    ``.egg-link`` and an ``easy-install.pth`` line in the site folder; the metadata lies in
+    the project. ``site.py`` puts the folder on ``sys.path`` right after that site folder, so
+    ``pip list`` shows the package: so must the walk (it used to miss it)."""
+    local = "/usr/local/lib/python3.11/dist-packages"
+    base = Layer(links={"/usr/bin/python3": "python3.11"}).add(debian_python())
+    editable = Layer().add(
+        {
+            f"{local}/legacy.egg-link": "/src/legacy\n.",
+            f"{local}/easy-install.pth": "/src/legacy\n",
+            f"{local}/distutils-precedence.pth": "import os; x = 1\n# a comment\n\n",
+            f"{local}/gone.pth": "/nowhere\n",
+            "/src/legacy/legacy/__init__.py": "",
+            **egg_info("/src/legacy", "legacy", "0.7"),
+        }
+    )
+    history = history_of([base, editable])
+    (env,) = history.states[-1].environments
+    assert env.paths == (
+        "/usr/lib/python3.11",
+        "/usr/lib/python3.11/lib-dynload",
+        local,
+        "/src/legacy",
+        "/usr/lib/python3/dist-packages",
+    )
+    assert [(d.name, d.version, d.location) for d in env.distributions] == [
+        ("legacy", "0.7", "/src/legacy")
+    ]
+    verdict = judge_history(history, Policy(), today=TODAY)[-1]
+    assert [(f.rule, f.package) for f in verdict.findings] == [("added", "legacy")]
+
+
 def test_a_base_without_python_then_a_layer_that_installs_one() -> None:
     cuda = Layer().add(
         {

@@ -25,13 +25,15 @@ no interpreter run:
   is an environment of its own, named by the folder (no executable exists yet).
 
 ``paths`` follow ``sys.path``: ``PYTHONPATH`` (from the config), the standard library and
-``lib-dynload``, the user site, the site folders; only folders that exist. Distributions are
+``lib-dynload``, the user site, the site folders, each site folder followed by the folders
+its ``*.pth`` files name (``site.addsitedir``); only folders that exist. Distributions are
 the in-image snapshot's records (:func:`audit.inimage.snapshot.distribution_record`): the same
 fields from the same bytes.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -296,6 +298,39 @@ def _site_folders(state: ImageState, install: _Install) -> list[str]:
     ]
 
 
+def _with_pth(state: ImageState, sites: Sequence[str]) -> list[str]:
+    """``sites`` each followed by the folders its ``*.pth`` files name, as ``site.addsitedir``
+    adds them: files by name, a line "" or ``#...`` skipped, ``import ...`` run (not here: it
+    names no folder), any other line a folder relative to the site (a legacy editable
+    install's ``easy-install.pth``); only folders that exist are added (:func:`_existing`)."""
+    found: list[str] = []
+    for site in sites:
+        found.append(site)
+        if not state.exists(site):
+            continue
+        for fact in sorted(_pth_files(state, state.resolve(site)), key=lambda f: f.path):
+            found += _pth_folders(site, fact.text)
+    return found
+
+
+def _pth_files(state: ImageState, folder: str) -> Iterator[Blob]:
+    """The ``*.pth`` files directly in ``folder`` (a real path)."""
+    return (
+        fact for fact in state.of_type(Blob)
+        if fact.path.endswith(".pth") and _prefix(fact.path) == folder
+    )  # fmt: skip
+
+
+def _pth_folders(site: str, text: str) -> list[str]:
+    """The folders one ``.pth`` file's lines name, relative ones joined to ``site``."""
+    found = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(("#", "import ", "import\t")):
+            continue
+        found.append(posixpath.normpath(posixpath.join(site, line.rstrip())))
+    return found
+
+
 def _existing(state: ImageState, paths: Sequence[str]) -> tuple[str, ...]:
     """The folders of ``paths`` that exist, each real folder once (as ``sys.path`` is read)."""
     seen: set[str] = set()
@@ -328,8 +363,8 @@ def _base_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) 
         if not interpreter:
             continue
         user = f"{home.rstrip('/')}/.local/lib/python{install.short}/site-packages"
-        paths = [*front, install.stdlib, f"{install.stdlib}/lib-dynload", user]
-        paths += _site_folders(state, install)
+        paths = [*front, install.stdlib, f"{install.stdlib}/lib-dynload"]
+        paths += _with_pth(state, [user, *_site_folders(state, install)])
         found.append(_Env(interpreter, install.short, install.full, _existing(state, paths)))
     return found
 
@@ -363,9 +398,10 @@ def _venv_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) 
         paths = [*front]
         if base is not None:
             paths += [base.stdlib, f"{base.stdlib}/lib-dynload"]
-        paths.append(site)
+        sites = [site]
         if base is not None and config.get("include-system-site-packages", "").lower() == "true":
-            paths += _site_folders(state, base)
+            sites += _site_folders(state, base)
+        paths += _with_pth(state, sites)
         found.append(_Env(interpreter, short, full or short, _existing(state, paths)))
     return found
 

@@ -404,6 +404,8 @@ class LayerScanner:
         if role:
             return self._elf(path, size, role)
         system = _system_role(path, parent, folder, name)
+        if system is None and name.endswith(".pth") and _below_site(parent) == "":
+            system = TEXT  # a path configuration file: site.py adds the folders it names
         if system is None and is_shared_name(name):
             self._add(Marker(path, SHARED))
         return self._sink(system, path)

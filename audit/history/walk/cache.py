@@ -36,6 +36,7 @@ from audit.history.walk.delta import FORMAT, LayerDelta, delta_from_json, delta_
 from audit.host import atomic
 
 # v2: the loader model's facts (delta format /2); v3: the text of site folders' .pth files
+# and of /etc/passwd
 VERSION = "v3"
 
 

@@ -118,11 +118,80 @@ def test_debian_python_a_venv_and_the_user_site() -> None:
         "/usr/lib/python3/dist-packages",
     )
     assert names(system.distributions) == [("beta", "2.0"), ("pip", "23.0.1")]
-    venv_env = envs["/opt/venv/bin/python"]
-    assert venv_env.paths[-2:] == (VENV_SITE, "/usr/lib/python3/dist-packages")
-    assert names(venv_env.distributions) == [("alpha", "1.0"), ("pip", "23.0.1")]
+    venv_env = envs["/opt/venv/bin/python"]  # system site packages: the user site too
+    assert venv_env.paths[-3:] == (
+        VENV_SITE,
+        "/root/.local/lib/python3.11/site-packages",
+        "/usr/lib/python3/dist-packages",
+    )
+    assert names(venv_env.distributions) == [("alpha", "1.0"), ("beta", "2.0"), ("pip", "23.0.1")]
     assert state.system is not None and state.system.distro == "debian-12"
     assert [p.name for p in state.system.packages] == ["libc6", "python3.11-minimal"]
+
+
+def test_a_legacy_editable_install_is_seen_through_its_pth_line() -> None:
+    """``pip install --no-use-pep517 -e /src/legacy`` (setup.py develop) leaves only an
+    ``.egg-link`` and an ``easy-install.pth`` line in the site folder; the metadata lies in
+    the project. ``site.py`` puts the folder on ``sys.path`` right after that site folder, so
+    ``pip list`` shows the package: so must the walk (it used to miss it)."""
+    local = "/usr/local/lib/python3.11/dist-packages"
+    base = Layer(links={"/usr/bin/python3": "python3.11"}).add(debian_python())
+    editable = Layer().add(
+        {
+            f"{local}/legacy.egg-link": "/src/legacy\n.",
+            f"{local}/easy-install.pth": "/src/legacy\n",
+            f"{local}/distutils-precedence.pth": "import os; x = 1\n# a comment\n\n",
+            f"{local}/gone.pth": "/nowhere\n",
+            "/src/legacy/legacy/__init__.py": "",
+            **egg_info("/src/legacy", "legacy", "0.7"),
+        }
+    )
+    history = history_of([base, editable])
+    (env,) = history.states[-1].environments
+    assert env.paths == (
+        "/usr/lib/python3.11",
+        "/usr/lib/python3.11/lib-dynload",
+        local,
+        "/src/legacy",
+        "/usr/lib/python3/dist-packages",
+    )
+    assert [(d.name, d.version, d.location) for d in env.distributions] == [
+        ("legacy", "0.7", "/src/legacy")
+    ]
+    verdict = judge_history(history, Policy(), today=TODAY)[-1]
+    assert [(f.rule, f.package) for f in verdict.findings] == [("added", "legacy")]
+
+
+@pytest.mark.parametrize(
+    ("user", "environ", "home"),
+    [
+        ("app", [], "/home/app"),
+        ("1000:1000", [], "/home/app"),
+        ("app", ["HOME=/srv"], "/srv"),
+        ("4242", [], "/"),
+        ("", [], "/root"),
+    ],
+)
+def test_the_user_site_is_the_image_users_home(user: str, environ: list[str], home: str) -> None:
+    """``USER app`` with no ``ENV HOME``: the engine sets HOME from the image's /etc/passwd,
+    so ``pip install --user`` went to /home/app/.local and Python sees it there (the walk
+    used to look in /root/.local only)."""
+    base = Layer(links={"/usr/bin/python3": "python3.11"}).add(debian_python())
+    base.add(
+        {"/etc/passwd": "root:x:0:0:root:/root:/bin/bash\napp:x:1000:1000::/home/app:/bin/sh\n"}
+    )
+    site = f"{home.rstrip('/')}/.local/lib/python3.11/site-packages"
+    user_layer = Layer().add(dist_info(site, "eps", "1.0"))
+    tars = [base.tar(), user_layer.tar()]
+    document = json.loads(config(tars, env=environ))
+    document["config"]["User"] = user
+    image_config = parse_config(json.dumps(document).encode())
+    deltas = {
+        sha256(tar): delta(layer) for tar, layer in zip(tars, [base, user_layer], strict=True)
+    }
+    (env,) = folding.fold("img", image_config, deltas).states[-1].environments
+    assert site in env.paths
+    assert [(d.name, d.location) for d in env.distributions] == [("eps", site)]
 
 
 def test_a_base_without_python_then_a_layer_that_installs_one() -> None:

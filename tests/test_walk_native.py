@@ -235,8 +235,8 @@ def test_the_reports_and_the_sbom_show_which_copy_loads_and_why(
 
 
 def test_old_cache_entries_miss_and_the_env_timeline_reads_both_builders(tmp_path: Path) -> None:
-    assert VERSION == "v2" and FORMAT.endswith("/2")
-    old = tmp_path / "cache" / "v1" / "layers"
+    assert VERSION == "v3" and FORMAT.endswith("/2")
+    old = tmp_path / "cache" / "v2" / "layers"  # deltas read without the .pth files' text
     old.mkdir(parents=True)
     digest = "sha256:" + "0" * 64
     (old / f"{'0' * 64}.json").write_text("{}\n{}")

@@ -2,13 +2,13 @@
 
 Layout under the cache root (``$XDG_CACHE_HOME/layer-audit/walk``, ``~/.cache`` when unset)::
 
-    v2/layers/<hex of the diff-id>.json    a header line, then the delta's JSON
-    v2/configs/<hex of the image id>.json  the config's bytes, exactly
+    v3/layers/<hex of the diff-id>.json    a header line, then the delta's JSON
+    v3/configs/<hex of the image id>.json  the config's bytes, exactly
 
 Invariants:
 
 - a layer's delta depends only on its bytes, and a diff-id names those bytes: an entry never
-  goes stale. The format is versioned twice (the ``v2`` folder and the header's ``format``):
+  goes stale. The format is versioned twice (the ``v3`` folder and the header's ``format``):
   a change of what a delta holds misses the old entries, never misreads them;
 - every entry is checked before use (the header names the diff-id and the sha256 of the body;
   a config's sha256 is its image id): a damaged, truncated or foreign entry reads as absent and
@@ -35,7 +35,9 @@ from pathlib import Path
 from audit.history.walk.delta import FORMAT, LayerDelta, delta_from_json, delta_to_json
 from audit.host import atomic
 
-VERSION = "v2"  # v2: the loader model's facts (delta format /2)
+# v2: the loader model's facts (delta format /2); v3: the text of site folders' .pth files
+# and of /etc/passwd
+VERSION = "v3"
 
 
 def default_root(environ: dict[str, str] | None = None) -> Path:

@@ -13,10 +13,10 @@ Facts (one per tracked member, the last one wins when a layer names a path twice
 - :class:`Meta`: a ``METADATA``/``PKG-INFO`` file, or a distutils ``.egg-info`` file: the
   header fields the in-image snapshot reads, and the sha256 of the whole file;
 - :class:`Blob`: a small file read whole: ``INSTALLER``, ``direct_url.json``, ``requires.txt``,
-  ``pyvenv.cfg``, ``patchlevel.h``, os-release, ``ld.so.conf`` files (``text``, bounded), or a
-  file known by its digest only (``RECORD``, ``installed-files.txt``: ``text`` ""). A RECORD of
-  an ``nvidia-*`` distribution also lists its shared libraries (``libraries``, paths relative
-  to the site folder);
+  ``pyvenv.cfg``, ``patchlevel.h``, a site folder's ``*.pth``, ``/etc/passwd``, os-release,
+  ``ld.so.conf`` files (``text``, bounded), or a file known by its digest only (``RECORD``,
+  ``installed-files.txt``: ``text`` ""). A RECORD of an ``nvidia-*`` distribution also lists
+  its shared libraries (``libraries``, paths relative to the site folder);
 - :class:`Packages`: an OS package database (dpkg ``status``, a distroless ``status.d/*``
   file, apk ``installed``), parsed;
 - :class:`LdCache`: ``/etc/ld.so.cache``: its entries (SONAME, path, flags) in the file's

@@ -17,21 +17,24 @@ no interpreter run:
   ``/usr/local/lib/pythonX.Y/dist-packages``, ``/usr/lib/python3/dist-packages``,
   ``/usr/lib/pythonX.Y/dist-packages`` for ``/usr`` where one of them exists, else
   ``P/lib/pythonX.Y/site-packages``; before them the user site
-  (``$HOME/.local/lib/pythonX.Y/site-packages``, HOME from the config or ``/root``);
+  (``$HOME/.local/lib/pythonX.Y/site-packages``; HOME from the config, else the config's
+  user's home in ``/etc/passwd`` as the engine sets it, else ``/root``);
 - a virtual environment is a ``pyvenv.cfg``: its interpreter ``V/bin/python`` (else
   ``python3``, ``pythonX.Y``), its site ``V/lib/pythonX.Y/site-packages``, the base's site
-  folders after it when ``include-system-site-packages = true``;
+  folders after it, the user site between them, when ``include-system-site-packages = true``;
 - a ``site-packages``/``dist-packages`` folder holding distributions that no interpreter sees
   is an environment of its own, named by the folder (no executable exists yet).
 
 ``paths`` follow ``sys.path``: ``PYTHONPATH`` (from the config), the standard library and
-``lib-dynload``, the user site, the site folders; only folders that exist. Distributions are
+``lib-dynload``, the user site, the site folders, each site folder followed by the folders
+its ``*.pth`` files name (``site.addsitedir``); only folders that exist. Distributions are
 the in-image snapshot's records (:func:`audit.inimage.snapshot.distribution_record`): the same
 fields from the same bytes.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -219,9 +222,30 @@ class ConfigFacts:
 
     machine: str
     environ: tuple[tuple[str, str], ...]
+    user: str = ""
 
     def get(self, key: str, default: str = "") -> str:
         return dict(self.environ).get(key, default)
+
+
+def _user_site(state: ImageState, image: ConfigFacts, short: str) -> str:
+    """``$HOME/.local/lib/pythonX.Y/site-packages`` of the user the image runs as."""
+    home = image.get("HOME") or _passwd_home(state, image.user)
+    return f"{home.rstrip('/')}/.local/lib/python{short}/site-packages"
+
+
+def _passwd_home(state: ImageState, user: str) -> str:
+    """The home the engine gives ``user`` (``name``, ``uid``, either with ``:group``): its
+    ``/etc/passwd`` entry's, ``/root`` for root, else ``/`` (a user the file lacks)."""
+    name = user.split(":", 1)[0]
+    if name in ("", "root", "0"):
+        return "/root"
+    passwd = state.blob("/etc/passwd")
+    for line in passwd.text.splitlines() if passwd else []:
+        fields = line.split(":")
+        if len(fields) >= 6 and name in (fields[0], fields[2]):
+            return fields[5] or "/"
+    return "/"
 
 
 def _prefix(path: str) -> str:
@@ -296,6 +320,39 @@ def _site_folders(state: ImageState, install: _Install) -> list[str]:
     ]
 
 
+def _with_pth(state: ImageState, sites: Sequence[str]) -> list[str]:
+    """``sites`` each followed by the folders its ``*.pth`` files name, as ``site.addsitedir``
+    adds them: files by name, a line "" or ``#...`` skipped, ``import ...`` run (not here: it
+    names no folder), any other line a folder relative to the site (a legacy editable
+    install's ``easy-install.pth``); only folders that exist are added (:func:`_existing`)."""
+    found: list[str] = []
+    for site in sites:
+        found.append(site)
+        if not state.exists(site):
+            continue
+        for fact in sorted(_pth_files(state, state.resolve(site)), key=lambda f: f.path):
+            found += _pth_folders(site, fact.text)
+    return found
+
+
+def _pth_files(state: ImageState, folder: str) -> Iterator[Blob]:
+    """The ``*.pth`` files directly in ``folder`` (a real path)."""
+    return (
+        fact for fact in state.of_type(Blob)
+        if fact.path.endswith(".pth") and _prefix(fact.path) == folder
+    )  # fmt: skip
+
+
+def _pth_folders(site: str, text: str) -> list[str]:
+    """The folders one ``.pth`` file's lines name, relative ones joined to ``site``."""
+    found = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(("#", "import ", "import\t")):
+            continue
+        found.append(posixpath.normpath(posixpath.join(site, line.rstrip())))
+    return found
+
+
 def _existing(state: ImageState, paths: Sequence[str]) -> tuple[str, ...]:
     """The folders of ``paths`` that exist, each real folder once (as ``sys.path`` is read)."""
     seen: set[str] = set()
@@ -320,16 +377,15 @@ class _Env:
 
 def _base_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) -> list[_Env]:
     found = []
-    home = image.get("HOME", "/root")
     front = [p for p in image.get("PYTHONPATH").split(":") if p.startswith("/")]
     for install in installs:
         names = (f"python{install.short}", "python3", "python")
         interpreter = _interpreter(state, f"{install.prefix}/bin", names)
         if not interpreter:
             continue
-        user = f"{home.rstrip('/')}/.local/lib/python{install.short}/site-packages"
-        paths = [*front, install.stdlib, f"{install.stdlib}/lib-dynload", user]
-        paths += _site_folders(state, install)
+        user = _user_site(state, image, install.short)
+        paths = [*front, install.stdlib, f"{install.stdlib}/lib-dynload"]
+        paths += _with_pth(state, [user, *_site_folders(state, install)])
         found.append(_Env(interpreter, install.short, install.full, _existing(state, paths)))
     return found
 
@@ -363,9 +419,10 @@ def _venv_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) 
         paths = [*front]
         if base is not None:
             paths += [base.stdlib, f"{base.stdlib}/lib-dynload"]
-        paths.append(site)
+        sites = [site]
         if base is not None and config.get("include-system-site-packages", "").lower() == "true":
-            paths += _site_folders(state, base)
+            sites += [_user_site(state, image, short), *_site_folders(state, base)]
+        paths += _with_pth(state, sites)
         found.append(_Env(interpreter, short, full or short, _existing(state, paths)))
     return found
 
@@ -686,7 +743,7 @@ def fold(image: str, config: OciConfig, deltas: dict[str, LayerDelta]) -> Histor
     parsed: dict[int, tuple[Fact, bool]] = {}
     environ: tuple[tuple[str, str], ...] | None = None
     for ref, env in zip(layer_refs(config), env_timeline(config), strict=True):
-        facts = ConfigFacts(config.machine, env)
+        facts = ConfigFacts(config.machine, env, config.user)
         moved = environ is not None and env != environ
         environ = env
         changed = (not ref.empty and state.apply(deltas[ref.digest])) or moved

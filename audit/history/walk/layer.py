@@ -105,9 +105,10 @@ OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
 LD_CACHE = "/etc/ld.so.cache"
 LD_CONF = "/etc/ld.so.conf"
 LD_CONF_D = "/etc/ld.so.conf.d"
+USERS = "/etc/passwd"  # the user's home: where the user site is
 RPM_DATABASES = tuple("/" + p for p in _RPM_DATABASES)
 _SYSTEM_FILES = {
-    DPKG_STATUS: DPKG, APK_INSTALLED: APK, LD_CACHE: LD_CACHE_ROLE, LD_CONF: TEXT,
+    DPKG_STATUS: DPKG, APK_INSTALLED: APK, LD_CACHE: LD_CACHE_ROLE, LD_CONF: TEXT, USERS: TEXT,
     **dict.fromkeys(OS_RELEASE, TEXT), **dict.fromkeys(RPM_DATABASES, DIGEST),
 }  # fmt: skip
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
@@ -404,6 +405,8 @@ class LayerScanner:
         if role:
             return self._elf(path, size, role)
         system = _system_role(path, parent, folder, name)
+        if system is None and name.endswith(".pth") and _below_site(parent) == "":
+            system = TEXT  # a path configuration file: site.py adds the folders it names
         if system is None and is_shared_name(name):
             self._add(Marker(path, SHARED))
         return self._sink(system, path)

@@ -8,6 +8,7 @@ import gzip
 import json
 import multiprocessing
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,22 @@ def test_an_oci_layout(tmp_path: Path, context: WalkContext, compress: bool, as_
     assert result.image.manifest_digest.startswith("sha256:")
     with pytest.raises(ImageFormatError, match="no image tagged 'v2'"):
         walk(f"oci:{target}:v2", WalkContext(cache_root=None))
+
+
+def test_an_extracted_docker_save_folder(tmp_path: Path, context: WalkContext) -> None:
+    """``docker save IMG -o a.tar; tar -xf a.tar -C d``: the folder is read like the tarball,
+    and a folder that is neither layout is refused by name."""
+    layers = python_layers()
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(docker_archive(layers, config(layers), ["my/app:1"]))
+    folder = tmp_path / "d"
+    folder.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+    assert versions(walk(str(folder), context)) == EXPECTED  # a bare path, as users give it
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ImageFormatError, match=r"neither index\.json nor manifest\.json"):
+        walk(f"oci:{tmp_path / 'empty'}", context)
 
 
 def test_an_index_of_two_platforms(tmp_path: Path, context: WalkContext) -> None:

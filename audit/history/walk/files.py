@@ -131,10 +131,12 @@ def _read_tarball(
 
 
 def _fetch_folder(folder: Path, tag: str, settings: SourceSettings, known: Known) -> Fetched:
-    if not (folder / "index.json").is_file():
+    if not any((folder / name).is_file() for name in ("index.json", "manifest.json")):
         raise ImageFormatError(
-            f"{folder}: a folder without index.json is not an OCI image layout",
-            "give an OCI layout folder (skopeo copy ... oci:DIR), or a tarball",
+            f"{folder}: a folder with neither index.json nor manifest.json is not an OCI "
+            "image layout nor an extracted docker save",
+            "give an OCI layout folder (skopeo copy ... oci:DIR), an extracted docker save, "
+            "or a tarball",
         )
 
     def read(name: str) -> bytes | None:

@@ -26,7 +26,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,6 +309,14 @@ def _unwritable(images: Path, exc: OSError) -> EnvironmentProblem:
     )
 
 
+def _listing(heading: str, lines: Iterable[str], style: str = "") -> None:
+    """``heading`` (console markup), then each line indented, escaped, in ``style``."""
+    console.stdout.print(heading)
+    for line in lines:
+        text = escape(line)
+        console.stdout.print(f"  [{style}]{text}[/]" if style else f"  {text}")
+
+
 def show(root: Path, dockerfile: Path, plan: ImportPlan) -> None:
     """What was written, every listed line with its number, and what to do next."""
     folder = paths.image_dir(root, plan.image)
@@ -326,19 +334,18 @@ def show(root: Path, dockerfile: Path, plan: ImportPlan) -> None:
     for line in unmapped_lines(plan.notes):
         console.stdout.print(f"  [dim]note: {escape(line)}[/]")
     if plan.unlocked:
-        console.stdout.print(
+        _listing(
             f"{len(plan.unlocked)} install(s) not locked (kept as run layers; the build guard "
-            "and the layer walk audit them):"
+            "and the layer walk audit them):",
+            unmapped_lines(plan.unlocked),
         )
-        for line in unmapped_lines(plan.unlocked):
-            console.stdout.print(f"  {escape(line)}")
     if plan.unmapped:
-        console.stdout.print(
+        _listing(
             f"[yellow]{len(plan.unmapped)} line(s) not kept as written[/] (marked UNMAPPED in "
-            "image.toml where they stand):"
+            "image.toml where they stand):",
+            unmapped_lines(plan.unmapped),
+            "yellow",
         )
-        for line in unmapped_lines(plan.unmapped):
-            console.stdout.print(f"  [yellow]{escape(line)}[/]")
     console.stdout.print(
         f"next: layer-audit render {plan.image}, review image.toml, "
         f"then layer-audit lock {plan.image}"

@@ -95,3 +95,41 @@ def test_every_run_after_shell_is_listed_in_every_stage_built_on_it() -> None:
     listed = reasons(plan(text).unmapped)  # type: ignore[arg-type]
     for line in (3, 4, 6):
         assert "a RUN after SHELL (line 2)" in listed[line]
+
+
+PYTORCH = """\
+ARG BASE_IMAGE=ubuntu:22.04
+FROM ${BASE_IMAGE} as dev-base
+RUN apt-get update && apt-get install -y --no-install-recommends curl
+ENV PATH /opt/conda/bin:$PATH
+
+FROM dev-base as conda
+RUN bash ~/miniconda.sh -b -p /opt/conda && \\
+    /opt/conda/bin/python -mpip install -r requirements.txt
+
+FROM conda as conda-installs
+RUN /opt/conda/bin/pip install torchelastic
+
+FROM ${BASE_IMAGE} as official
+RUN apt-get update && apt-get install -y --no-install-recommends libpng-dev
+COPY --from=conda-installs /opt/conda /opt/conda
+ENV PATH /opt/conda/bin:$PATH
+WORKDIR /workspace
+"""
+
+
+def test_a_conda_prefix_copied_from_another_stage_is_the_audited_python() -> None:
+    # pytorch/pytorch Dockerfile: the Python is /opt/conda's (named by `-mpip` and by its
+    # pip script), and it arrives in the shipped stage by COPY --from: the prelude ends there
+    found = plan(PYTORCH)
+    assert found.interpreter == "/opt/conda/bin/python"
+    assert [stage.name for stage in found.stages] == ["v1", "v2", "v3", "v4", "v5"]
+    assert found.base_stage == "v4"  # `official` up to its COPY --from, then v5
+    assert found.stages[3].layers[-1].toml.startswith('copy = { from = "v3", src = "/opt/conda"')
+    assert not [item for item in found.unmapped if "base_stage" in item.reason]
+
+
+def test_a_pip_script_names_its_own_python() -> None:
+    assert plan("FROM python:3.12\nRUN /opt/env/bin/pip3 install rich\n").interpreter == (
+        "/opt/env/bin/python3"
+    )

@@ -59,7 +59,10 @@ from audit.redact import redact
 
 MAX_DOCKERFILE = 1 << 20  # 1 MiB: real Dockerfiles are a few KiB; parsing is not linear
 DEFAULT_INDEX = "https://pypi.org/simple"
-ABSOLUTE_PIP = re.compile(r"(?:^|[\s;&|])(/\S*/python(?:3(?:\.\d+)?)?)\s+-m\s+pip\s+install\b")
+ABSOLUTE_PIP = re.compile(
+    r"(?:^|[\s;&|])(?:(?P<python>/\S*/python(?:3(?:\.\d+)?)?)\s+-m\s*pip"
+    r"|(?P<bin>/\S*/bin)/pip(?P<version>3(?:\.\d+)?)?)\s+install\b"
+)
 VIRTUAL_ENV = re.compile(r"\bVIRTUAL_ENV=[\"']?(/[^\s\"']+)")
 __all__ = ["ImportPlan", "parse_dockerfile", "plan_import", "policy_preset", "unmapped_lines"]
 
@@ -444,12 +447,12 @@ def _guess_platform(base: str) -> str:
 
 
 def _interpreter(stages: list[DockerStage], state: State) -> str | None:
-    """``--interpreter``, else the Python a ``RUN /x/python -m pip`` names, else the virtual
-    environment an ENV of the last stage's chain names (``VIRTUAL_ENV=/opt/venv``); None:
-    where the recorded base usually has it."""
+    """``--interpreter``, else the Python a ``RUN /x/python -m pip`` (or ``/x/bin/pip``) names,
+    else the virtual environment an ENV of the last stage's chain names
+    (``VIRTUAL_ENV=/opt/venv``); None: where the recorded base usually has it."""
     if state.interpreter:
         return state.interpreter
-    named = [m.group(1) for stage in stages for item in stage.items
+    named = [_pip_python(m) for stage in stages for item in stage.items
              if str(item["instruction"]).upper() == "RUN"
              for m in [ABSOLUTE_PIP.search(str(item["value"]))] if m]  # fmt: skip
     if named:
@@ -459,6 +462,12 @@ def _interpreter(stages: list[DockerStage], state: State) -> str | None:
         if venv and CONTAINER_PATH.fullmatch(venv.group(1)):
             return f"{venv.group(1).rstrip('/')}/bin/python"
     return None
+
+
+def _pip_python(match: re.Match[str]) -> str:
+    """The Python of ``/x/python -m pip install`` (``-mpip`` too), or of ``/x/bin/pip3
+    install`` (``/x/bin/python3``: the pip script's own environment)."""
+    return match["python"] or f"{match['bin']}/python{match['version'] or ''}"
 
 
 def _hoist_index(state: State) -> str:

@@ -162,7 +162,8 @@ def lay_out(
 def _find_cut(layout: Layout, interpreter: str) -> None:
     """Where the prelude ends on the last stage's chain: after the RUN that makes the virtual
     environment ``interpreter`` lives in, else after the first RUN that installs a Python,
-    else before the first step that uses one."""
+    else after a ``COPY --from`` that brings in its folder, else before the first step that
+    uses one."""
     runs = [
         (stage.index, position, str(item["value"]))
         for stage in layout.chain(len(layout.stages) - 1)
@@ -172,10 +173,30 @@ def _find_cut(layout: Layout, interpreter: str) -> None:
     venv = _venv_maker(interpreter)
     found = next(((i, p + 1) for i, p, text in runs if venv and venv.search(text)), None)
     found = found or next(((i, p + 1) for i, p, text in runs if PYTHON_INSTALL.search(text)), None)
+    found = found or _copied_in(layout, interpreter)
     found = found or next(((i, p) for i, p, text in runs if PYTHON_USE.search(text)), None)
     layout.cut = found
     if found is None:
         layout.problem = "no step of the last stage's chain installs or uses a Python"
+
+
+def _copied_in(layout: Layout, interpreter: str) -> tuple[int, int] | None:
+    """Just after the first ``COPY --from`` of the last stage's chain that brings in the
+    folder ``interpreter`` lives in (``COPY --from=conda /opt/conda /opt/conda``: a prefix
+    built in another stage, pytorch's own Dockerfile)."""
+    for stage in layout.chain(len(layout.stages) - 1):
+        for position, item in enumerate(stage.items):
+            words = str(item["value"]).split()
+            if str(item["instruction"]).upper() != "COPY" or len(words) < 3:
+                continue
+            folder = words[-1].rstrip("/")
+            if (
+                any(w.startswith("--from=") for w in words)
+                and folder
+                and (interpreter.startswith(folder + "/"))
+            ):
+                return stage.index, position + 1
+    return None
 
 
 def _venv_maker(interpreter: str) -> re.Pattern[str] | None:

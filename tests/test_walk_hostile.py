@@ -7,17 +7,20 @@ Pure: every image is made in memory (tests/support/walk_images.py) and walked as
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import os
+import socketserver
 import tarfile
 import threading
 from pathlib import Path
 
 import pytest
 
-from audit.errors import BadInput, ImageFormatError, UsageError
+from audit.errors import BadInput, EnvironmentProblem, ImageFormatError, UsageError
 from audit.history.walk import files as walk_files
+from audit.history.walk import registry
 from audit.history.walk.blobs import LayerBlob
 from audit.history.walk.run import WalkContext, walk
 from audit.history.walk.source import Known, SourceSettings
@@ -197,3 +200,52 @@ def test_a_huge_document_is_named_with_its_limit(tmp_path: Path) -> None:
         patch.setattr(walk_files, "JSON_LIMIT", monkey_limit)
         with pytest.raises(ImageFormatError, match=r"no c\.json .*MiB is not read"):
             walk(f"docker-archive:{path}", _context(tmp_path))
+
+
+class _HostileTokens(http.server.BaseHTTPRequestHandler):
+    """A registry that asks for a bearer token, and a token service whose answer is
+    ``self.server.answer`` (nested too deep, or too big)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/token"):
+            body: bytes = self.server.answer  # type: ignore[attr-defined]
+            self.send_response(200)
+        else:
+            body = b""
+            self.send_response(401)
+            port = self.server.server_address[1]  # type: ignore[index]
+            realm = f'Bearer realm="http://127.0.0.1:{port}/token",service="x"'
+            self.send_header("WWW-Authenticate", realm)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"[" * 1500 + b"]" * 1500, "recursion"),
+        (b'{"token": "' + b"t" * 5000 + b'"}', "is not a token"),
+    ],
+)
+def test_a_hostile_token_service_is_an_environment_problem(
+    answer: bytes, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nesting too deep was a RecursionError traceback; an answer of gigabytes was held whole
+    (6 GB RSS): it is read up to TOKEN_LIMIT (here 4 KiB)."""
+    monkeypatch.setattr(registry, "TOKEN_LIMIT", 4096)
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _HostileTokens)
+    server.daemon_threads = True
+    server.answer = answer  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(EnvironmentProblem, match=said):
+            walk(f"registry:127.0.0.1:{server.server_address[1]}/x:1", WalkContext(cache_root=None))
+    finally:
+        server.shutdown()
+        server.server_close()

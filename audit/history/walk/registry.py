@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     import urllib3
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+TOKEN_LIMIT = 1 << 20  # a token service's answer: a JWT of a few KiB, never megabytes
 USER_ENV, PASSWORD_ENV = "LAYER_AUDIT_REGISTRY_USER", "LAYER_AUDIT_REGISTRY_PASSWORD"
 CHUNK = 1 << 20
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
@@ -218,9 +219,11 @@ class _Session:
             raise EnvironmentProblem(f"registry {self.where}: token realm {redact(realm)!r}")
         headers = {"Authorization": "Basic " + _basic(found)} if found else {}
         try:
-            reply = self.pool.request("GET", f"{realm}?{urlencode(query)}", headers=headers)
-            document = json.loads(reply.data) if reply.status == 200 else {}
-        except (urllib3.exceptions.HTTPError, ValueError) as exc:
+            reply = self.pool.request(
+                "GET", f"{realm}?{urlencode(query)}", headers=headers, preload_content=False
+            )
+            document = _token_answer(reply) if reply.status == 200 else {}
+        except (urllib3.exceptions.HTTPError, ValueError, RecursionError) as exc:
             raise EnvironmentProblem(
                 f"registry {self.where}: its token service {redact(realm)} failed: "
                 f"{_reason(exc)}", "check the network and the credentials",
@@ -237,6 +240,19 @@ class _Session:
                 f"check the credentials (docker login {self.ref.host}) and the repository name",
             )
         return token
+
+
+def _token_answer(reply: urllib3.BaseHTTPResponse) -> Any:
+    """A token service's JSON answer, read up to :data:`TOKEN_LIMIT` bytes (a bigger answer is
+    no token: :class:`ValueError`, never held whole); nesting too deep for the parser raises
+    :class:`RecursionError`."""
+    try:
+        data = reply.read(TOKEN_LIMIT + 1)
+    finally:
+        reply.release_conn()
+    if len(data) > TOKEN_LIMIT:
+        raise ValueError(f"an answer over {TOKEN_LIMIT >> 10} KiB is not a token")
+    return json.loads(data)
 
 
 def _token_of(document: Any) -> str:

@@ -7,6 +7,7 @@ Pure: every image is made in memory (tests/support/walk_images.py) and walked as
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import io
 import json
@@ -14,6 +15,7 @@ import os
 import socketserver
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from audit.errors import BadInput, EnvironmentProblem, ImageFormatError, UsageEr
 from audit.history.walk import files as walk_files
 from audit.history.walk import registry
 from audit.history.walk.blobs import LayerBlob
+from audit.history.walk.registry import RegistrySettings
 from audit.history.walk.run import WalkContext, walk
 from audit.history.walk.source import Known, SourceSettings
 from audit.policy.findings import Finding
@@ -249,3 +252,40 @@ def test_a_hostile_token_service_is_an_environment_problem(
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """A registry that answers a manifest one byte every 0.1 s: each wait within any read
+    timeout, the whole for ever."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(1000):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.1)
+
+
+def test_a_registry_that_trickles_meets_a_deadline() -> None:
+    """The read timeout bounds each wait only; a document's whole read has a deadline (the
+    walk waited 100 s here, and a 16 MiB document at a byte a minute, years)."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    context = WalkContext(cache_root=None, registry=RegistrySettings(timeout=0.5))
+    started = time.monotonic()
+    try:
+        with pytest.raises(EnvironmentProblem, match=r"the answer took over"):
+            walk(f"registry:127.0.0.1:{server.server_address[1]}/x:1", context)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - started < 5

@@ -183,6 +183,22 @@ _RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...]
 )
 
 
+# C0 controls but tab and newline, DEL and the C1 controls: what a terminal acts on (ESC
+# starts a colour, title or clear-screen sequence; CR and backspace overwrite what was shown).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character a terminal would act on written as a visible
+    ``\\u00XX`` (an image's package named ``x\\x1b[2J`` prints as ``x\\u001b[2J``, clearing
+    nothing). Tab and newline are kept. Invariants: idempotent; a text without such a
+    character comes back unchanged; inside a JSON string the escape means the same character,
+    so a JSON document stays valid and equal."""
+    if not _CONTROLS.search(text):
+        return text
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def redact_all(lines: list[str]) -> list[str]:
     """Each line redacted; the list's length and order are kept."""
     return [redact(line) for line in lines]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from audit.cli.options import Renamed
 from audit.errors import UsageError
 from audit.host import atomic, console
-from audit.redact import redact
+from audit.redact import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -83,9 +83,10 @@ class Output:
     path: Path | None = None
 
     def write(self, text: str) -> None:
-        """``text`` as it is: atomically into the file, or on stdout."""
+        """``text`` as it is, but for control characters (made :func:`printable`, as on
+        stdout): atomically into the file, or on stdout."""
         if self.path is not None:
-            atomic.write_text(self.path, text)
+            atomic.write_text(self.path, printable(text))
         else:
             console.stdout.print(text, markup=False, highlight=False, end="", soft_wrap=True)
 
@@ -96,13 +97,11 @@ class Output:
             for item in items:
                 console.stdout.print(item)
             return
-        from rich.console import Console
-
         buffer = StringIO()
-        drawn = Console(file=buffer, width=FILE_WIDTH, no_color=True, highlight=False, emoji=False)
+        drawn = console.file_console(buffer, FILE_WIDTH)
         for item in items:
             drawn.print(item)
-        atomic.write_text(self.path, redact(buffer.getvalue()))
+        atomic.write_text(self.path, buffer.getvalue())
 
 
 def checked_reports(

@@ -108,7 +108,7 @@ class Row:
     @cached_property
     def markdown(self) -> str:
         """The row as a Markdown table line."""
-        cells = [f"`{_md(self.package)}`", *(_md_cell(cell) for cell in self.cells)]
+        cells = [_md_code(self.package), *(_md_cell(cell) for cell in self.cells)]
         return "| " + " | ".join(cells) + " |"
 
 
@@ -502,6 +502,12 @@ def summary_html(title: str) -> str:
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_code(text: str) -> str:
+    """``text`` as a code span in a table cell: a backquote in it cannot end the span early
+    (it shows as ``'``)."""
+    return f"`{_md(text).replace('`', chr(39))}`"
 
 
 def _md_cell(cell: Cell) -> str:

@@ -6,15 +6,18 @@ without loading rich at all while no console exists yet.
 
 Everything printed through this module passes :func:`audit.redact.redact` as the very last
 step (the rendered text, live views included), so no URL userinfo or token reaches a terminal
-or a CI log, whoever printed it; and ``:name:`` is never turned into an emoji.
+or a CI log, whoever printed it; and ``:name:`` is never turned into an emoji. The text of
+what is printed (not rich's own styling) passes :func:`audit.redact.printable`: a control
+character read from an image or a file (``ESC[2J`` in a package's name) is shown, never
+acted on by the terminal.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from audit.redact import redact
+from audit.redact import printable, redact
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -38,13 +41,18 @@ def __getattr__(name: str) -> Console:
 
 
 def _redacting_console() -> type[Console]:
-    """A rich Console whose rendered output is redacted just before it is written."""
+    """A rich Console whose rendered output is redacted just before it is written, and whose
+    text segments (never rich's control segments) are made :func:`printable` first."""
     from rich.console import Console
     from rich.segment import Segment
 
     class RedactingConsole(Console):
         def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-            return redact(super()._render_buffer(buffer))
+            shown = (
+                segment if segment.control else segment._replace(text=printable(segment.text))
+                for segment in buffer
+            )
+            return redact(super()._render_buffer(shown))
 
         def on_broken_pipe(self) -> None:
             """The reader went away (``| head``): let the command line end quietly, as
@@ -61,4 +69,10 @@ def plain(text: str, *, err: bool = False) -> None:
     if made is not None:
         made.print(text, markup=False, emoji=False)
     else:
-        print(redact(text), file=sys.stderr if err else sys.stdout, flush=True)
+        print(redact(printable(text)), file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def file_console(file: IO[str], width: int) -> Console:
+    """A console drawing into ``file`` (a report written to a file): no colour, ``width``
+    columns, text made :func:`printable` and redacted as on stdout."""
+    return _redacting_console()(file=file, width=width, no_color=True, highlight=False, emoji=False)

@@ -273,7 +273,18 @@ def load_json(load: LoadChange) -> dict[str, Any]:
 
 
 def _cell(text: str | None) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", "<br>")
+    """``text`` as a table cell's text: HTML shown, not run (``<`` ``>`` ``&`` escaped), ``|``
+    no column break, a line break ``<br>``."""
+    escaped = (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return escaped.replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
+
+
+def _code(text: str | None) -> str:
+    """``text`` as a table cell's code span: a backquote cannot end it early (shown as
+    ``'``), ``|`` no column break, a line break a space; HTML inside a code span is shown
+    as it is."""
+    flat = (text or "").replace("`", "'").replace("\r", " ").replace("\n", " ")
+    return f"`{flat.replace('|', chr(92) + '|')}`"
 
 
 def _markdown_table(findings: list[Finding]) -> list[str]:
@@ -281,7 +292,8 @@ def _markdown_table(findings: list[Finding]) -> list[str]:
     for f in findings:
         change, note = _cell(_change(f)), _cell(_note(f))
         rows.append(
-            f"| {SEVERITY_ICON[f.severity]} | {f.rule} | `{f.package}` | {change} | {note} |"
+            f"| {SEVERITY_ICON[f.severity]} | {_cell(f.rule)} | {_code(f.package)} | {change} "
+            f"| {note} |"
         )
     return rows
 
@@ -291,8 +303,8 @@ def _markdown_loads(loads: tuple[LoadChange, ...]) -> list[str]:
     for load in loads:
         why = load.reason + (f" `{load.entry}`" if load.entry else "")
         rows.append(
-            f"| `{load.soname}` | `{_cell(load.path)}` | {_cell(load.owner or load.version)} "
-            f"| `{_cell(load.requirer)}` | {_cell(why)} |"
+            f"| {_code(load.soname)} | {_code(load.path)} | {_cell(load.owner or load.version)} "
+            f"| {_code(load.requirer)} | {_cell(why)} |"
         )
     return [*rows, ""]
 

@@ -31,6 +31,7 @@ from audit.history.walk.layout import (
     Incomplete,
     LayoutError,
     Selection,
+    missing_text,
     select_image,
 )
 from audit.history.walk.tarstream import FILE, Sink, TarFormatError, TarMember, TarReader
@@ -140,10 +141,7 @@ class ArchiveReader:
         try:
             selection = select_image(self._read, self._tag, self._platform, self._host)
         except Incomplete as missing:
-            raise ArchiveError(
-                f"not an image archive: no {missing.args[0]} (a docker save or OCI layout "
-                "tarball has one)"
-            ) from None
+            raise ArchiveError(missing_text(missing, "archive")) from None
         wanted = {name for name, _ in selection.layers}
         if any(not self._plan_skip_ok(name) for name in wanted & self._skipped):
             raise NeedsRescan

@@ -117,7 +117,12 @@ class _Unzstd:
 class LayerBlob:
     """A sink for one layer blob. ``scan`` False: only digests are computed (a layer whose
     delta is already known). After :meth:`close`: :attr:`digest`, :attr:`diff_id`,
-    :attr:`delta` (None when not scanned), :attr:`compression`."""
+    :attr:`delta` (None when not scanned), :attr:`compression`.
+
+    Threads: one hashes the blob as given; a second, the uncompressed tar, only once the blob
+    turns out compressed (a plain tar's diff-id is its digest). :meth:`close` joins both, so
+    no thread outlives its blob (an image of 100k layers starts and ends 100k, one at a
+    time)."""
 
     def __init__(
         self,
@@ -126,7 +131,7 @@ class LayerBlob:
         families: tuple[str, ...] = CUDA_FAMILIES,
     ) -> None:
         self._raw = _BackgroundHash()
-        self._tar = _BackgroundHash()
+        self._tar: _BackgroundHash | None = None  # made by _start for a compressed blob
         self._scanner = LayerScanner(elf_reader, families) if scan else None
         self._head = b""
         self._decoder: _Gunzip | _Unzstd | None = None
@@ -158,6 +163,7 @@ class LayerBlob:
         self._started = True
         if self._head.startswith(GZIP_MAGIC):
             self.compression = "gzip"
+            self._tar = _BackgroundHash()
             self._decoder = _Gunzip(self._plain)
         elif self._head.startswith(ZSTD_MAGIC):
             self.compression = "zstd"
@@ -166,10 +172,11 @@ class LayerBlob:
                 raise UnsupportedCompression(
                     "a zstd-compressed layer, and this Python has no zstandard module"
                 )
+            self._tar = _BackgroundHash()
             self._decoder = _Unzstd(self._plain, engine)
 
     def _plain(self, data: memoryview) -> None:
-        if self._decoder is not None:
+        if self._tar is not None:
             self._tar.update(data)
         if self._scanner is not None:
             self._scanner.feed(data)
@@ -182,9 +189,7 @@ class LayerBlob:
         if self._decoder is not None:
             self._decoder.close()
         self.digest = "sha256:" + str(self._raw.hexdigest())
-        self.diff_id = (
-            self.digest if self._decoder is None else "sha256:" + str(self._tar.hexdigest())
-        )
+        self.diff_id = self.digest if self._tar is None else "sha256:" + str(self._tar.hexdigest())
         if self._scanner is not None:
             self.delta = self._scanner.finish()
 

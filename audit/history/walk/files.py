@@ -20,7 +20,14 @@ from typing import BinaryIO
 from audit.errors import BadInput, ImageFormatError
 from audit.history.walk.archive import ArchiveError, ArchiveReader, ArchiveResult, NeedsRescan
 from audit.history.walk.blobs import LayerBlob
-from audit.history.walk.layout import JSON_LIMIT, Incomplete, LayoutError, Selection, select_image
+from audit.history.walk.layout import (
+    JSON_LIMIT,
+    Incomplete,
+    LayoutError,
+    Selection,
+    missing_text,
+    select_image,
+)
 from audit.history.walk.source import Fetched, Known, SourceSettings, pair_layers
 from audit.history.walk.tarstream import FILE, TarFormatError, TarMember, TarReader, read_seekable
 
@@ -43,10 +50,15 @@ def fetch_file(path: str, tag: str, settings: SourceSettings, known: Known) -> F
                        "tarball or an OCI layout (a folder or a tarball)")  # fmt: skip
     if where.is_file():
         return _fetch_tarball(where, tag, settings, known)
-    try:
+    try:  # a pipe or a device: read once, it cannot be read again
         result = _read_tarball(where, tag, settings, known, plan=True)
     except NeedsRescan:
-        result = _read_tarball(where, tag, settings, known, plan=False)
+        raise ImageFormatError(
+            f"{path}: the archive changed its choice of image after the layers it needs had "
+            "passed (a document such as manifest.json written twice), and a pipe cannot be "
+            "read again",
+            "write the archive to a file and give that file",
+        ) from None
     return pair_layers(result.selection, result.blobs, known, str(path), result.size)
 
 
@@ -87,10 +99,7 @@ def _fetch_tarball(path: Path, tag: str, settings: SourceSettings, known: Known)
         try:
             selection = select_image(read, tag, settings.platform, settings.host)
         except Incomplete as missing:
-            raise ArchiveError(
-                f"not an image archive: no {missing.args[0]} (a docker save or OCI layout "
-                "tarball has one)"
-            ) from None
+            raise ArchiveError(missing_text(missing, "archive")) from None
         blobs: dict[str, LayerBlob] = {}
         for (name, _), diff_id in zip(selection.layers, settings.diff_ids(selection), strict=True):
             if name not in blobs and not known.has(diff_id):
@@ -149,7 +158,10 @@ def _fetch_folder(folder: Path, tag: str, settings: SourceSettings, known: Known
             return None
 
     with settings.errors(str(folder)):
-        selection = select_image(read, tag, settings.platform, settings.host)
+        try:
+            selection = select_image(read, tag, settings.platform, settings.host)
+        except Incomplete as missing:  # a folder is whole: what is not there never comes
+            raise LayoutError(missing_text(missing, "folder")) from None
         blobs, size = _read_layers(folder, selection, settings, known)
     return pair_layers(selection, blobs, known, str(folder), size)
 

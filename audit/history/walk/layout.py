@@ -177,6 +177,16 @@ def blob_name(digest: str) -> str:
     return "blobs/sha256/" + digest[7:]
 
 
+def missing_text(missing: Incomplete, what: str) -> str:
+    """Why a complete input (an archive or a folder: nothing more will arrive) names no image:
+    the document ``missing`` names is absent, or too big to be one (:data:`JSON_LIMIT`: a
+    reader hands such a document back as absent, never reading it whole)."""
+    return (
+        f"not an image {what}: no {missing.args[0]} (a docker save or OCI layout {what} has "
+        f"one; a document over {JSON_LIMIT >> 20} MiB is not read)"
+    )
+
+
 def _need(read: Read, name: str) -> bytes:
     data = read(name)
     if data is None:

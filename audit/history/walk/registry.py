@@ -28,6 +28,7 @@ import binascii
 import json
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     import urllib3
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+TOKEN_LIMIT = 1 << 20  # a token service's answer: a JWT of a few KiB, never megabytes
 USER_ENV, PASSWORD_ENV = "LAYER_AUDIT_REGISTRY_USER", "LAYER_AUDIT_REGISTRY_PASSWORD"
 CHUNK = 1 << 20
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
@@ -218,9 +220,15 @@ class _Session:
             raise EnvironmentProblem(f"registry {self.where}: token realm {redact(realm)!r}")
         headers = {"Authorization": "Basic " + _basic(found)} if found else {}
         try:
-            reply = self.pool.request("GET", f"{realm}?{urlencode(query)}", headers=headers)
-            document = json.loads(reply.data) if reply.status == 200 else {}
-        except (urllib3.exceptions.HTTPError, ValueError) as exc:
+            reply = self.pool.request(
+                "GET", f"{realm}?{urlencode(query)}", headers=headers, preload_content=False
+            )
+            document: Any = {}
+            if reply.status == 200:
+                document = _token_answer(reply, self.settings.timeout, f"registry {self.where}")
+            else:
+                reply.close()  # its body is no token: never read
+        except (urllib3.exceptions.HTTPError, ValueError, RecursionError) as exc:
             raise EnvironmentProblem(
                 f"registry {self.where}: its token service {redact(realm)} failed: "
                 f"{_reason(exc)}", "check the network and the credentials",
@@ -237,6 +245,19 @@ class _Session:
                 f"check the credentials (docker login {self.ref.host}) and the repository name",
             )
         return token
+
+
+def _token_answer(reply: urllib3.BaseHTTPResponse, timeout: float, where: str) -> Any:
+    """A token service's JSON answer, read up to :data:`TOKEN_LIMIT` bytes (a bigger answer is
+    no token: :class:`ValueError`, never held whole); nesting too deep for the parser raises
+    :class:`RecursionError`."""
+    try:
+        data = read_within(reply, TOKEN_LIMIT, timeout, f"{where}: its token service")
+    finally:
+        reply.release_conn()
+    if len(data) > TOKEN_LIMIT:
+        raise ValueError(f"an answer over {TOKEN_LIMIT >> 10} KiB is not a token")
+    return json.loads(data)
 
 
 def _token_of(document: Any) -> str:
@@ -273,12 +294,36 @@ def _document(session: _Session, path: str, accept: str, what: str) -> tuple[byt
                 f"registry {session.where}: {what}: HTTP {reply.status}",
                 "check the registry (its log, its storage) and try again",
             )
-        data = reply.read(JSON_LIMIT + 1)
+        data = read_within(
+            reply, JSON_LIMIT, session.settings.timeout, f"registry {session.where}: {what}"
+        )
         if len(data) > JSON_LIMIT:
             raise ImageFormatError(f"registry {session.where}: {what} is too big for a document")
         return data, str(reply.headers.get("Docker-Content-Digest", ""))
     finally:
         reply.release_conn()
+
+
+def read_within(reply: urllib3.BaseHTTPResponse, limit: int, seconds: float, what: str) -> bytes:
+    """A small answer's body: at most ``limit`` + 1 bytes (more says "too big"), read within
+    ``seconds`` in all. The read timeout bounds each wait only: a server that trickles a byte
+    per wait would hold a walk for ever, so the whole read has a deadline
+    (:class:`EnvironmentProblem`, exit 3, past it)."""
+    deadline = time.monotonic() + seconds
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        piece = reply.read1(min(1 << 16, limit + 1 - size))
+        if not piece:
+            break
+        parts.append(piece)
+        size += len(piece)
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(
+                f"{what}: the answer took over {seconds:.0f} s ({size} bytes so far)",
+                "check the network and the registry; try again",
+            )
+    return b"".join(parts)
 
 
 def _verified(data: bytes, digest: str, where: str) -> bytes:

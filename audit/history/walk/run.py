@@ -32,8 +32,14 @@ from audit.history.walk.layer import CUDA_FAMILIES, ElfReader
 from audit.history.walk.layout import _same_platform
 from audit.history.walk.registry import RegistrySettings, fetch_registry
 from audit.history.walk.source import Fetched, Known, SourceSettings, digest_of
-from audit.history.walk.spec import DOCKER_ARCHIVE, ENGINE, OCI, ImageSpec, parse_spec
-from audit.redact import redact
+from audit.history.walk.spec import (
+    DOCKER_ARCHIVE,
+    ENGINE,
+    OCI,
+    ImageSpec,
+    parse_spec,
+    shown_spec,
+)
 
 
 def elf_facts(name: str, stream: IO[bytes], size: int) -> Mapping[str, Any]:
@@ -117,7 +123,7 @@ def walk(spec: str, context: WalkContext) -> WalkResult:
     settings = SourceSettings(context.platform, host_platform(), context.elf_reader,
                               context.families)  # fmt: skip
     fetched = _fetch(parsed, context, settings, known)
-    where = redact(spec)
+    where = shown_spec(spec)
     config = _config(fetched.config, where)
     _check_platform(config, context.platform, where)
     deltas = _deltas(config, fetched, known, where)

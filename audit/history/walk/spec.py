@@ -60,10 +60,38 @@ class RegistryRef:
         return f"{self.host}/{self.repository}{joint}{self.reference}"
 
 
+_PREFIXES = ("registry:", "docker-archive:", "oci:", "docker:")
+_CREDENTIALS = (
+    "a reference with credentials in it is refused (they would show in logs and process lists)"
+)
+_LOGIN = (
+    "log in with docker login HOST, or set LAYER_AUDIT_REGISTRY_USER and "
+    "LAYER_AUDIT_REGISTRY_PASSWORD"
+)
+
+
+def shown_spec(text: str) -> str:
+    """``text`` as messages show it: redacted after its prefix too (``registry:user:pw@host/x``
+    shows as ``registry:host/x``; :func:`~audit.redact.redact` alone keeps a ``user:pw@``
+    that follows a ``:``)."""
+    for prefix in _PREFIXES:
+        if text.startswith(prefix):
+            return prefix + redact(text[len(prefix) :])
+    return redact(text)
+
+
+def _has_credentials(reference: str) -> bool:
+    """``user:password@host/...``: an ``@`` in the first component that is not a digest's."""
+    first = reference.split("/", 1)[0]
+    return "@" in first and not first.partition("@")[2].startswith("sha256:")
+
+
 def parse_spec(text: str, exists: Callable[[str], bool]) -> ImageSpec:
-    """The spec of ``text``; :class:`UsageError` (exit 2) when it names nothing."""
+    """The spec of ``text``; :class:`UsageError` (exit 2) when it names nothing. An engine
+    reference with credentials in it is refused without being repeated (the engine's own
+    error would echo it, URL-encoded past any redaction)."""
     if not text.strip() or "\n" in text or "\0" in text:
-        raise UsageError(f"image spec {redact(text)!r}: empty or not one line", SYNTAX)
+        raise UsageError(f"image spec {shown_spec(text)!r}: empty or not one line", SYNTAX)
     for prefix, kind in (("docker-archive:", DOCKER_ARCHIVE), ("oci:", OCI)):
         if text.startswith(prefix):
             path, tag = _path_and_tag(text[len(prefix) :], exists)
@@ -75,7 +103,10 @@ def parse_spec(text: str, exists: Callable[[str], bool]) -> ImageSpec:
             return ImageSpec(REGISTRY, text[len(prefix) :])
     if not text.startswith("docker:") and _reads_as_path(text) and exists(text):
         return ImageSpec(DOCKER_ARCHIVE, text)
-    return ImageSpec(ENGINE, text.removeprefix("docker:"))
+    reference = text.removeprefix("docker:")
+    if _has_credentials(reference):
+        raise UsageError(f"image spec: {_CREDENTIALS}", _LOGIN)
+    return ImageSpec(ENGINE, reference)
 
 
 def _reads_as_path(text: str) -> bool:
@@ -96,14 +127,8 @@ def _path_and_tag(rest: str, exists: Callable[[str], bool]) -> tuple[str, str]:
 def parse_registry_ref(text: str) -> RegistryRef:
     """``HOST/REPO[:TAG|@DIGEST]`` as the docker CLI reads it. Credentials in the reference
     (``user:password@host/...``) are refused without being repeated."""
-    first = text.split("/", 1)[0]
-    if "@" in first and not first.partition("@")[2].startswith("sha256:"):
-        raise UsageError(
-            "registry: a reference with credentials in it is refused (they would show in "
-            "logs and process lists)",
-            "log in with docker login HOST, or set LAYER_AUDIT_REGISTRY_USER and "
-            "LAYER_AUDIT_REGISTRY_PASSWORD",
-        )
+    if _has_credentials(text):
+        raise UsageError(f"registry: {_CREDENTIALS}", _LOGIN)
     name, at, digest = text.partition("@")
     if at and (not digest.startswith("sha256:") or len(digest) != 71):
         raise UsageError(

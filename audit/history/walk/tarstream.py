@@ -115,6 +115,20 @@ def _checksum_ok(block: bytes, offset: int) -> None:
             raise TarFormatError(f"header at byte {offset}: bad checksum (not a tar archive?)")
 
 
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
+
+
+def _not_compressed(block: bytes) -> None:
+    """:class:`TarFormatError` naming the compression when the first block starts with a
+    gzip or zstd magic (``docker save IMAGE | gzip``): a whole compressed file is no tar."""
+    for magic, kind, tool in _COMPRESSED:
+        if block.startswith(magic):
+            raise TarFormatError(
+                f"the file is {kind}-compressed, not a tar archive: decompress it first "
+                f"({tool} -k FILE)"
+            )
+
+
 def parse_pax(data: bytes, offset: int) -> dict[str, str]:
     """``length key=value\\n`` records of a PAX extended header."""
     found: dict[str, str] = {}
@@ -198,6 +212,8 @@ class TarReader:
             self.ended = True
             return
         if block[257:262] != _USTAR:  # POSIX and GNU headers say so; anything else must add up
+            if offset == 0:
+                _not_compressed(block)
             _checksum_ok(block, offset)
         flag = block[156:157]
         size = _number(block[124:136], "size", offset)

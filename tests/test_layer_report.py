@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 
-from audit.gate.images import recipe_located
+from audit.gate.images import recipe_located, repin_hint
 from audit.history.model import WALK, History, LayerRef, LayerState
 from audit.history.snapshot import Distribution, Environment
 from audit.policy.judge import declared_by_instruction, judge_history
@@ -122,3 +122,15 @@ def test_a_recipe_image_is_located_by_its_guarded_steps() -> None:
     located = recipe_located(hist)
     assert (located.states[2].ref.stage, located.states[2].ref.layer) == ("v2", 1)
     assert located.states[1].ref.stage is None
+
+
+def test_the_fix_of_a_walked_image_uses_the_package_manager_of_the_package() -> None:
+    """A Dockerfile re-pins a distribution with pip, an OS package with its own manager
+    (pip install deb:libc6 means nothing)."""
+    assert repin_hint("nccl-like", "2.30.0") == (
+        "re-pin it in a later layer: pip install --no-deps nccl-like==2.30.0 (an override)"
+    )
+    assert repin_hint("deb:libc6", "2.36-9") == (
+        "re-pin it in a later layer: apt-get install -y --allow-downgrades libc6=2.36-9"
+    )
+    assert repin_hint("apk:musl", "1.2.4-r2").endswith("apk add musl=1.2.4-r2")

@@ -100,11 +100,21 @@ def _rehinted(finding: Finding, policy: Policy) -> Finding:
         return finding
     fix = None
     if finding.rule in _MOVES and finding.before:
-        pin = f"{finding.package}=={finding.before}"
-        fix = f"re-pin it in a later layer: pip install --no-deps {pin} (an override)"
+        fix = repin_hint(finding.package, finding.before)
     place = "a policy file (--policy FILE)"
     hint = hint_text(finding, Scope(finding.stage, finding.layer), policy, fix, place)
     return replace(finding, hint=hint)
+
+
+def repin_hint(package: str, version: str) -> str:
+    """How a Dockerfile puts ``package`` back at ``version`` in a later layer: pip for a
+    distribution, the OS package manager for an OS package (``deb:libc6``, ``apk:musl``)."""
+    kind, colon, name = package.partition(":")
+    if colon and kind == "deb":
+        return f"re-pin it in a later layer: apt-get install -y --allow-downgrades {name}={version}"
+    if colon and kind == "apk":
+        return f"re-pin it in a later layer: apk add {name}={version}"
+    return f"re-pin it in a later layer: pip install --no-deps {package}=={version} (an override)"
 
 
 def audit_image(

@@ -33,7 +33,7 @@ from audit.history.snapshot import Distribution, Environment, dump_snapshot
 from audit.host.process import QUIET_ENV
 from audit.lock.files import parse_lock
 from tests.support.cli import edit, fails, spawn_audit
-from tests.support.fixtures import Wheelhouse
+from tests.support.fixtures import NO_DAEMON, Wheelhouse
 from tests.support.pkgindex import serve_index, yank
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
@@ -42,7 +42,6 @@ TOML = "images/demo/image.toml"
 V1_IN = "images/demo/requirements/v1-http.in"
 V1_LOCK = "locks/demo/v1-01.txt"
 BASE = "locks/demo/base.json"
-NO_DAEMON = "unix:///nonexistent/layer-audit-test.sock"
 QUIET = {QUIET_ENV: "1"}  # a spawned run's stderr holds its messages, not the commands it ran
 
 

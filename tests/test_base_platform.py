@@ -35,10 +35,8 @@ from audit.lock.files import BaseRecord, base_changes, parse_base
 from audit.project.sources import DirectorySource
 from audit.recipe.parse import load_recipe
 from tests.support.cli import edit, fails
-from tests.support.fixtures import copy_demo
 
 REPO = Path(__file__).resolve().parents[1]
-NO_DAEMON = "unix:///nonexistent/layer-audit-safety.sock"
 TOML = "images/demo/image.toml"
 BASE = "locks/demo/base.json"
 ID = "sha256:" + "a" * 64
@@ -48,12 +46,9 @@ FOREIGN_MACHINE = "aarch64" if FOREIGN == "linux/arm64" else "x86_64"
 
 
 @pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def demo(demo: Path, no_docker_daemon: str) -> Path:
     """The committed demo as the working dir, with no Docker daemon to reach."""
-    root = copy_demo(tmp_path)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("DOCKER_HOST", NO_DAEMON)
-    return root
+    return demo
 
 
 def host_snapshot() -> bytes:

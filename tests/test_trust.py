@@ -31,11 +31,10 @@ from audit.recipe.model import PipLayer
 from audit.recipe.parse import load_recipe
 from audit.render.plan import pip_command
 from tests.support.cli import edit, fails
-from tests.support.fixtures import Wheelhouse, copy_demo
+from tests.support.fixtures import NO_DAEMON, Wheelhouse
 from tests.support.project import ProjectSpec, base_record, pip_recipe_toml, write_project
 
 REPO = Path(__file__).resolve().parents[1]
-NO_DAEMON = "unix:///nonexistent/layer-audit-h3.sock"
 TOML = "images/demo/image.toml"
 BASE = "locks/demo/base.json"
 V1_IN = "images/demo/requirements/v1-http.in"
@@ -44,12 +43,9 @@ DIGEST = "sha256:" + "b" * 64
 
 
 @pytest.fixture
-def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def demo(demo: Path, no_docker_daemon: str) -> Path:
     """The committed demo as the working dir, with no Docker daemon to reach."""
-    root = copy_demo(tmp_path)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("DOCKER_HOST", NO_DAEMON)
-    return root
+    return demo
 
 
 def files_of(root: Path) -> dict[str, bytes]:

@@ -187,16 +187,16 @@ def _copied_in(layout: Layout, interpreter: str) -> tuple[int, int] | None:
     for stage in layout.chain(len(layout.stages) - 1):
         for position, item in enumerate(stage.items):
             words = str(item["value"]).split()
-            if str(item["instruction"]).upper() != "COPY" or len(words) < 3:
-                continue
-            folder = words[-1].rstrip("/")
-            if (
-                any(w.startswith("--from=") for w in words)
-                and folder
-                and (interpreter.startswith(folder + "/"))
-            ):
+            if str(item["instruction"]).upper() == "COPY" and _brings(words, interpreter):
                 return stage.index, position + 1
     return None
+
+
+def _brings(words: list[str], interpreter: str) -> bool:
+    """Whether ``COPY --from=… SRC… DEST`` puts a folder above ``interpreter`` in place."""
+    folder = words[-1].rstrip("/") if len(words) >= 3 else ""
+    from_stage = any(word.startswith("--from=") for word in words)
+    return from_stage and bool(folder) and interpreter.startswith(folder + "/")
 
 
 def _venv_maker(interpreter: str) -> re.Pattern[str] | None:

@@ -118,7 +118,8 @@ _DEFAULTS = {f.name: f.default for f in dataclass_fields(Distribution) if f.defa
 
 
 # platform_machine (the PEP 508 marker) -> the architecture (and variant) of an image platform;
-# audit/inimage/snapshot.py holds the same table (tests/test_snapshot_model.py checks it)
+# audit/inimage/snapshot.py holds the same table (tests/test_base_platform.py checks it): this
+# module is vendored into the guard, which has no in-image script to import it from
 ARCHITECTURES = {
     "x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
     "armv7l": "arm/v7", "armv6l": "arm/v6", "i386": "386", "i686": "386",

@@ -190,6 +190,17 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+NO_DAEMON = "unix:///nonexistent/layer-audit-test.sock"  # DOCKER_HOST where no engine answers
+
+
+@pytest.fixture
+def no_docker_daemon(monkeypatch: pytest.MonkeyPatch) -> str:
+    """``DOCKER_HOST`` pointed where no engine answers: a command that reaches for Docker
+    fails at once, naming the socket; the value is returned."""
+    monkeypatch.setenv("DOCKER_HOST", NO_DAEMON)
+    return NO_DAEMON
+
+
 @pytest.fixture(autouse=True)
 def plain_tables_as_rich(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every table any test has drawn without rich (:mod:`audit.gate.plain_table`, a console

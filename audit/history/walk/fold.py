@@ -35,7 +35,7 @@ fields from the same bytes.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -320,27 +320,29 @@ def _site_folders(state: ImageState, install: _Install) -> list[str]:
     ]
 
 
-def _with_pth(state: ImageState, sites: Sequence[str]) -> list[str]:
+def _with_pth(state: ImageState, sites: Sequence[str], pth: Mapping[str, list[Blob]]) -> list[str]:
     """``sites`` each followed by the folders its ``*.pth`` files name, as ``site.addsitedir``
     adds them: files by name, a line "" or ``#...`` skipped, ``import ...`` run (not here: it
     names no folder), any other line a folder relative to the site (a legacy editable
-    install's ``easy-install.pth``); only folders that exist are added (:func:`_existing`)."""
+    install's ``easy-install.pth``); only folders that exist are added (:func:`_existing`).
+    ``pth``: :func:`_pth_files` of ``state``."""
     found: list[str] = []
     for site in sites:
         found.append(site)
-        if not state.exists(site):
-            continue
-        for fact in sorted(_pth_files(state, state.resolve(site)), key=lambda f: f.path):
-            found += _pth_folders(site, fact.text)
+        if state.exists(site):
+            for fact in pth.get(state.resolve(site), []):
+                found += _pth_folders(site, fact.text)
     return found
 
 
-def _pth_files(state: ImageState, folder: str) -> Iterator[Blob]:
-    """The ``*.pth`` files directly in ``folder`` (a real path)."""
-    return (
-        fact for fact in state.of_type(Blob)
-        if fact.path.endswith(".pth") and _prefix(fact.path) == folder
-    )  # fmt: skip
+def _pth_files(state: ImageState) -> dict[str, list[Blob]]:
+    """Every ``*.pth`` file, by the (real) folder it is directly in, sorted by name: read once
+    per state, for every site folder of every environment."""
+    found: dict[str, list[Blob]] = {}
+    for fact in state.of_type(Blob):
+        if fact.path.endswith(".pth"):
+            found.setdefault(_prefix(fact.path), []).append(fact)
+    return {folder: sorted(facts, key=lambda f: f.path) for folder, facts in found.items()}
 
 
 def _pth_folders(site: str, text: str) -> list[str]:
@@ -375,7 +377,9 @@ class _Env:
     paths: tuple[str, ...]
 
 
-def _base_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) -> list[_Env]:
+def _base_envs(
+    state: ImageState, installs: list[_Install], image: ConfigFacts, pth: Mapping[str, list[Blob]]
+) -> list[_Env]:
     found = []
     front = [p for p in image.get("PYTHONPATH").split(":") if p.startswith("/")]
     for install in installs:
@@ -385,7 +389,7 @@ def _base_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) 
             continue
         user = _user_site(state, image, install.short)
         paths = [*front, install.stdlib, f"{install.stdlib}/lib-dynload"]
-        paths += _with_pth(state, [user, *_site_folders(state, install)])
+        paths += _with_pth(state, [user, *_site_folders(state, install)], pth)
         found.append(_Env(interpreter, install.short, install.full, _existing(state, paths)))
     return found
 
@@ -400,7 +404,9 @@ def _venv_config(text: str) -> dict[str, str]:
     return found
 
 
-def _venv_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) -> list[_Env]:
+def _venv_envs(
+    state: ImageState, installs: list[_Install], image: ConfigFacts, pth: Mapping[str, list[Blob]]
+) -> list[_Env]:
     found = []
     front = [p for p in image.get("PYTHONPATH").split(":") if p.startswith("/")]
     for fact in state.of_type(Blob):
@@ -422,7 +428,7 @@ def _venv_envs(state: ImageState, installs: list[_Install], image: ConfigFacts) 
         sites = [site]
         if base is not None and config.get("include-system-site-packages", "").lower() == "true":
             sites += [_user_site(state, image, short), *_site_folders(state, base)]
-        paths += _with_pth(state, sites)
+        paths += _with_pth(state, sites, pth)
         found.append(_Env(interpreter, short, full or short, _existing(state, paths)))
     return found
 
@@ -537,7 +543,8 @@ def environments(state: ImageState, image: ConfigFacts) -> tuple[Environment, ..
     """Every Python environment of ``state`` (see the module's rules), by interpreter."""
     debs = _debian_versions(state)
     installs = [_with_version(i, state, debs) for i in installations(state)]
-    envs = _base_envs(state, installs, image) + _venv_envs(state, installs, image)
+    pth = _pth_files(state)
+    envs = _base_envs(state, installs, image, pth) + _venv_envs(state, installs, image, pth)
     sites = dist_folders(state)
     seen = {state.resolve(p) for env in envs for p in env.paths}
     envs += _orphans(state, seen, {s: f for s, f in sites.items() if state.resolve(s) not in seen})
